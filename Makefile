@@ -1,0 +1,48 @@
+# correx-sessions: `make help` lists the targets. The two that matter:
+#   make run    the whole pipeline on embedded defaults
+#   make test   the tests (installs redis-server first if it is missing)
+
+GO                  ?= go
+STATICCHECK_VERSION := v0.8.2
+FUZZTIME            ?= 10s
+export FUZZTIME
+
+.PHONY: help deps build test unit fuzz lint generate bench run test-integration images
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+deps: ## install what the tests need (redis-server) when it is missing
+	@scripts/deps.sh
+
+build: ## compile every package and binary
+	$(GO) build ./...
+
+test: deps unit fuzz ## unit and component tests with the race detector, then every fuzz target for FUZZTIME
+
+unit: ## go test -race on every package (needs redis-server; see deps)
+	$(GO) test -race -count=1 ./...
+
+fuzz: ## run each fuzz target for FUZZTIME (default 10s)
+	@scripts/fuzz.sh
+
+lint: ## gofmt, go vet, staticcheck (pinned), generated docs in sync
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) test -count=1 -run TestREADMEInSync ./pkg/fsm/internal/gendoc
+
+generate: ## regenerate the README's lifecycle table and diagram from pkg/fsm
+	$(GO) generate ./pkg/fsm
+
+bench: deps ## benchmarks with their baselines (reducer, codec, store)
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./pkg/...
+
+run: ## the whole pipeline on embedded defaults (not yet)
+	@echo "make run: not yet: the pipeline (cmd/devstack) is still to come"
+
+test-integration: ## testcontainers-go suites (not yet)
+	@echo "make test-integration: not yet"
+
+images: ## build the container images (not yet)
+	@echo "make images: not yet"

@@ -1,0 +1,158 @@
+package fsm_test
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+const validID = "0190f2a4-5b6c-7d8e-9f00-112233445566"
+
+func TestDecodeEnvelopeErrors(t *testing.T) {
+	big := `"` + strings.Repeat("x", fsm.MaxPayloadBytes) + `"`
+	tests := []struct {
+		name   string
+		in     string
+		ingest bool
+		want   []string // "field: message fragment"
+	}{
+		{"empty", ``, false, []string{": empty body"}},
+		{"not an object", `[1]`, false, []string{": expected a JSON object"}},
+		{"malformed", `{"type":`, false, []string{": malformed JSON"}},
+		{"trailing data", `{"sessionId":"s","type":"SessionStarted"} x`, true, []string{": malformed JSON at byte"}},
+		{"invalid utf8", "{\"sessionId\":\"s\xff\"}", true, []string{": malformed JSON"}},
+		{"missing everything", `{}`, false, []string{"eventId: is required", "sessionId: is required", "type: is required", "occurredAt: is required"}},
+		{"ingest may omit id and time", `{}`, true, []string{"sessionId: is required", "type: is required"}},
+		{"wrong types", `{"eventId":1,"sessionId":true,"type":null,"occurredAt":[],"correlationId":5,"payload":"x"}`, false,
+			[]string{"eventId: must be a string", "sessionId: must be a string", "type: must be a string",
+				"occurredAt: must be a string", "correlationId: must be a string", "payload: must be an object"}},
+		{"bad values", `{"eventId":"nope","sessionId":"has space","type":"SessionExploded","occurredAt":"2026-11-29 06:00:00"}`, false,
+			[]string{"eventId: must be a UUID", "sessionId: must be 1-128", "type: unknown event type", "occurredAt: must be an RFC 3339"}},
+		{"nil uuid", `{"eventId":"00000000-0000-0000-0000-000000000000","sessionId":"s","type":"SessionStarted"}`, true,
+			[]string{"eventId: must not be the nil UUID"}},
+		{"time without zone", `{"sessionId":"s","type":"SessionStarted","occurredAt":"2026-11-29T06:00:00"}`, true,
+			[]string{"occurredAt: must be an RFC 3339"}},
+		{"time out of range", `{"sessionId":"s","type":"SessionStarted","occurredAt":"1969-12-31T23:59:59Z"}`, true,
+			[]string{"occurredAt: must be between"}},
+		{"long session id", `{"sessionId":"` + strings.Repeat("a", 129) + `","type":"SessionStarted"}`, true,
+			[]string{"sessionId: must be 1-128"}},
+		{"long correlation id", `{"sessionId":"s","type":"SessionStarted","correlationId":"` + strings.Repeat("é", 129) + `"}`, true,
+			[]string{"correlationId: must be 1-128"}},
+		{"empty correlation id", `{"sessionId":"s","type":"SessionStarted","correlationId":""}`, true,
+			[]string{"correlationId: must be 1-128"}},
+		{"unknown field", `{"sessionId":"s","type":"SessionStarted","color":"red"}`, true, []string{"color: unknown field"}},
+		{"duplicate field", `{"sessionId":"s","sessionId":"t","type":"SessionStarted"}`, true, []string{"sessionId: duplicate field"}},
+		{"unknown version", `{"v":2,"sessionId":"s","type":"SessionStarted"}`, true, []string{"v: unsupported version 2"}},
+		{"oversize payload", `{"sessionId":"s","type":"SessionStarted","payload":{"x":` + big + `}}`, true, []string{"payload: is 65544 bytes"}},
+		{"timeout required", `{"sessionId":"s","type":"TimeoutExpired"}`, true, []string{"payload.timeout: is required"}},
+		{"bad timeout", `{"sessionId":"s","type":"TimeoutExpired","payload":{"timeout":"lunch"}}`, true, []string{"payload.timeout: must be one of"}},
+		{"bad mode", `{"sessionId":"s","type":"CancellationRequested","payload":{"mode":"gently"}}`, true, []string{"payload.mode: must be graceful or forced"}},
+		{"ok not bool", `{"sessionId":"s","type":"ToolCompleted","payload":{"ok":"yes"}}`, true, []string{"payload.ok: must be a boolean"}},
+		{"goal not string", `{"sessionId":"s","type":"SessionCreated","payload":{"goal":7}}`, true, []string{"payload.goal: must be a string"}},
+		{"bad predecessor", `{"sessionId":"s","type":"SessionCreated","payload":{"predecessorSessionId":"a b"}}`, true, []string{"payload.predecessorSessionId: must be"}},
+		{"duplicate payload field", `{"sessionId":"s","type":"SessionFailed","payload":{"reason":"a","reason":"b"}}`, true, []string{"payload.reason: duplicate field"}},
+		{"deep nesting", `{"sessionId":"s","type":"SessionStarted","payload":{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, true, []string{": malformed JSON"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e fsm.Event
+			err := fsm.DecodeEnvelope([]byte(tt.in), &e, fsm.DecodeOptions{Ingest: tt.ingest})
+			var ve *fsm.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("got %v, want a *ValidationError", err)
+			}
+			if len(ve.Errors) != len(tt.want) {
+				t.Fatalf("got %d errors %v, want %d %v", len(ve.Errors), ve.Errors, len(tt.want), tt.want)
+			}
+			for i, w := range tt.want {
+				field, msg, _ := strings.Cut(w, ": ")
+				got := ve.Errors[i]
+				if got.Field != field || !strings.Contains(got.Message, msg) {
+					t.Errorf("error %d: got %q: %q, want %q: %q", i, got.Field, got.Message, field, msg)
+				}
+			}
+		})
+	}
+}
+
+func TestUnsupportedVersionIs(t *testing.T) {
+	var e fsm.Event
+	err := fsm.DecodeRecord([]byte(`{"v":9,"eventId":"`+validID+`","sessionId":"s","type":"SessionStarted","occurredAt":"2026-11-29T06:00:00Z"}`), &e)
+	if !errors.Is(err, fsm.ErrUnsupportedVersion) {
+		t.Fatalf("got %v, want ErrUnsupportedVersion", err)
+	}
+	err = fsm.DecodeRecord([]byte(`{"v":9,"sessionId":"s"}`), &e)
+	if errors.Is(err, fsm.ErrUnsupportedVersion) {
+		t.Fatalf("an event with other problems matched ErrUnsupportedVersion: %v", err)
+	}
+}
+
+func TestDecodeEnvelopeIngest(t *testing.T) {
+	in := `{ "sessionId" : "acme:s-1", "type":"SessionCreated",
+	  "occurredAt":"2026-11-29T07:00:00.5+01:00",
+	  "payload": { "goal" : "fix \"it\"", "extra": [1, {"a": null}] } }`
+	var e fsm.Event
+	if err := fsm.DecodeEnvelope([]byte(in), &e, fsm.DecodeOptions{Ingest: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !e.ID.IsZero() {
+		t.Errorf("id assigned by the decoder: %v", e.ID)
+	}
+	if want := time.Date(2026, 11, 29, 6, 0, 0, 5e8, time.UTC); !e.OccurredAt.Equal(want) || e.OccurredAt.Location() != time.UTC {
+		t.Errorf("occurredAt %v, want %v in UTC", e.OccurredAt, want)
+	}
+	if e.CorrelationID != "acme:s-1" {
+		t.Errorf("correlationId %q, want the session id", e.CorrelationID)
+	}
+	if got := string(e.Payload); got != `{"goal":"fix \"it\"","extra":[1,{"a":null}]}` {
+		t.Errorf("payload not compacted: %s", got)
+	}
+	if e.Fields.Goal != `fix "it"` {
+		t.Errorf("goal %q", e.Fields.Goal)
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	at := time.Date(2026, 11, 29, 6, 0, 0, 123456789, time.UTC)
+	id, _ := fsm.ParseEventID([]byte(validID))
+	for _, et := range fsm.EventTypes() {
+		f := fsm.Fields{Goal: "g\n<x>", PredecessorSessionID: "s-0", Reason: "r é", Mode: fsm.CancelForced,
+			Timeout: fsm.TimeoutApproval, ToolFailed: true}
+		e := fsm.NewEvent(id, "s-1", et, at, f)
+		e.CorrelationID = "corr \"1\""
+		rec := fsm.AppendRecord(nil, &e)
+		var got fsm.Event
+		if err := fsm.DecodeRecord(rec, &got); err != nil {
+			t.Fatalf("%s: %v\n%s", et, err, rec)
+		}
+		if !reflect.DeepEqual(got, e) {
+			t.Fatalf("%s: round trip\n got %+v\nwant %+v", et, got, e)
+		}
+		if !bytes.Equal(fsm.AppendCanonical(nil, &got), fsm.AppendCanonical(nil, &e)) {
+			t.Fatalf("%s: canonical bytes differ", et)
+		}
+	}
+}
+
+func TestNewEventIDIsV7(t *testing.T) {
+	now := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	a, err := fsm.NewEventID(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := fsm.NewEventID(now.Add(time.Millisecond))
+	if a[6]>>4 != 7 || a[8]>>6 != 2 {
+		t.Fatalf("%s is not a UUIDv7", a)
+	}
+	if a.String() >= b.String() {
+		t.Fatalf("ids do not sort by time: %s >= %s", a, b)
+	}
+	if p, ok := fsm.ParseEventID([]byte(a.String())); !ok || p != a {
+		t.Fatalf("parse(%s) = %v %v", a, p, ok)
+	}
+}

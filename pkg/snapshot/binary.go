@@ -1,0 +1,369 @@
+package snapshot
+
+import (
+	"encoding/binary"
+
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+// The stored form of a snapshot is this compact binary encoding (chosen over
+// JSON by BenchmarkCodec; the HTTP API still speaks JSON). Layout, version 1:
+//
+//	[0]     format version (1)
+//	[1:5]   position partition, big-endian uint32
+//	[5:13]  position offset, big-endian uint64
+//	[13]    state
+//	[14:]   body: varints and length-prefixed strings, in the order of
+//	        AppendBinary; times after createdAt are deltas from createdAt
+//
+// The fixed header lets the store's fencing script read the position and the
+// state with one GETRANGE and no parsing of the body.
+const (
+	FormatBinaryV1 = 1
+	headerLen      = 14
+)
+
+// AppendBinary appends the binary encoding of s to dst. Equal snapshots give
+// equal bytes.
+func (s *Snapshot) AppendBinary(dst []byte) []byte {
+	dst = append(dst, FormatBinaryV1)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(s.Position.Partition))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(s.Position.Offset))
+	dst = append(dst, byte(s.State))
+
+	base := s.CreatedAt
+	t := func(v int64) { dst = binary.AppendVarint(dst, v-base) }
+	u := func(v uint64) { dst = binary.AppendUvarint(dst, v) }
+	str := func(v string) { u(uint64(len(v))); dst = append(dst, v...) }
+
+	dst = binary.AppendVarint(dst, s.FirstOffset)
+	str(s.ID)
+	if s.CorrelationID == s.ID {
+		str("")
+	} else {
+		str(s.CorrelationID)
+	}
+	str(s.Goal)
+	str(s.PredecessorSessionID)
+	dst = binary.AppendVarint(dst, s.CreatedAt)
+	t(s.UpdatedAt)
+	t(s.StateEnteredAt)
+	u(s.Version)
+	dst = append(dst, s.LastEventID[:]...)
+
+	c := &s.Counters
+	for _, v := range [...]uint64{c.Events, c.ModelTurns, c.ToolCalls, c.ToolFailures, c.RepairCycles,
+		c.Pauses, c.ApprovalsRequested, c.ApprovalsGranted, c.ApprovalsDenied, c.Recoveries,
+		c.Rejected, c.Duplicates} {
+		u(v)
+	}
+	for st := 1; st < fsm.NumStates; st++ {
+		u(uint64(s.Durations[st]))
+	}
+
+	a := &s.Approval
+	dst = append(dst, flags(a.Pending))
+	t(a.PendingSince)
+	u(uint64(a.Waited))
+
+	f := &s.Failure
+	dst = append(dst, flags(f.Failed))
+	if f.Failed {
+		str(f.Reason)
+		t(f.At)
+		dst = append(dst, byte(f.From))
+	}
+
+	cn := &s.Cancellation
+	dst = append(dst, flags(cn.Requested, cn.Completed, cn.Forced))
+	if cn.Requested {
+		t(cn.RequestedAt)
+		str(cn.Reason)
+		dst = append(dst, byte(cn.Mode), byte(cn.Timeout))
+		t(cn.CompletedAt)
+	}
+
+	r := &s.Recovery
+	dst = append(dst, flags(r.Started, r.Active))
+	if r.Started {
+		dst = append(dst, byte(r.ResumeTo))
+		t(r.StartedAt)
+		t(r.CompletedAt)
+	}
+
+	dst = append(dst, s.Digest[:]...)
+
+	u(uint64(s.NumTransitions()))
+	for i := range s.NumTransitions() {
+		tr := s.TransitionAt(i)
+		dst = append(dst, byte(tr.From), byte(tr.To), byte(tr.Type))
+		dst = append(dst, tr.EventID[:]...)
+		t(tr.At)
+	}
+	u(uint64(s.NumRejections()))
+	for i := range s.NumRejections() {
+		rj := s.RejectionAt(i)
+		dst = append(dst, byte(rj.Type), byte(rj.State), byte(rj.Reason))
+		dst = append(dst, rj.EventID[:]...)
+		t(rj.At)
+	}
+	u(uint64(s.NumSeenIDs()))
+	for i := range s.NumSeenIDs() {
+		id := s.SeenIDAt(i)
+		dst = append(dst, id[:]...)
+	}
+	return dst
+}
+
+func flags(bits ...bool) byte {
+	var b byte
+	for i, v := range bits {
+		if v {
+			b |= 1 << i
+		}
+	}
+	return b
+}
+
+// MarshalBinary implements encoding.BinaryMarshaler.
+func (s *Snapshot) MarshalBinary() ([]byte, error) { return s.AppendBinary(nil), nil }
+
+// UnmarshalBinary implements encoding.BinaryUnmarshaler; see Decode.
+func (s *Snapshot) UnmarshalBinary(b []byte) error { return Decode(b, s) }
+
+// Decode decodes a stored snapshot into s, replacing its contents. It reads
+// the binary format and, for snapshots written as JSON (a '{' first byte),
+// the JSON form. Any malformed input gives an error wrapping ErrCorrupt.
+func Decode(b []byte, s *Snapshot) error {
+	if len(b) > 0 && b[0] == '{' {
+		return s.UnmarshalJSON(b)
+	}
+	if len(b) < headerLen {
+		return corrupt("%d bytes, shorter than the header", len(b))
+	}
+	if b[0] != FormatBinaryV1 {
+		return corrupt("unknown format version %d", b[0])
+	}
+	*s = Snapshot{}
+	s.Position.Partition = int32(binary.BigEndian.Uint32(b[1:5]))
+	s.Position.Offset = int64(binary.BigEndian.Uint64(b[5:13]))
+	s.State = fsm.State(b[13])
+	if !s.State.Valid() || s.Position.Partition < 0 || s.Position.Offset < 0 {
+		return corrupt("bad header")
+	}
+	d := decoder{b: b, i: headerLen}
+	s.FirstOffset = d.varint()
+	s.ID = d.str()
+	s.CorrelationID = d.str()
+	if s.CorrelationID == "" {
+		s.CorrelationID = s.ID
+	}
+	s.Goal = d.str()
+	s.PredecessorSessionID = d.str()
+	s.CreatedAt = d.varint()
+	d.base = s.CreatedAt
+	s.UpdatedAt = d.time()
+	s.StateEnteredAt = d.time()
+	s.Version = d.uvarint()
+	d.id(&s.LastEventID)
+
+	c := &s.Counters
+	for _, p := range [...]*uint64{&c.Events, &c.ModelTurns, &c.ToolCalls, &c.ToolFailures, &c.RepairCycles,
+		&c.Pauses, &c.ApprovalsRequested, &c.ApprovalsGranted, &c.ApprovalsDenied, &c.Recoveries,
+		&c.Rejected, &c.Duplicates} {
+		*p = d.uvarint()
+	}
+	for st := 1; st < fsm.NumStates; st++ {
+		s.Durations[st] = d.nonNegative()
+	}
+
+	a := &s.Approval
+	a.Pending = d.flags(1)&1 != 0
+	a.PendingSince = d.time()
+	a.Waited = d.nonNegative()
+
+	f := &s.Failure
+	if d.flags(1)&1 != 0 {
+		f.Failed = true
+		f.Reason = d.str()
+		f.At = d.time()
+		f.From = d.state(true)
+	}
+
+	cn := &s.Cancellation
+	if fl := d.flags(3); fl&1 != 0 {
+		cn.Requested, cn.Completed, cn.Forced = true, fl&2 != 0, fl&4 != 0
+		cn.RequestedAt = d.time()
+		cn.Reason = d.str()
+		cn.Mode = fsm.CancelMode(d.byte())
+		cn.Timeout = fsm.TimeoutKind(d.byte())
+		cn.CompletedAt = d.time()
+		if cn.Mode > fsm.CancelForced || cn.Timeout > fsm.TimeoutCancellation {
+			d.fail("bad cancellation")
+		}
+	} else if fl != 0 {
+		d.fail("cancellation flags without a request")
+	}
+
+	r := &s.Recovery
+	if fl := d.flags(2); fl&1 != 0 {
+		r.Started, r.Active = true, fl&2 != 0
+		r.ResumeTo = d.state(false)
+		r.StartedAt = d.time()
+		r.CompletedAt = d.time()
+	} else if fl != 0 {
+		d.fail("recovery flags without a recovery")
+	}
+
+	d.bytes(s.Digest[:])
+
+	for n := d.count(fsm.TransitionsKept); n > 0 && d.err == nil; n-- {
+		var tr fsm.Transition
+		tr.From, tr.To = d.state(true), d.state(false)
+		tr.Type = d.eventType()
+		d.id(&tr.EventID)
+		tr.At = d.time()
+		s.RestoreTransition(tr)
+	}
+	for n := d.count(fsm.RejectionsKept); n > 0 && d.err == nil; n-- {
+		var rj fsm.Rejection
+		rj.Type = d.eventType()
+		rj.State = d.state(false)
+		rj.Reason = fsm.Reason(d.byte())
+		if !rj.Reason.Rejection() {
+			d.fail("bad rejection reason")
+		}
+		d.id(&rj.EventID)
+		rj.At = d.time()
+		s.RestoreRejection(rj)
+	}
+	for n := d.count(fsm.IDWindow); n > 0 && d.err == nil; n-- {
+		var id fsm.EventID
+		d.id(&id)
+		s.RestoreSeenID(id)
+	}
+	if d.err == nil && d.i != len(b) {
+		d.fail("%d trailing bytes", len(b)-d.i)
+	}
+	return d.err
+}
+
+// decoder reads the body; the first problem sticks in err and later reads
+// return zero values, so Decode checks once at the end.
+type decoder struct {
+	b    []byte
+	i    int
+	base int64
+	err  error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = corrupt(format, args...)
+	}
+	d.i = len(d.b)
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || d.i >= len(d.b) {
+		d.fail("truncated")
+		return 0
+	}
+	c := d.b[d.i]
+	d.i++
+	return c
+}
+
+func (d *decoder) flags(n uint) byte {
+	f := d.byte()
+	if f>>n != 0 {
+		d.fail("unknown flags %#x", f)
+	}
+	return f
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.i:])
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.i += n
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.i:])
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.i += n
+	return v
+}
+
+func (d *decoder) nonNegative() int64 {
+	v := d.uvarint()
+	if v > 1<<62 {
+		d.fail("value out of range")
+		return 0
+	}
+	return int64(v)
+}
+
+func (d *decoder) time() int64 { return d.base + d.varint() }
+
+func (d *decoder) count(limit int) int {
+	n := d.uvarint()
+	if n > uint64(limit) {
+		d.fail("count %d over limit %d", n, limit)
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)-d.i) {
+		d.fail("truncated string")
+		return ""
+	}
+	v := string(d.b[d.i : d.i+int(n)])
+	d.i += int(n)
+	return v
+}
+
+func (d *decoder) bytes(dst []byte) {
+	if d.err != nil || len(d.b)-d.i < len(dst) {
+		d.fail("truncated")
+		return
+	}
+	d.i += copy(dst, d.b[d.i:])
+}
+
+func (d *decoder) id(dst *fsm.EventID) { d.bytes(dst[:]) }
+
+func (d *decoder) state(allowNone bool) fsm.State {
+	st := fsm.State(d.byte())
+	if !st.Valid() && !(allowNone && st == fsm.StateNone) {
+		d.fail("bad state %d", st)
+	}
+	return st
+}
+
+func (d *decoder) eventType() fsm.EventType {
+	t := fsm.EventType(d.byte())
+	if !t.Valid() {
+		d.fail("bad event type %d", t)
+	}
+	return t
+}

@@ -1,0 +1,29 @@
+// Package snapshot owns the read model of a session and where it is kept: the
+// Snapshot type (an fsm.Session plus its place in the log), its codecs, and
+// the Redis store of snapshots and per-partition checkpoints.
+//
+// # Codecs
+//
+// Snapshots are stored in a compact, versioned binary form (AppendBinary,
+// Decode); BenchmarkCodec measures it against JSON, and `make bench` prints
+// both. The JSON form (MarshalJSON) is what the query API serves; EncodeJSON
+// is a complete JSON form that Decode also reads. Both are deterministic:
+// equal snapshots give equal bytes.
+//
+// # Store layout and guarantees
+//
+// Keys (see keys.go) are per session, grouped into Buckets hash-tagged
+// buckets; a bucket's sessions and its state index share one Redis Cluster
+// slot, so the fencing script that writes a snapshot and moves it in the index
+// never spans slots. Checkpoints of a topic live in one hash.
+//
+//   - Fencing: a snapshot replaces the stored one only if its position
+//     (partition, offset) is greater; stale and equal positions lose. Replays
+//     and zombie writers therefore cannot move a snapshot backwards.
+//   - Checkpoints are monotonic: a lower offset never replaces a higher one.
+//   - A batch is one pipelined round trip; retrying it leaves the same state.
+//   - Listing by state and counting per state read the indexes, which the
+//     fencing script keeps in step with the snapshots.
+//
+// redis.Nil never leaves this package: a missing snapshot is ErrNotFound.
+package snapshot

@@ -1,0 +1,34 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound is returned when no snapshot is stored for a session. The store
+// translates redis.Nil into it, so callers never see the client's sentinel.
+var ErrNotFound = errors.New("snapshot not found")
+
+// ErrCorrupt is wrapped by decoding errors: the bytes are not a snapshot this
+// build can read.
+var ErrCorrupt = errors.New("corrupt snapshot")
+
+// StoreError is a store operation that failed, with the key it was about.
+type StoreError struct {
+	Op  string // "get", "put", "checkpoint", "list", "count"
+	Key string
+	Err error
+}
+
+func (e *StoreError) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("snapshot store %s: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("snapshot store %s %s: %v", e.Op, e.Key, e.Err)
+}
+
+func (e *StoreError) Unwrap() error { return e.Err }
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+}

@@ -1,0 +1,314 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+// The JSON form of a snapshot is the read model of DESIGN §4. MarshalJSON
+// gives what the query API serves; EncodeJSON adds an "internal" member with
+// the fold state the API hides (the duplicate window and exact nanosecond
+// durations), so that JSON is a complete stored format too (measured against
+// the binary form by BenchmarkCodec, and readable by Decode).
+
+type jsonSnapshot struct {
+	SessionID            string            `json:"sessionId"`
+	State                fsm.State         `json:"state"`
+	Terminal             bool              `json:"terminal"`
+	CorrelationID        string            `json:"correlationId"`
+	Goal                 string            `json:"goal"`
+	PredecessorSessionID *string           `json:"predecessorSessionId"`
+	CreatedAt            jsonTime          `json:"createdAt"`
+	UpdatedAt            jsonTime          `json:"updatedAt"`
+	StateEnteredAt       jsonTime          `json:"stateEnteredAt"`
+	Version              uint64            `json:"version"`
+	LastEventID          fsm.EventID       `json:"lastEventId"`
+	Position             Position          `json:"position"`
+	FirstOffset          int64             `json:"firstOffset"`
+	Counters             jsonCounters      `json:"counters"`
+	DurationsMs          map[string]int64  `json:"durationsMs"`
+	Transitions          []jsonTransition  `json:"transitions"`
+	Rejections           []jsonRejection   `json:"rejections"`
+	Approval             jsonApproval      `json:"approval"`
+	Failure              *jsonFailure      `json:"failure"`
+	Cancellation         *jsonCancellation `json:"cancellation"`
+	Recovery             *jsonRecovery     `json:"recovery"`
+	Digest               string            `json:"digest"`
+	Internal             *jsonInternal     `json:"internal,omitempty"`
+}
+
+type jsonCounters struct {
+	Events             uint64 `json:"events"`
+	ModelTurns         uint64 `json:"modelTurns"`
+	ToolCalls          uint64 `json:"toolCalls"`
+	ToolFailures       uint64 `json:"toolFailures"`
+	RepairCycles       uint64 `json:"repairCycles"`
+	Pauses             uint64 `json:"pauses"`
+	ApprovalsRequested uint64 `json:"approvalsRequested"`
+	ApprovalsGranted   uint64 `json:"approvalsGranted"`
+	ApprovalsDenied    uint64 `json:"approvalsDenied"`
+	Recoveries         uint64 `json:"recoveries"`
+	Rejected           uint64 `json:"rejected"`
+	Duplicates         uint64 `json:"duplicates"`
+}
+
+type jsonTransition struct {
+	From    fsm.State     `json:"from"`
+	To      fsm.State     `json:"to"`
+	Type    fsm.EventType `json:"type"`
+	EventID fsm.EventID   `json:"eventId"`
+	At      jsonTime      `json:"at"`
+}
+
+type jsonRejection struct {
+	EventID fsm.EventID   `json:"eventId"`
+	Type    fsm.EventType `json:"type"`
+	State   fsm.State     `json:"state"`
+	Reason  string        `json:"reason"`
+	At      jsonTime      `json:"at"`
+}
+
+type jsonApproval struct {
+	PendingSince *jsonTime `json:"pendingSince"`
+	WaitedMs     int64     `json:"waitedMs"`
+}
+
+type jsonFailure struct {
+	Reason string    `json:"reason"`
+	At     jsonTime  `json:"at"`
+	From   fsm.State `json:"from"`
+}
+
+type jsonCancellation struct {
+	RequestedAt jsonTime  `json:"requestedAt"`
+	Reason      string    `json:"reason"`
+	Mode        string    `json:"mode"`
+	Timeout     string    `json:"timeout,omitempty"`
+	Forced      bool      `json:"forced"`
+	CompletedAt *jsonTime `json:"completedAt"`
+}
+
+type jsonRecovery struct {
+	Active      bool      `json:"active"`
+	ResumeTo    fsm.State `json:"resumeTo"`
+	StartedAt   jsonTime  `json:"startedAt"`
+	CompletedAt *jsonTime `json:"completedAt"`
+}
+
+type jsonInternal struct {
+	EventIDs    []fsm.EventID    `json:"eventIds"`
+	DurationsNs map[string]int64 `json:"durationsNs"`
+	WaitedNs    int64            `json:"waitedNs"`
+}
+
+// jsonTime is a time in nanoseconds since the Unix epoch, spelled as RFC 3339
+// with nanoseconds in UTC.
+type jsonTime int64
+
+func (t jsonTime) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 32)
+	b = append(b, '"')
+	b = time.Unix(0, int64(t)).UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), nil
+}
+
+func (t *jsonTime) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return err
+	}
+	*t = jsonTime(v.UnixNano())
+	return nil
+}
+
+func timePtr(set bool, v int64) *jsonTime {
+	if !set {
+		return nil
+	}
+	t := jsonTime(v)
+	return &t
+}
+
+func (s *Snapshot) view(internal bool) *jsonSnapshot {
+	c := s.Counters
+	v := &jsonSnapshot{
+		SessionID: s.ID, State: s.State, Terminal: s.Terminal(), CorrelationID: s.CorrelationID,
+		Goal: s.Goal, CreatedAt: jsonTime(s.CreatedAt), UpdatedAt: jsonTime(s.UpdatedAt),
+		StateEnteredAt: jsonTime(s.StateEnteredAt), Version: s.Version, LastEventID: s.LastEventID,
+		Position: s.Position, FirstOffset: s.FirstOffset,
+		Counters: jsonCounters{c.Events, c.ModelTurns, c.ToolCalls, c.ToolFailures, c.RepairCycles,
+			c.Pauses, c.ApprovalsRequested, c.ApprovalsGranted, c.ApprovalsDenied, c.Recoveries,
+			c.Rejected, c.Duplicates},
+		DurationsMs: map[string]int64{},
+		Transitions: make([]jsonTransition, s.NumTransitions()),
+		Rejections:  make([]jsonRejection, s.NumRejections()),
+		Approval: jsonApproval{
+			PendingSince: timePtr(s.Approval.Pending, s.Approval.PendingSince),
+			WaitedMs:     s.Approval.Waited / int64(time.Millisecond),
+		},
+		Digest: hex.EncodeToString(s.Digest[:]),
+	}
+	if s.PredecessorSessionID != "" {
+		p := s.PredecessorSessionID
+		v.PredecessorSessionID = &p
+	}
+	for st := 1; st < fsm.NumStates; st++ {
+		if ms := s.Durations[st] / int64(time.Millisecond); ms > 0 {
+			v.DurationsMs[fsm.State(st).String()] = ms
+		}
+	}
+	for i := range v.Transitions {
+		t := s.TransitionAt(i)
+		v.Transitions[i] = jsonTransition{t.From, t.To, t.Type, t.EventID, jsonTime(t.At)}
+	}
+	for i := range v.Rejections {
+		r := s.RejectionAt(i)
+		v.Rejections[i] = jsonRejection{r.EventID, r.Type, r.State, r.Reason.String(), jsonTime(r.At)}
+	}
+	if f := s.Failure; f.Failed {
+		v.Failure = &jsonFailure{Reason: f.Reason, At: jsonTime(f.At), From: f.From}
+	}
+	if cn := s.Cancellation; cn.Requested {
+		v.Cancellation = &jsonCancellation{RequestedAt: jsonTime(cn.RequestedAt), Reason: cn.Reason,
+			Mode: cn.Mode.String(), Forced: cn.Forced, CompletedAt: timePtr(cn.Completed, cn.CompletedAt)}
+		if cn.Timeout != fsm.TimeoutNone {
+			v.Cancellation.Timeout = cn.Timeout.String()
+		}
+	}
+	if r := s.Recovery; r.Started {
+		v.Recovery = &jsonRecovery{Active: r.Active, ResumeTo: r.ResumeTo, StartedAt: jsonTime(r.StartedAt),
+			CompletedAt: timePtr(!r.Active, r.CompletedAt)}
+	}
+	if internal {
+		in := &jsonInternal{EventIDs: make([]fsm.EventID, s.NumSeenIDs()), DurationsNs: map[string]int64{},
+			WaitedNs: s.Approval.Waited}
+		for i := range in.EventIDs {
+			in.EventIDs[i] = s.SeenIDAt(i)
+		}
+		for st := 1; st < fsm.NumStates; st++ {
+			if ns := s.Durations[st]; ns > 0 {
+				in.DurationsNs[fsm.State(st).String()] = ns
+			}
+		}
+		v.Internal = in
+	}
+	return v
+}
+
+// MarshalJSON returns the snapshot as the query API serves it (DESIGN §4),
+// without the internal fold state.
+func (s *Snapshot) MarshalJSON() ([]byte, error) { return json.Marshal(s.view(false)) }
+
+// EncodeJSON returns the complete JSON form, internal fold state included,
+// which Decode and UnmarshalJSON read back exactly.
+func EncodeJSON(s *Snapshot) ([]byte, error) { return json.Marshal(s.view(true)) }
+
+// UnmarshalJSON reads the JSON form. Without the "internal" member (the API
+// form) the duplicate window is empty and durations are whole milliseconds.
+func (s *Snapshot) UnmarshalJSON(b []byte) error {
+	var v jsonSnapshot
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return corrupt("json: %v", err)
+	}
+	if !v.State.Valid() {
+		return corrupt("json: missing state")
+	}
+	*s = Snapshot{Position: v.Position, FirstOffset: v.FirstOffset}
+	s.ID, s.State, s.CorrelationID, s.Goal = v.SessionID, v.State, v.CorrelationID, v.Goal
+	if v.PredecessorSessionID != nil {
+		s.PredecessorSessionID = *v.PredecessorSessionID
+	}
+	s.CreatedAt, s.UpdatedAt, s.StateEnteredAt = int64(v.CreatedAt), int64(v.UpdatedAt), int64(v.StateEnteredAt)
+	s.Version, s.LastEventID = v.Version, v.LastEventID
+	c := v.Counters
+	s.Counters = fsm.Counters{Events: c.Events, ModelTurns: c.ModelTurns, ToolCalls: c.ToolCalls,
+		ToolFailures: c.ToolFailures, RepairCycles: c.RepairCycles, Pauses: c.Pauses,
+		ApprovalsRequested: c.ApprovalsRequested, ApprovalsGranted: c.ApprovalsGranted,
+		ApprovalsDenied: c.ApprovalsDenied, Recoveries: c.Recoveries, Rejected: c.Rejected, Duplicates: c.Duplicates}
+	durations := v.DurationsMs
+	scale := int64(time.Millisecond)
+	if v.Internal != nil {
+		durations, scale = v.Internal.DurationsNs, 1
+	}
+	for name, d := range durations {
+		st, ok := fsm.ParseState(name)
+		if !ok || d < 0 {
+			return corrupt("json: bad duration %q", name)
+		}
+		s.Durations[st] = d * scale
+	}
+	if p := v.Approval.PendingSince; p != nil {
+		s.Approval.Pending, s.Approval.PendingSince = true, int64(*p)
+	}
+	s.Approval.Waited = v.Approval.WaitedMs * int64(time.Millisecond)
+	if v.Internal != nil {
+		s.Approval.Waited = v.Internal.WaitedNs
+	}
+	if f := v.Failure; f != nil {
+		s.Failure = fsm.Failure{Failed: true, Reason: f.Reason, At: int64(f.At), From: f.From}
+	}
+	if cn := v.Cancellation; cn != nil {
+		s.Cancellation = fsm.Cancellation{Requested: true, RequestedAt: int64(cn.RequestedAt), Reason: cn.Reason,
+			Forced: cn.Forced}
+		if cn.Mode == "forced" {
+			s.Cancellation.Mode = fsm.CancelForced
+		}
+		if cn.Timeout != "" {
+			k, ok := fsm.ParseTimeoutKind([]byte(cn.Timeout))
+			if !ok {
+				return corrupt("json: bad timeout %q", cn.Timeout)
+			}
+			s.Cancellation.Timeout = k
+		}
+		if cn.CompletedAt != nil {
+			s.Cancellation.Completed, s.Cancellation.CompletedAt = true, int64(*cn.CompletedAt)
+		}
+	}
+	if r := v.Recovery; r != nil {
+		s.Recovery = fsm.Recovery{Started: true, Active: r.Active, ResumeTo: r.ResumeTo, StartedAt: int64(r.StartedAt)}
+		if r.CompletedAt != nil {
+			s.Recovery.CompletedAt = int64(*r.CompletedAt)
+		}
+	}
+	if n, err := hex.Decode(s.Digest[:], []byte(v.Digest)); err != nil || n != len(s.Digest) {
+		return corrupt("json: bad digest")
+	}
+	if len(v.Transitions) > fsm.TransitionsKept || len(v.Rejections) > fsm.RejectionsKept {
+		return corrupt("json: too many transitions or rejections")
+	}
+	for _, t := range v.Transitions {
+		s.RestoreTransition(fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)})
+	}
+	for _, r := range v.Rejections {
+		reason, ok := fsm.ParseReason(r.Reason)
+		if !ok {
+			return corrupt("json: bad rejection reason %q", r.Reason)
+		}
+		s.RestoreRejection(fsm.Rejection{EventID: r.EventID, Type: r.Type, State: r.State, Reason: reason, At: int64(r.At)})
+	}
+	if v.Internal != nil {
+		if len(v.Internal.EventIDs) > fsm.IDWindow {
+			return corrupt("json: too many event ids")
+		}
+		for _, id := range v.Internal.EventIDs {
+			s.RestoreSeenID(id)
+		}
+	}
+	return nil
+}
+
+// String renders a short description, for logs and test failures.
+func (s *Snapshot) String() string {
+	return fmt.Sprintf("%s %s v%d @%s", s.ID, s.State, s.Version, s.Position)
+}

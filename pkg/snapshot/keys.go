@@ -1,0 +1,59 @@
+package snapshot
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Buckets is the number of hash-tagged groups the store spreads sessions
+// over. A session's snapshot key and its bucket's state index share the hash
+// tag "{bNNN}", so the fencing script that writes both runs on one Redis
+// Cluster slot; 256 tags spread over the 16384 slots give every node of a
+// cluster a share. The number is part of the storage layout: changing it
+// means rebuilding the read model from the log.
+const Buckets = 256
+
+// Bucket returns the bucket of a session id (FNV-1a, modulo Buckets).
+func Bucket(sessionID string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(sessionID); i++ {
+		h ^= uint32(sessionID[i])
+		h *= 16777619
+	}
+	return int(h % Buckets)
+}
+
+// keys builds the store's key names under a prefix:
+//
+//	<prefix>:{bNNN}:s:<sessionId>   a snapshot (binary, see binary.go)
+//	<prefix>:{bNNN}:idx             the bucket's state index (sorted set)
+//	<prefix>:ckpt:<topic>           the topic's checkpoints (hash)
+//
+// The bucket tags are computed once, since every key of every write needs one.
+type keys struct {
+	prefix string
+	tags   [Buckets]string
+}
+
+func newKeys(prefix string) *keys {
+	k := &keys{prefix: prefix}
+	for b := range k.tags {
+		k.tags[b] = fmt.Sprintf("%s:{b%03d}", prefix, b)
+	}
+	return k
+}
+
+func validPrefix(prefix string) error {
+	if prefix == "" || strings.ContainsAny(prefix, "{} \t\r\n") {
+		return fmt.Errorf("snapshot: prefix %q must be non-empty, without braces or spaces", prefix)
+	}
+	return nil
+}
+
+func (k *keys) snapshot(sessionID string) string {
+	return k.tags[Bucket(sessionID)] + ":s:" + sessionID
+}
+
+func (k *keys) index(bucket int) string { return k.tags[bucket] + ":idx" }
+
+func (k *keys) checkpoints(topic string) string { return k.prefix + ":ckpt:" + topic }

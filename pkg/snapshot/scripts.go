@@ -1,0 +1,125 @@
+package snapshot
+
+import (
+	"strings"
+
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/redis/go-redis/v9"
+)
+
+// luaStateNames is a Lua table literal of the state names by state code.
+var luaStateNames = func() string {
+	names := make([]string, 0, fsm.NumStates-1)
+	for _, s := range fsm.States() {
+		names = append(names, "'"+s.String()+"'")
+	}
+	return "{" + strings.Join(names, ",") + "}"
+}()
+
+// luaHeader defines header(v), which reads the position and the state from
+// the first 14 bytes of an encoded snapshot (see binary.go), with one
+// string.byte call.
+const luaHeader = `
+local byte = string.byte
+local function header(v)
+  local _, p1, p2, p3, p4, o1, o2, o3, o4, o5, o6, o7, o8, st = byte(v, 1, 14)
+  return ((p1 * 256 + p2) * 256 + p3) * 256 + p4,
+    ((((((o1 * 256 + o2) * 256 + o3) * 256 + o4) * 256 + o5) * 256 + o6) * 256 + o7) * 256 + o8, st
+end
+`
+
+// putScript stores snapshots with offset fencing.
+//
+//	KEYS   per group: the bucket's state index, then the group's n snapshot keys
+//	ARGV   per group: n, then n pairs (session id, encoded snapshot)
+//
+// A snapshot replaces the stored one only if its (partition, offset) is
+// greater; equal and lower positions lose. The stored position and state are
+// read from the stored value's 14-byte header with GETRANGE, so the stored
+// bytes never enter Lua. The index holds "STATE:id" for the session's current
+// state and "*:id" for every session, and moves in the same step as the
+// snapshot, so listing never disagrees with a fenced write. Two entries for
+// one session are compared with each other in order (the first is stored by
+// the time the second is read).
+//
+// On Redis Cluster each call carries one bucket's group, so every key it
+// touches has the bucket's hash tag; on a single server one call carries the
+// whole batch. Returns one integer per entry, in order: 1 written, 0 fenced.
+//
+// The per-entry cost is mostly the Lua interpreter's (about 1.5 µs against
+// 0.13 µs for a SET, read from INFO commandstats); BenchmarkStorePut measures
+// the whole against plain pipelined SETs.
+var putScript = redis.NewScript(luaHeader + `
+local names = ` + luaStateNames + `
+local out, a, k = {}, 1, 1
+while k <= #KEYS do
+  local idx, n = KEYS[k], tonumber(ARGV[a])
+  a = a + 1
+  for j = 1, n do
+    local key, id, data = KEYS[k + j], ARGV[a], ARGV[a + 1]
+    a = a + 2
+    local np, no, ns = header(data)
+    local cur = redis.call('GETRANGE', key, 0, 13)
+    local win, old = true, nil
+    if #cur == 14 then
+      local p, o, st = header(cur)
+      if np < p or (np == p and no <= o) then win = false else old = st end
+    end
+    if win then
+      redis.call('SET', key, data)
+      if old == nil then
+        redis.call('ZADD', idx, 0, '*:' .. id, 0, names[ns] .. ':' .. id)
+      elseif old ~= ns then
+        if names[old] then redis.call('ZREM', idx, names[old] .. ':' .. id) end
+        redis.call('ZADD', idx, 0, names[ns] .. ':' .. id)
+      end
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = 0
+    end
+  end
+  k = k + n + 1
+end
+return out
+`)
+
+// checkpointScript advances per-partition checkpoints monotonically.
+//
+//	KEYS[1]   the topic's checkpoint hash
+//	ARGV[1]   the writer's time, Unix milliseconds
+//	ARGV[3i-1], ARGV[3i], ARGV[3i+1]   partition, next offset, high watermark
+//
+// A lower offset never replaces a higher one; an equal one refreshes the
+// time and the high watermark (so an idle, caught-up projector shows a fresh
+// checkpoint time). Returns, per partition, the offset stored before the
+// call, or -1 when there was none (which tells a projector that the store
+// lost its checkpoint, for example because Redis was emptied).
+var checkpointScript = redis.NewScript(`
+local out = {}
+for i = 2, #ARGV, 3 do
+  local p, o, hw = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local cur = redis.call('HGET', KEYS[1], p)
+  if cur then out[#out + 1] = tonumber(cur) else out[#out + 1] = -1 end
+  if not cur or tonumber(cur) <= o then
+    redis.call('HSET', KEYS[1], p, o, p .. ':t', ARGV[1], p .. ':hw', hw)
+  end
+end
+return out
+`)
+
+// countScript counts the sessions per state in one bucket's index.
+//
+//	KEYS[1]   the bucket's state index
+//
+// Returns the counts in state-code order, then the number of sessions.
+var countScript = redis.NewScript(`
+local names = ` + luaStateNames + `
+local out = {}
+for i, n in ipairs(names) do
+  out[i] = redis.call('ZLEXCOUNT', KEYS[1], '[' .. n .. ':', '[' .. n .. ':\255')
+end
+out[#names + 1] = redis.call('ZLEXCOUNT', KEYS[1], '[*:', '[*:\255')
+return out
+`)
+
+var scripts = []*redis.Script{putScript, checkpointScript, countScript}

@@ -1,0 +1,453 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/redis/go-redis/v9"
+)
+
+// Store keeps snapshots and checkpoints in Redis, on a single server or on a
+// Redis Cluster: no command or script touches keys of two hash slots.
+//
+// Every method is safe for concurrent use. Writes are idempotent: running a
+// batch again, after a dropped connection or from a zombie projector, leaves
+// the same state, because positions fence snapshots and checkpoints only move
+// forward.
+type Store struct {
+	rdb  redis.UniversalClient
+	keys *keys
+}
+
+// NewStore returns a store over rdb whose keys start with prefix (DESIGN §6
+// CORREX_REDIS_PREFIX, default "correx"). rdb may be a *redis.Client or a
+// *redis.ClusterClient.
+func NewStore(rdb redis.UniversalClient, prefix string) (*Store, error) {
+	if err := validPrefix(prefix); err != nil {
+		return nil, err
+	}
+	return &Store{rdb: rdb, keys: newKeys(prefix)}, nil
+}
+
+// Client returns the Redis client the store uses.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return &StoreError{Op: "ping", Err: err}
+	}
+	return nil
+}
+
+// Get returns the stored snapshot of a session, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, sessionID string) (*Snapshot, error) {
+	key := s.keys.snapshot(sessionID)
+	b, err := s.rdb.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, &StoreError{Op: "get", Key: key, Err: err}
+	}
+	snap := new(Snapshot)
+	if err := Decode(b, snap); err != nil {
+		return nil, &StoreError{Op: "get", Key: key, Err: err}
+	}
+	return snap, nil
+}
+
+// GetMany returns the stored snapshots of sessions in one pipelined round
+// trip, in the order of ids, with nil where none is stored.
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Snapshot, error) {
+	out := make([]*Snapshot, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.Get(ctx, s.keys.snapshot(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, &StoreError{Op: "get", Err: err}
+	}
+	for i, cmd := range cmds {
+		b, err := cmd.Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
+		}
+		snap := new(Snapshot)
+		if err := Decode(b, snap); err != nil {
+			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
+		}
+		out[i] = snap
+	}
+	return out, nil
+}
+
+// Entry is an encoded snapshot ready to be stored. Encoding happens where the
+// snapshot is owned (NewEntry), so the write can proceed while the owner
+// keeps folding.
+type Entry struct {
+	SessionID string
+	Data      []byte // AppendBinary output
+}
+
+// NewEntry encodes snap for PutBatch.
+func NewEntry(snap *Snapshot) Entry {
+	return Entry{SessionID: snap.ID, Data: snap.AppendBinary(nil)}
+}
+
+// PutResult reports what a batch did.
+type PutResult struct {
+	Written int // snapshots that replaced an older one or were new
+	Fenced  int // snapshots that lost to a stored one at an equal or later position
+}
+
+// maxCall is about how many entries one script call carries on a single
+// server (measured by BenchmarkStorePut: 512 to 1000 is best).
+const maxCall = 512
+
+// PutBatch stores entries with offset fencing: each replaces the stored
+// snapshot of its session only if its position is greater. The decision is
+// made inside Redis by putScript, all in one pipelined round trip: one script
+// call for the whole batch on a single server, one per bucket on Redis
+// Cluster (where a script may only touch one slot). Two entries for the same
+// session in one batch are allowed; the later position wins.
+func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error) {
+	var res PutResult
+	if len(entries) == 0 {
+		return res, nil
+	}
+	type group struct {
+		keys []string // the index, then snapshot keys
+		args []any    // id, data pairs
+	}
+	var groups [Buckets]*group
+	order := make([]int, 0, 64)
+	for _, e := range entries {
+		if len(e.Data) < headerLen || e.Data[0] != FormatBinaryV1 {
+			return res, &StoreError{Op: "put", Key: e.SessionID, Err: corrupt("entry is not a binary snapshot")}
+		}
+		b := Bucket(e.SessionID)
+		g := groups[b]
+		if g == nil {
+			g = &group{keys: []string{s.keys.index(b)}}
+			groups[b] = g
+			order = append(order, b)
+		}
+		g.keys = append(g.keys, s.keys.snapshot(e.SessionID))
+		g.args = append(g.args, e.SessionID, e.Data)
+	}
+	call := func(pipe redis.Pipeliner, buckets []int) *redis.Cmd {
+		var keys []string
+		var args []any
+		for _, b := range buckets {
+			g := groups[b]
+			keys = append(keys, g.keys...)
+			args = append(args, len(g.keys)-1)
+			args = append(args, g.args...)
+		}
+		return putScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		var cmds []*redis.Cmd
+		if cluster {
+			for _, b := range order {
+				cmds = append(cmds, call(pipe, []int{b}))
+			}
+			return cmds
+		}
+		// A single server takes several buckets per call, up to about
+		// maxCall entries: fewer calls cost less, but one huge call makes
+		// Lua collect megabytes of argument strings at once.
+		for start, n := 0, 0; start < len(order); {
+			end := start
+			for n = 0; end < len(order) && (n == 0 || n+len(groups[order[end]].args)/2 <= maxCall); end++ {
+				n += len(groups[order[end]].args) / 2
+			}
+			cmds = append(cmds, call(pipe, order[start:end]))
+			start = end
+		}
+		return cmds
+	})
+	if err != nil {
+		return res, &StoreError{Op: "put", Err: err}
+	}
+	for _, cmd := range cmds {
+		flags, err := cmd.Int64Slice()
+		if err != nil {
+			return res, &StoreError{Op: "put", Err: err}
+		}
+		for _, f := range flags {
+			if f == 1 {
+				res.Written++
+			} else {
+				res.Fenced++
+			}
+		}
+	}
+	if res.Written+res.Fenced != len(entries) {
+		return res, &StoreError{Op: "put", Err: fmt.Errorf("script answered for %d of %d entries", res.Written+res.Fenced, len(entries))}
+	}
+	return res, nil
+}
+
+// run executes the commands build adds in one pipeline and returns the
+// script calls build returned. When Redis has lost its script cache (a
+// restart, SCRIPT FLUSH), it loads the scripts on every node and runs the
+// pipeline again, which is safe because every script here is idempotent
+// (fenced snapshot writes, monotonic checkpoints, reads).
+func (s *Store) run(ctx context.Context, build func(redis.Pipeliner) []*redis.Cmd) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := s.rdb.Pipeline()
+		cmds := build(pipe)
+		_, err := pipe.Exec(ctx)
+		if err == nil {
+			return cmds, nil
+		}
+		if attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return nil, err
+		}
+		if err := s.loadScripts(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (s *Store) loadScripts(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for _, sc := range scripts {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return fmt.Errorf("load script: %w", err)
+			}
+		}
+		return nil
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error { return load(ctx, shard) })
+	}
+	return load(ctx, s.rdb)
+}
+
+// Checkpoint is where a partition's projection stands: every record before
+// Offset is reflected in the stored snapshots.
+type Checkpoint struct {
+	Partition int32
+	Offset    int64 // the next offset to fold
+	// HighWatermark is the partition's end offset as the writer last saw
+	// it, or -1 if unknown; HighWatermark-Offset is the lag at Time.
+	HighWatermark int64
+	Time          time.Time // when the writer stored it (the writer's clock)
+}
+
+// SaveCheckpoints advances the checkpoints of a topic's partitions. A lower
+// offset never replaces a stored higher one. It returns, per checkpoint, the
+// offset stored before the call, or -1 where there was none: a writer that
+// knows it stored one before learns this way that the store lost it.
+func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpoint, now time.Time) ([]int64, error) {
+	if len(cps) == 0 {
+		return nil, nil
+	}
+	key := s.keys.checkpoints(topic)
+	args := make([]any, 0, 1+3*len(cps))
+	args = append(args, now.UnixMilli())
+	for _, cp := range cps {
+		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark)
+	}
+	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		return []*redis.Cmd{checkpointScript.EvalSha(ctx, pipe, []string{key}, args...)}
+	})
+	if err != nil {
+		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
+	}
+	prev, err := cmds[0].Int64Slice()
+	if err != nil {
+		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
+	}
+	return prev, nil
+}
+
+// Checkpoints returns the stored checkpoints of a topic by partition.
+func (s *Store) Checkpoints(ctx context.Context, topic string) (map[int32]Checkpoint, error) {
+	key := s.keys.checkpoints(topic)
+	m, err := s.rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
+	}
+	out := make(map[int32]Checkpoint)
+	for field, v := range m {
+		if strings.Contains(field, ":") {
+			continue
+		}
+		p, err1 := strconv.ParseInt(field, 10, 32)
+		off, err2 := strconv.ParseInt(v, 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, &StoreError{Op: "checkpoint", Key: key, Err: corrupt("field %q=%q", field, v)}
+		}
+		cp := Checkpoint{Partition: int32(p), Offset: off, HighWatermark: -1}
+		if ms, err := strconv.ParseInt(m[field+":t"], 10, 64); err == nil {
+			cp.Time = time.UnixMilli(ms).UTC()
+		}
+		if hw, err := strconv.ParseInt(m[field+":hw"], 10, 64); err == nil {
+			cp.HighWatermark = hw
+		}
+		out[int32(p)] = cp
+	}
+	return out, nil
+}
+
+// DeleteCheckpoints removes every checkpoint of a topic, so that the next
+// projector assigned its partitions rebuilds from the earliest offset. The
+// snapshots stay: replayed events at or below a snapshot's position are
+// recognised as already folded.
+func (s *Store) DeleteCheckpoints(ctx context.Context, topic string) error {
+	key := s.keys.checkpoints(topic)
+	if err := s.rdb.Del(ctx, key).Err(); err != nil {
+		return &StoreError{Op: "checkpoint", Key: key, Err: err}
+	}
+	return nil
+}
+
+// ErrBadCursor is returned by List for a cursor it did not issue.
+var ErrBadCursor = errors.New("bad cursor")
+
+// Page is one page of a listing. Next is the cursor of the following page, or
+// "" when this is the last one.
+type Page struct {
+	Snapshots []*Snapshot
+	Next      string
+}
+
+// listChunk is how many buckets List asks for in one round trip.
+const listChunk = 32
+
+// List returns up to limit snapshots in state (fsm.StateNone for every
+// state), starting after cursor ("" for the first page). The order is stable
+// (by bucket, then session id) but not meaningful. A session that changes
+// state between the index read and the snapshot read is left out of the page
+// rather than shown under the wrong state.
+func (s *Store) List(ctx context.Context, state fsm.State, cursor string, limit int) (Page, error) {
+	if limit <= 0 {
+		return Page{}, fmt.Errorf("snapshot: limit %d must be positive", limit)
+	}
+	prefix := "*:"
+	if state != fsm.StateNone {
+		prefix = state.String() + ":"
+	}
+	bucket, after := 0, ""
+	if cursor != "" {
+		var err error
+		if bucket, after, err = decodeCursor(cursor); err != nil {
+			return Page{}, err
+		}
+	}
+	type hit struct {
+		bucket int
+		id     string
+	}
+	var hits []hit
+	for b := bucket; b < Buckets && len(hits) <= limit; b += listChunk {
+		pipe := s.rdb.Pipeline()
+		var cmds []*redis.StringSliceCmd
+		for i := b; i < min(b+listChunk, Buckets); i++ {
+			lo := "[" + prefix
+			if i == bucket && after != "" {
+				lo = "(" + prefix + after
+			}
+			cmds = append(cmds, pipe.ZRangeByLex(ctx, s.keys.index(i), &redis.ZRangeBy{
+				Min: lo, Max: "[" + prefix + "\xff", Count: int64(limit + 1 - len(hits))}))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return Page{}, &StoreError{Op: "list", Err: err}
+		}
+		for j, cmd := range cmds {
+			for _, m := range cmd.Val() {
+				if len(hits) <= limit {
+					hits = append(hits, hit{b + j, strings.TrimPrefix(m, prefix)})
+				}
+			}
+		}
+	}
+	var page Page
+	if len(hits) > limit {
+		last := hits[limit-1]
+		page.Next = encodeCursor(last.bucket, last.id)
+		hits = hits[:limit]
+	}
+	ids := make([]string, len(hits))
+	for i, h := range hits {
+		ids[i] = h.id
+	}
+	snaps, err := s.GetMany(ctx, ids)
+	if err != nil {
+		return Page{}, err
+	}
+	for _, snap := range snaps {
+		if snap != nil && (state == fsm.StateNone || snap.State == state) {
+			page.Snapshots = append(page.Snapshots, snap)
+		}
+	}
+	return page, nil
+}
+
+func encodeCursor(bucket int, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(bucket) + "/" + id))
+}
+
+func decodeCursor(c string) (int, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, "", ErrBadCursor
+	}
+	bs, id, ok := strings.Cut(string(raw), "/")
+	b, err := strconv.Atoi(bs)
+	if !ok || err != nil || b < 0 || b >= Buckets || !fsm.ValidSessionID(id) {
+		return 0, "", ErrBadCursor
+	}
+	return b, id, nil
+}
+
+// Counts are the numbers of stored sessions, per state and in all.
+type Counts struct {
+	ByState map[fsm.State]int64
+	Total   int64
+}
+
+// Count counts the stored sessions per state, exactly, from the state
+// indexes (one script call per bucket, pipelined).
+func (s *Store) Count(ctx context.Context) (Counts, error) {
+	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		cmds := make([]*redis.Cmd, Buckets)
+		for b := range cmds {
+			cmds[b] = countScript.EvalSha(ctx, pipe, []string{s.keys.index(b)})
+		}
+		return cmds
+	})
+	if err != nil {
+		return Counts{}, &StoreError{Op: "count", Err: err}
+	}
+	c := Counts{ByState: make(map[fsm.State]int64)}
+	for _, cmd := range cmds {
+		vals, err := cmd.Int64Slice()
+		if err != nil || len(vals) != fsm.NumStates {
+			return Counts{}, &StoreError{Op: "count", Err: fmt.Errorf("unexpected reply %v: %v", vals, err)}
+		}
+		for i, st := range fsm.States() {
+			c.ByState[st] += vals[i]
+		}
+		c.Total += vals[len(vals)-1]
+	}
+	return c, nil
+}
