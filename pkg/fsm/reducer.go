@@ -102,6 +102,9 @@ type Outcome struct {
 	// Closed is how long the session spent in From, for an applied
 	// transition: the interval that this event closed (never negative).
 	Closed time.Duration
+	// ApprovalWait is the approval wait this event ended, if it ended one
+	// (granted, denied, timed out, or left for CANCELLING or FAILED).
+	ApprovalWait time.Duration
 }
 
 // Transitioned reports whether the event changed the session's state
@@ -168,8 +171,10 @@ func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 		r.applied(s, e, at)
 		return Outcome{Result: Applied, From: from, To: from}
 	} else {
+		waited := s.Approval.Waited
 		closed := r.transition(s, e, rule, at)
-		return Outcome{Result: Applied, From: from, To: s.State, Closed: time.Duration(closed)}
+		return Outcome{Result: Applied, From: from, To: s.State, Closed: time.Duration(closed),
+			ApprovalWait: time.Duration(s.Approval.Waited - waited)}
 	}
 }
 

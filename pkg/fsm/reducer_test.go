@@ -342,7 +342,10 @@ func TestApprovalWaitSpansRecovery(t *testing.T) {
 	if !b.s.Approval.Pending {
 		t.Fatal("recovery ended the pending approval")
 	}
-	b.apply(fsm.ApprovalGranted, fsm.Fields{})
+	o := b.apply(fsm.ApprovalGranted, fsm.Fields{})
+	if o.ApprovalWait != 750*time.Millisecond {
+		t.Fatalf("outcome approval wait %v, want 750ms", o.ApprovalWait)
+	}
 	if b.s.Approval.Pending || b.s.Approval.Waited != int64(750*time.Millisecond) {
 		t.Fatalf("approval %+v, want 750ms waited", b.s.Approval)
 	}

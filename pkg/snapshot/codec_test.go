@@ -22,15 +22,7 @@ func fold(events []fsm.Event, first int64) *snapshot.Snapshot {
 	var s snapshot.Snapshot
 	var r fsm.Reducer
 	for i := range events {
-		off := first + int64(i)
-		o := r.Apply(&s.Session, &events[i])
-		if o.Result == fsm.Orphan {
-			continue
-		}
-		if o.Result == fsm.Applied && o.From == fsm.StateNone {
-			s.FirstOffset = off
-		}
-		s.Position = snapshot.Position{Partition: 0, Offset: off}
+		s.Fold(&r, &events[i], snapshot.Position{Partition: 0, Offset: first + int64(i)})
 	}
 	return &s
 }
@@ -75,14 +67,9 @@ func TestDeterminism(t *testing.T) {
 		var resumed snapshot.Snapshot
 		var r fsm.Reducer
 		for i := range events {
-			o := r.Apply(&resumed.Session, &events[i])
-			if o.Result == fsm.Orphan {
-				continue
+			if _, folded := resumed.Fold(&r, &events[i], snapshot.Position{Offset: int64(100 + i)}); !folded {
+				t.Fatalf("sequence %d event %d not folded", n, i)
 			}
-			if o.Result == fsm.Applied && o.From == fsm.StateNone {
-				resumed.FirstOffset = int64(100 + i)
-			}
-			resumed.Position = snapshot.Position{Offset: int64(100 + i)}
 			var next snapshot.Snapshot
 			var b []byte
 			if n%10 == 0 {
@@ -275,5 +262,29 @@ func TestParsePosition(t *testing.T) {
 		if _, err := snapshot.ParsePosition(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func TestFoldSkipsWhatIsReflected(t *testing.T) {
+	events := corpus(t)[0]
+	s := fold(events, 10)
+	before := s.AppendBinary(nil)
+	var r fsm.Reducer
+	for i := range events { // a replay of the same records
+		if _, folded := s.Fold(&r, &events[i], snapshot.Position{Offset: 10 + int64(i)}); folded {
+			t.Fatalf("record %d folded twice", i)
+		}
+	}
+	if !bytes.Equal(s.AppendBinary(nil), before) {
+		t.Fatal("a replay changed the snapshot")
+	}
+	// An orphan neither creates a snapshot nor moves a position.
+	var empty snapshot.Snapshot
+	e := fsm.NewEvent(fsm.EventID{9}, "nobody", fsm.SessionPaused, t0, fsm.Fields{})
+	if o, folded := empty.Fold(&r, &e, snapshot.Position{Offset: 5}); !folded || o.Result != fsm.Orphan || empty.Exists() || empty.Position.Offset != 0 {
+		t.Fatalf("orphan: %+v %v %+v", o, folded, empty.Position)
+	}
+	if s.FirstOffset != 10 {
+		t.Fatalf("firstOffset %d, want 10", s.FirstOffset)
 	}
 }

@@ -55,3 +55,30 @@ type Snapshot struct {
 	// a replay of the session starts.
 	FirstOffset int64
 }
+
+// Fold folds e, read from the log at pos, into s, and reports the outcome.
+// It is the one rule the projector and a replay share:
+//
+//   - a record at or below s.Position is already reflected in s (a replay
+//     after a crash, a rebalance, a zombie) and is skipped: folded is false
+//     and s is untouched;
+//   - otherwise the reducer applies e; an orphan leaves s untouched, any
+//     other outcome (applied, rejected, duplicate) moves s.Position to pos,
+//     and a creation sets FirstOffset.
+//
+// Positions of one session are compared within a partition; a session's
+// events always share one partition.
+func (s *Snapshot) Fold(r *fsm.Reducer, e *fsm.Event, pos Position) (o fsm.Outcome, folded bool) {
+	if s.Exists() && !s.Position.Less(pos) {
+		return fsm.Outcome{}, false
+	}
+	o = r.Apply(&s.Session, e)
+	if o.Result == fsm.Orphan {
+		return o, true
+	}
+	if o.Result == fsm.Applied && o.From == fsm.StateNone {
+		s.FirstOffset = pos.Offset
+	}
+	s.Position = pos
+	return o, true
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
@@ -250,21 +251,30 @@ type Checkpoint struct {
 	// it, or -1 if unknown; HighWatermark-Offset is the lag at Time.
 	HighWatermark int64
 	Time          time.Time // when the writer stored it (the writer's clock)
+	// Expected tells SaveCheckpoints that the writer knows a checkpoint is
+	// stored for the partition (it loaded or wrote one). If none is, the
+	// store has lost it: nothing is written, and -1 is returned, so the
+	// writer can rebuild instead of recording progress over a hole.
+	Expected bool
 }
 
 // SaveCheckpoints advances the checkpoints of a topic's partitions. A lower
-// offset never replaces a stored higher one. It returns, per checkpoint, the
-// offset stored before the call, or -1 where there was none: a writer that
-// knows it stored one before learns this way that the store lost it.
+// offset never replaces a stored higher one, and a checkpoint marked Expected
+// is not written where none is stored. It returns, per checkpoint, the
+// offset stored before the call, or -1 where there was none.
 func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpoint, now time.Time) ([]int64, error) {
 	if len(cps) == 0 {
 		return nil, nil
 	}
 	key := s.keys.checkpoints(topic)
-	args := make([]any, 0, 1+3*len(cps))
+	args := make([]any, 0, 1+4*len(cps))
 	args = append(args, now.UnixMilli())
 	for _, cp := range cps {
-		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark)
+		expected := 0
+		if cp.Expected {
+			expected = 1
+		}
+		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark, expected)
 	}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		return []*redis.Cmd{checkpointScript.EvalSha(ctx, pipe, []string{key}, args...)}
@@ -450,4 +460,61 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 		c.Total += vals[len(vals)-1]
 	}
 	return c, nil
+}
+
+// Reset deletes every key under the store's prefix: snapshots, indexes and
+// checkpoints. It is the recovery for a read model that belongs to another
+// log (a topic deleted and recreated): after it, projectors rebuild from the
+// earliest offset. It returns how many keys it deleted.
+func (s *Store) Reset(ctx context.Context) (int, error) {
+	pattern := s.keys.prefix + ":*"
+	deleted := 0
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		var batch []string
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			// One UNLINK per key: keys of a batch may lie in different
+			// slots of a cluster node.
+			pipe := c.Pipeline()
+			for _, k := range batch {
+				pipe.Unlink(ctx, k)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return err
+			}
+			deleted += len(batch)
+			batch = batch[:0]
+			return nil
+		}
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 1000 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		return flush()
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			mu.Lock() // serialise the counting; each master is scanned once
+			defer mu.Unlock()
+			return scan(ctx, node)
+		})
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
+		return deleted, &StoreError{Op: "reset", Key: pattern, Err: err}
+	}
+	return deleted, nil
 }

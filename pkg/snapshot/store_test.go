@@ -242,6 +242,17 @@ var contract = []struct {
 		if cps, _ := st.Checkpoints(ctx, "events"); len(cps) != 0 {
 			t.Fatalf("after delete: %v", cps)
 		}
+		// A writer that expects its checkpoint learns it is gone, and
+		// writes nothing over the hole; one that does not expect it writes.
+		prev, err = st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{
+			{Partition: 0, Offset: 120, Expected: true}, {Partition: 1, Offset: 9}}, now)
+		if err != nil || prev[0] != -1 || prev[1] != -1 {
+			t.Fatalf("after loss: %v %v", prev, err)
+		}
+		cps, _ = st.Checkpoints(ctx, "events")
+		if _, ok := cps[0]; ok || cps[1].Offset != 9 {
+			t.Fatalf("after loss: %+v", cps)
+		}
 	}},
 	{"listing and counts", func(t *testing.T, st *snapshot.Store, _ func()) {
 		want := map[fsm.State][]string{}
@@ -341,6 +352,36 @@ var contract = []struct {
 		}
 		if countsAfter, _ := st.Count(ctx); fmt.Sprint(countsAfter) != fmt.Sprint(countsBefore) {
 			t.Fatalf("counts changed: %v -> %v", countsBefore, countsAfter)
+		}
+	}},
+	{"reset deletes the prefix and nothing else", func(t *testing.T, st *snapshot.Store, _ func()) {
+		var batch []*snapshot.Snapshot
+		for i := range 50 {
+			batch = append(batch, snap(t, fmt.Sprintf("x-%d", i), fsm.StateActive, 0, int64(i)))
+		}
+		put(t, st, batch...)
+		if _, err := st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 0, Offset: 50}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		other, _ := snapshot.NewStore(st.Client(), "otherprefix")
+		if _, err := other.PutBatch(ctx, []snapshot.Entry{snapshot.NewEntry(snap(t, "keep", fsm.StateActive, 0, 1))}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := st.Reset(ctx)
+		if err != nil || n < 51 {
+			t.Fatalf("reset deleted %d keys: %v", n, err)
+		}
+		if _, err := st.Get(ctx, "x-1"); !errors.Is(err, snapshot.ErrNotFound) {
+			t.Fatalf("after reset: %v", err)
+		}
+		if cps, _ := st.Checkpoints(ctx, "events"); len(cps) != 0 {
+			t.Fatalf("checkpoints survived: %v", cps)
+		}
+		if c, _ := st.Count(ctx); c.Total != 0 {
+			t.Fatalf("index survived: %+v", c)
+		}
+		if _, err := other.Get(ctx, "keep"); err != nil {
+			t.Fatalf("another prefix was touched: %v", err)
 		}
 	}},
 	{"scripts reload after a flush", func(t *testing.T, st *snapshot.Store, _ func()) {

@@ -1,0 +1,78 @@
+// Command projector folds session events from Kafka into snapshots in Redis,
+// as a member of a consumer group. Configuration: flags or CORREX_*
+// variables; -h lists them.
+//
+//	projector            run
+//	projector reset -yes delete the read model under CORREX_REDIS_PREFIX
+//	                     (snapshots, indexes, checkpoints) so it is rebuilt
+//	                     from the log; the recovery for a recreated topic
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/service"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "projector:", err)
+		os.Exit(1)
+	}
+}
+
+// parse builds the configuration from args and the environment. reset
+// reports the `reset` subcommand and yes its confirmation.
+func parse(args []string, getenv func(string) string, stderr io.Writer) (cfg projector.Config, b *config.Binder, reset, yes bool, err error) {
+	if len(args) > 0 && args[0] == "reset" {
+		reset, args = true, args[1:]
+	}
+	fs := flag.NewFlagSet("projector", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	b = config.NewBinder(fs, getenv)
+	cfg.Bind(b)
+	fs.BoolVar(&yes, "yes", false, "with reset: really delete the read model")
+	if err = b.Parse(args); err != nil {
+		return
+	}
+	err = cfg.Validate()
+	return
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, b, reset, yes, err := parse(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	service.Banner(stderr, "projector", b.Effective())
+	if reset {
+		if !yes {
+			return errors.New("reset deletes every snapshot and checkpoint under the prefix " + cfg.RedisPrefix + "; run `projector reset -yes` to confirm")
+		}
+		n, err := projector.Reset(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "reset: deleted %d keys under %s; projectors will rebuild from the earliest offset\n", n, cfg.RedisPrefix)
+		return nil
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "projector")
+	rt, shutdown, err := service.Telemetry(ctx, "projector", getenv, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	return projector.Serve(ctx, cfg, rt)
+}

@@ -1,0 +1,195 @@
+// Package config binds the services' settings to command-line flags that also
+// read the fixed CORREX_* environment variables (DESIGN §6), so scripts, the
+// devstack and the Helm chart configure every binary the same way.
+//
+// Precedence: a flag given on the command line wins, then the environment
+// variable, then the default written in the flag's usage.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Binder registers flags on a FlagSet with environment fallbacks and
+// remembers them for Print and for error reporting. Getenv is injectable so
+// tests never depend on the process environment.
+type Binder struct {
+	FS     *flag.FlagSet
+	Getenv func(string) string
+	vars   []bound
+	errs   []error
+}
+
+type bound struct {
+	flagName, env string
+	secret        bool
+	value         func() string
+}
+
+// NewBinder returns a binder over fs reading the environment through getenv.
+func NewBinder(fs *flag.FlagSet, getenv func(string) string) *Binder {
+	return &Binder{FS: fs, Getenv: getenv}
+}
+
+func (b *Binder) lookup(env string) (string, bool) {
+	if env == "" {
+		return "", false
+	}
+	v := b.Getenv(env)
+	return v, v != ""
+}
+
+func (b *Binder) usage(usage, env string) string {
+	if env == "" {
+		return usage
+	}
+	return usage + " (env " + env + ")"
+}
+
+// String binds a string flag.
+func (b *Binder) String(p *string, name, env, def, usage string) {
+	if v, ok := b.lookup(env); ok {
+		def = v
+	}
+	b.FS.StringVar(p, name, def, b.usage(usage, env))
+	b.vars = append(b.vars, bound{name, env, false, func() string { return *p }})
+}
+
+// Secret binds a string flag whose value is masked when printed (URLs keep
+// everything but the password).
+func (b *Binder) Secret(p *string, name, env, def, usage string) {
+	b.String(p, name, env, def, usage)
+	b.vars[len(b.vars)-1].secret = true
+}
+
+// Strings binds a comma-separated list flag.
+func (b *Binder) Strings(p *[]string, name, env string, def []string, usage string) {
+	if v, ok := b.lookup(env); ok {
+		def = splitList(v)
+	}
+	*p = def
+	b.FS.Func(name, b.usage(usage+" (comma-separated; default "+strings.Join(def, ",")+")", env), func(s string) error {
+		*p = splitList(s)
+		return nil
+	})
+	b.vars = append(b.vars, bound{name, env, false, func() string { return strings.Join(*p, ",") }})
+}
+
+// Int binds an integer flag.
+func (b *Binder) Int(p *int, name, env string, def int, usage string) {
+	if v, ok := b.lookup(env); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q: not an integer", env, v))
+		} else {
+			def = n
+		}
+	}
+	b.FS.IntVar(p, name, def, b.usage(usage, env))
+	b.vars = append(b.vars, bound{name, env, false, func() string { return strconv.Itoa(*p) }})
+}
+
+// Duration binds a duration flag (Go syntax: 250ms, 10s).
+func (b *Binder) Duration(p *time.Duration, name, env string, def time.Duration, usage string) {
+	if v, ok := b.lookup(env); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q: not a duration such as 250ms or 10s", env, v))
+		} else {
+			def = d
+		}
+	}
+	b.FS.DurationVar(p, name, def, b.usage(usage, env))
+	b.vars = append(b.vars, bound{name, env, false, func() string { return p.String() }})
+}
+
+// Bool binds a boolean flag.
+func (b *Binder) Bool(p *bool, name, env string, def bool, usage string) {
+	if v, ok := b.lookup(env); ok {
+		x, err := strconv.ParseBool(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q: not a boolean", env, v))
+		} else {
+			def = x
+		}
+	}
+	b.FS.BoolVar(p, name, def, b.usage(usage, env))
+	b.vars = append(b.vars, bound{name, env, false, func() string { return strconv.FormatBool(*p) }})
+}
+
+// Parse parses args and returns every environment or flag problem at once.
+func (b *Binder) Parse(args []string) error {
+	if err := b.FS.Parse(args); err != nil {
+		return err
+	}
+	if b.FS.NArg() > 0 {
+		b.errs = append(b.errs, fmt.Errorf("unexpected arguments %q", b.FS.Args()))
+	}
+	return errors.Join(b.errs...)
+}
+
+// Effective returns the effective settings as "flag=value (ENV)" lines,
+// sorted, with secrets masked: what each service prints at start.
+func (b *Binder) Effective() []string {
+	out := make([]string, 0, len(b.vars))
+	for _, v := range b.vars {
+		val := v.value()
+		if v.secret {
+			val = Mask(val)
+		}
+		line := v.flagName + "=" + val
+		if v.env != "" {
+			line += " (" + v.env + ")"
+		}
+		out = append(out, line)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Mask hides a secret. A URL keeps its scheme, user, host and path and loses
+// its password; anything else non-empty becomes "***".
+func Mask(v string) string {
+	if v == "" {
+		return ""
+	}
+	if u, err := url.Parse(v); err == nil && u.Scheme != "" && u.Host != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		return u.String()
+	}
+	return "***"
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Problems collects validation problems so that Validate methods report all
+// of them at once.
+type Problems []string
+
+// Addf records a problem.
+func (p *Problems) Addf(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
+
+// Err returns nil when there is no problem, else one error listing them all.
+func (p Problems) Err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return fmt.Errorf("invalid configuration:\n  - %s", strings.Join(p, "\n  - "))
+}

@@ -1,0 +1,114 @@
+// Package e2e_test runs the whole pipeline in one process (ingest, projector,
+// query, a Kafka-protocol broker over TCP and a real redis-server) and checks
+// the read model against folds done directly with pkg/fsm.
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/devstack"
+	"github.com/correx/sessions/internal/loadgen"
+	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/redis/go-redis/v9"
+)
+
+func quietLog() *slog.Logger {
+	if os.Getenv("E2E_VERBOSE") != "" {
+		return slog.Default()
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// startStack starts the pipeline on a real redis-server.
+func startStack(t *testing.T, partitions int) (*devstack.Stack, *snapshot.Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	st, err := devstack.Start(context.Background(), devstack.Options{
+		RedisURL: srv.URL(), Partitions: partitions, Log: quietLog(),
+		Projector: func(c *projector.Config) { c.FlushInterval = 50 * time.Millisecond },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := st.Stop(); err != nil {
+			t.Errorf("stack: %v", err)
+		}
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := snapshot.NewStore(rdb, st.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, store
+}
+
+// assertExact compares every stored snapshot with the reference fold of the
+// events Kafka accepted for it, byte for byte (positions come from the store,
+// since the reference has no log).
+func assertExact(t *testing.T, store *snapshot.Store, written map[string][]fsm.Event) {
+	t.Helper()
+	ids := make([]string, 0, len(written))
+	for id := range written {
+		ids = append(ids, id)
+	}
+	stored, err := store.GetMany(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i, id := range ids {
+		ref := loadgen.Expected(written[id])
+		if !ref.Exists() {
+			if stored[i] != nil {
+				t.Errorf("%s: stored, but the reference has no session", id)
+			}
+			continue
+		}
+		if stored[i] == nil {
+			t.Errorf("%s: not stored", id)
+			bad++
+			continue
+		}
+		want := snapshot.Snapshot{Session: ref, Position: stored[i].Position, FirstOffset: stored[i].FirstOffset}
+		if !bytes.Equal(stored[i].AppendBinary(nil), want.AppendBinary(nil)) {
+			bad++
+			if bad <= 5 {
+				got, _ := stored[i].MarshalJSON()
+				exp, _ := want.MarshalJSON()
+				t.Errorf("%s differs from the reference fold\n got %s\nwant %s", id, got, exp)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d sessions differ", bad, len(ids))
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	st, store := startStack(t, 6)
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		IngestURL: st.IngestURL, QueryURL: st.QueryURL, Sessions: 2000, Concurrency: 8, Batch: 40,
+		InvalidShare: 0.05, DuplicateShare: 0.05, Seed: 42, Verify: true, KeepWritten: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sent %d events in %d requests (%.0f events/s), verified %d sessions", rep.Events, rep.Requests, rep.EventsPerSecond(), rep.Verified)
+	if len(rep.Mismatches) > 0 {
+		t.Fatalf("%d mismatches, first: %s", len(rep.Mismatches), rep.Mismatches[0])
+	}
+	if rep.Verified != 2000 || rep.Rejected != 0 {
+		t.Fatalf("verified %d of 2000, rejected requests %d", rep.Verified, rep.Rejected)
+	}
+	assertExact(t, store, rep.Written)
+}

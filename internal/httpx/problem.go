@@ -1,0 +1,92 @@
+// Package httpx holds what the three HTTP services share: RFC 9457 problem
+// details, the health endpoints, and a server runner with sane timeouts and
+// graceful shutdown.
+package httpx
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+// Problem is an RFC 9457 problem details document. Errors lists validation
+// problems as {index, field, message}; Extra holds extension members.
+type Problem struct {
+	Type   string           `json:"type"`
+	Title  string           `json:"title"`
+	Status int              `json:"status"`
+	Detail string           `json:"detail,omitempty"`
+	Errors []fsm.FieldError `json:"errors,omitempty"`
+	Extra  map[string]any   `json:"-"`
+}
+
+// Problem types: stable URIs that clients can switch on.
+const (
+	TypeValidation      = "https://correx.dev/problems/validation"
+	TypeTooLarge        = "https://correx.dev/problems/too-large"
+	TypeMediaType       = "https://correx.dev/problems/unsupported-media-type"
+	TypeUnavailable     = "https://correx.dev/problems/unavailable"
+	TypeNotFound        = "https://correx.dev/problems/not-found"
+	TypeTimeout         = "https://correx.dev/problems/timeout"
+	TypeMethod          = "https://correx.dev/problems/method-not-allowed"
+	TypeInternal        = "https://correx.dev/problems/internal"
+	TypeUnauthenticated = "https://correx.dev/problems/unauthenticated"
+	TypeForbidden       = "https://correx.dev/problems/forbidden"
+	TypeRateLimited     = "https://correx.dev/problems/rate-limited"
+)
+
+// MarshalJSON writes the standard members and the extension members.
+func (p Problem) MarshalJSON() ([]byte, error) {
+	type plain Problem
+	b, err := json.Marshal(plain(p))
+	if err != nil || len(p.Extra) == 0 {
+		return b, err
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range p.Extra {
+		if _, taken := m[k]; !taken {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// WriteProblem writes p as application/problem+json with its status.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		b = []byte(`{"type":"` + TypeInternal + `","title":"Internal Server Error","status":500}`)
+		p.Status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// Unavailable writes a 503 with Retry-After.
+func Unavailable(w http.ResponseWriter, retryAfter time.Duration, detail string, extra map[string]any) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(retryAfter.Seconds()))))
+	WriteProblem(w, Problem{Type: TypeUnavailable, Status: http.StatusServiceUnavailable, Detail: detail, Extra: extra})
+}
+
+// WriteJSON writes v as application/json with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		WriteProblem(w, Problem{Type: TypeInternal, Status: http.StatusInternalServerError, Detail: "encoding the response failed"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,271 @@
+// Package ingest is the HTTP front door: it validates session events and
+// produces them to Kafka, keyed by session id so that each session's events
+// stay in order on one partition.
+//
+// A request is all or nothing at validation: every event is checked before
+// any is produced, and a request with one bad event produces nothing. Once
+// produced, events are acknowledged by every in-sync replica (acks=all,
+// idempotent producer). If Kafka cannot take a write the answer is 503 with
+// Retry-After and the list of events that were written, if any; resending
+// the whole request is safe because the projector recognises event ids it
+// has already folded.
+package ingest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/correx/sessions/internal/httpx"
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Limits of one request (DESIGN §6).
+const (
+	MaxBodyBytes = 1 << 20
+	MaxEvents    = 1000
+)
+
+// Producer is what the handler needs from a Kafka client; *kgo.Client
+// implements it.
+type Producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// Handler serves POST /v1/events.
+type Handler struct {
+	Producer Producer
+	Topic    string
+	// Now is the clock for occurredAt and UUIDv7 of events that lack them.
+	Now func() time.Time
+	// Hooks, when set, see every record before it is produced (telemetry
+	// injects trace context there) and every outcome.
+	BeforeProduce func(ctx context.Context, r *kgo.Record)
+	Log           *slog.Logger
+	// RetryAfter is what a 503 advises (default 1s).
+	RetryAfter time.Duration
+}
+
+// Accepted is one produced event in a 202 answer.
+type Accepted struct {
+	EventID   string `json:"eventId"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// Response is the 202 body.
+type Response struct {
+	Accepted []Accepted `json:"accepted"`
+	// Position is "partition:offset" of the request's last event: a query
+	// with minPosition set to it waits until that event is folded.
+	Position string `json:"position"`
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	events, perr := h.parse(w, r)
+	if perr != nil {
+		httpx.WriteProblem(w, *perr)
+		return
+	}
+	now := h.now().UTC()
+	for i := range events {
+		if events[i].ID.IsZero() {
+			id, err := fsm.NewEventID(now)
+			if err != nil {
+				httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeInternal, Status: http.StatusInternalServerError, Detail: "could not assign an event id"})
+				return
+			}
+			events[i].ID = id
+		}
+		if events[i].OccurredAt.IsZero() {
+			events[i].OccurredAt = now
+		}
+	}
+	h.produce(w, r.Context(), events)
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []fsm.Event) {
+	type result struct {
+		partition int32
+		offset    int64
+		err       error
+	}
+	results := make([]result, len(events))
+	var wg sync.WaitGroup
+	wg.Add(len(events))
+	for i := range events {
+		e := &events[i]
+		rec := &kgo.Record{
+			Topic:   h.Topic,
+			Key:     []byte(e.SessionID),
+			Value:   fsm.AppendRecord(make([]byte, 0, 256+len(e.Payload)), e),
+			Headers: []kgo.RecordHeader{{Key: kafka.HeaderEventType, Value: []byte(e.Type.String())}},
+			Context: ctx,
+		}
+		if h.BeforeProduce != nil {
+			h.BeforeProduce(ctx, rec)
+		}
+		// The request context is not used to cancel produces: an event
+		// handed to the client is either written or fails on its own
+		// (RecordDeliveryTimeout), so the answer can say which it was.
+		h.Producer.Produce(context.WithoutCancel(ctx), rec, func(r *kgo.Record, err error) {
+			results[i] = result{r.Partition, r.Offset, err}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+
+	resp := Response{Accepted: make([]Accepted, 0, len(events))}
+	var failed []map[string]any
+	var firstErr error
+	for i, res := range results {
+		if res.err != nil {
+			failed = append(failed, map[string]any{"index": i, "eventId": events[i].ID.String(), "error": res.err.Error()})
+			firstErr = cmpErr(firstErr, res.err)
+			continue
+		}
+		resp.Accepted = append(resp.Accepted, Accepted{events[i].ID.String(), res.partition, res.offset})
+		resp.Position = strconv.Itoa(int(res.partition)) + ":" + strconv.FormatInt(res.offset, 10)
+	}
+	if len(failed) > 0 {
+		h.log().Warn("produce failed", "events", len(events), "failed", len(failed), "err", firstErr)
+		retry := h.RetryAfter
+		if retry == 0 {
+			retry = time.Second
+		}
+		httpx.Unavailable(w, retry, fmt.Sprintf("Kafka did not take %d of %d events (%v); resending the whole request is safe", len(failed), len(events), firstErr),
+			map[string]any{"accepted": resp.Accepted, "failed": failed})
+		return
+	}
+	httpx.WriteJSON(w, http.StatusAccepted, resp)
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func (h *Handler) log() *slog.Logger {
+	if h.Log != nil {
+		return h.Log
+	}
+	return slog.Default()
+}
+
+// parse reads and validates the body: one envelope, {"events": [...]}, or
+// NDJSON. It returns every validation problem at once.
+func (h *Handler) parse(w http.ResponseWriter, r *http.Request) ([]fsm.Event, *httpx.Problem) {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if ct == "" || err != nil || (mt != "application/json" && mt != "application/x-ndjson") {
+		return nil, &httpx.Problem{Type: httpx.TypeMediaType, Status: http.StatusUnsupportedMediaType,
+			Detail: fmt.Sprintf("Content-Type %q: send application/json (one event or {\"events\": [...]}) or application/x-ndjson", ct)}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("the body is over %d bytes; split it into several requests", MaxBodyBytes)}
+		}
+		return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: "reading the body failed: " + err.Error()}
+	}
+	var raws [][]byte
+	if mt == "application/x-ndjson" {
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(make([]byte, 0, 64<<10), MaxBodyBytes)
+		for sc.Scan() {
+			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
+				raws = append(raws, line)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: "reading NDJSON failed: " + err.Error()}
+		}
+	} else {
+		var perr *httpx.Problem
+		if raws, perr = splitJSON(body); perr != nil {
+			return nil, perr
+		}
+	}
+	if len(raws) == 0 {
+		return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: "no events in the request",
+			Errors: []fsm.FieldError{{Field: "events", Message: "must hold at least one event"}}}
+	}
+	if len(raws) > MaxEvents {
+		return nil, &httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("%d events in one request; the limit is %d", len(raws), MaxEvents)}
+	}
+	events := make([]fsm.Event, len(raws))
+	var problems []fsm.FieldError
+	for i, raw := range raws {
+		if err := fsm.DecodeEnvelope(raw, &events[i], fsm.DecodeOptions{Ingest: true}); err != nil {
+			var ve *fsm.ValidationError
+			if errors.As(err, &ve) {
+				problems = append(problems, ve.WithIndex(i).Errors...)
+			} else {
+				problems = append(problems, fsm.FieldError{Index: i, Message: err.Error()})
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("%d problem(s) in %d event(s); nothing was produced", len(problems), len(raws)), Errors: problems}
+	}
+	return events, nil
+}
+
+// splitJSON returns the events of a JSON body: the body itself when it is
+// one envelope, or the members of "events" when it is a batch.
+func splitJSON(body []byte) ([][]byte, *httpx.Problem) {
+	bad := func(field, msg string) *httpx.Problem {
+		return &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: msg,
+			Errors: []fsm.FieldError{{Field: field, Message: msg}}}
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return nil, bad("", "the body must be a JSON object: one event, or {\"events\": [...]}")
+		}
+		return nil, bad("", "malformed JSON: "+err.Error())
+	}
+	raw, batch := top["events"]
+	if !batch {
+		return [][]byte{body}, nil
+	}
+	if len(top) != 1 {
+		return nil, bad("events", "a batch object holds only \"events\"")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, bad("events", "must be an array of events")
+	}
+	out := make([][]byte, len(items))
+	for i, it := range items {
+		out[i] = it
+	}
+	return out, nil
+}

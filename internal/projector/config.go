@@ -1,0 +1,92 @@
+package projector
+
+import (
+	"os"
+	"time"
+
+	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/kafka"
+)
+
+// Config configures a projector.
+type Config struct {
+	Kafka        kafka.Config
+	Topic        string // CORREX_TOPIC; default correx.session-events
+	Partitions   int    // CORREX_PARTITIONS, used when the projector creates the topic; default 12
+	Group        string // CORREX_GROUP; default correx-projector
+	InstanceID   string // CORREX_INSTANCE_ID; default the host name; "" for dynamic membership
+	RedisURL     string // CORREX_REDIS_URL; default redis://127.0.0.1:6379/0
+	RedisCluster bool   // CORREX_REDIS_CLUSTER; default false
+	RedisPrefix  string // CORREX_REDIS_PREFIX; default correx
+	HTTPAddr     string // CORREX_HTTP_ADDR; default :8083 (health and metrics)
+	// FlushInterval is the longest a folded event waits to be written while
+	// the projector is caught up; CORREX_FLUSH_INTERVAL, default 250ms.
+	FlushInterval time.Duration
+	// MaxFlushInterval is the longest it waits while catching up;
+	// CORREX_MAX_FLUSH_INTERVAL, default 2s.
+	MaxFlushInterval time.Duration
+	// FlushSize flushes as soon as this many snapshots are dirty;
+	// CORREX_FLUSH_SIZE, default 20000.
+	FlushSize int
+	// CacheSize bounds the cached snapshots; CORREX_CACHE_SIZE, default 100000.
+	CacheSize int
+	// SessionTimeout is the group session timeout; CORREX_SESSION_TIMEOUT,
+	// default 30s.
+	SessionTimeout time.Duration
+}
+
+// Bind registers the projector's flags and environment variables.
+func (c *Config) Bind(b *config.Binder) {
+	host, _ := os.Hostname()
+	c.Kafka.ClientID = "correx-projector"
+	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", []string{"127.0.0.1:9092"}, "Kafka bootstrap brokers")
+	b.String(&c.Topic, "topic", "CORREX_TOPIC", "correx.session-events", "topic of session events")
+	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", 12, "partitions when the topic is created")
+	b.String(&c.Group, "group", "CORREX_GROUP", "correx-projector", "consumer group")
+	b.String(&c.InstanceID, "instance-id", "CORREX_INSTANCE_ID", host, "stable group instance id (static membership); empty for dynamic membership")
+	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (rediss:// for TLS)")
+	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", false, "the Redis URL names a Redis Cluster")
+	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", "correx", "prefix of every Redis key")
+	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", ":8083", "listen address for /healthz, /readyz, /metrics")
+	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", 250*time.Millisecond, "longest wait before folded events are written, when caught up")
+	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", 2*time.Second, "longest wait before folded events are written, when catching up")
+	b.Int(&c.FlushSize, "flush-size", "CORREX_FLUSH_SIZE", 20000, "dirty snapshots that trigger a flush")
+	b.Int(&c.CacheSize, "cache-size", "CORREX_CACHE_SIZE", 100000, "snapshots kept in memory")
+	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", 30*time.Second, "consumer group session timeout")
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var p config.Problems
+	for _, s := range c.Kafka.Validate() {
+		p.Addf("%s", s)
+	}
+	if c.Topic == "" {
+		p.Addf("CORREX_TOPIC: must not be empty")
+	}
+	if c.Partitions < 1 {
+		p.Addf("CORREX_PARTITIONS: %d, must be at least 1", c.Partitions)
+	}
+	if c.Group == "" {
+		p.Addf("CORREX_GROUP: must not be empty")
+	}
+	if c.RedisURL == "" {
+		p.Addf("CORREX_REDIS_URL: must not be empty")
+	}
+	if c.RedisPrefix == "" {
+		p.Addf("CORREX_REDIS_PREFIX: must not be empty")
+	}
+	if c.FlushInterval <= 0 || c.MaxFlushInterval < c.FlushInterval {
+		p.Addf("CORREX_FLUSH_INTERVAL (%v) must be positive and at most CORREX_MAX_FLUSH_INTERVAL (%v)", c.FlushInterval, c.MaxFlushInterval)
+	}
+	if c.FlushSize < 1 {
+		p.Addf("CORREX_FLUSH_SIZE: %d, must be at least 1", c.FlushSize)
+	}
+	if c.CacheSize < c.FlushSize {
+		p.Addf("CORREX_CACHE_SIZE (%d) must be at least CORREX_FLUSH_SIZE (%d)", c.CacheSize, c.FlushSize)
+	}
+	if c.SessionTimeout < 6*time.Second {
+		p.Addf("CORREX_SESSION_TIMEOUT: %v, must be at least 6s", c.SessionTimeout)
+	}
+	return p.Err()
+}

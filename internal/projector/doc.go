@@ -1,0 +1,45 @@
+// Package projector is the consumer group that folds session events into
+// snapshots in Redis, with every event's effect shown exactly once.
+//
+// # How exactly-once effect is kept
+//
+// Kafka delivers at least once. The projector makes replays harmless:
+//
+//   - Every snapshot carries the (partition, offset) of the last record
+//     folded into it. A record at or below that position is skipped, and the
+//     store replaces a snapshot only with a higher position (fencing inside
+//     Redis), so replays and zombie writers cannot move anything backwards.
+//   - Dirty snapshots are written in one pipelined, fenced batch; only then
+//     is the partition's checkpoint (the next offset) written, after the
+//     dead-letter records of that range are acknowledged; then the Kafka
+//     offset is committed (for lag tools only).
+//   - On assignment a partition starts at its Redis checkpoint, not at the
+//     Kafka committed offset; with no checkpoint it starts at the earliest
+//     offset (a full rebuild).
+//   - A crash anywhere (before, during or after a batch, before the
+//     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
+//     replays from the checkpoint and skips what is already reflected.
+//
+// # Shape
+//
+// One goroutine polls, decodes and folds (BlockRebalanceOnPoll keeps
+// rebalances between polls). Snapshots are encoded in that goroutine and
+// handed to a flusher goroutine, so Redis round trips overlap folding; at
+// most one batch is in flight. A bounded LRU cache holds hot snapshots; only
+// snapshots whose latest state is known to be stored are evicted, and misses
+// are read from Redis in one pipelined round trip per poll.
+//
+// Flushes happen when the dirty set reaches FlushSize, or FlushInterval
+// after the previous one while the projector is caught up; while it is
+// catching up (polls come back full) it waits up to MaxFlushInterval, which
+// writes each busy session far less often.
+//
+// Each replica should have a stable group instance id (static membership,
+// KIP-345): a replica killed and restarted under the same id takes its
+// partitions back at once instead of after the session timeout.
+//
+// Records that cannot be folded (undecodable, unknown version or type,
+// invalid, keyed by another session, or for a session that was never
+// created) go to the dead-letter topic with the reason in a header; they
+// never stop the partition. A replay can send a record there twice.
+package projector

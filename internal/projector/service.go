@@ -1,0 +1,58 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/pkg/snapshot"
+)
+
+// Serve runs a projector and its health and metrics endpoint until ctx is
+// done, then flushes, writes checkpoints and leaves the group.
+func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) error {
+	rdb, err := redisconn.Open(cfg.RedisURL, cfg.RedisCluster)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	store, err := snapshot.NewStore(rdb, cfg.RedisPrefix)
+	if err != nil {
+		return err
+	}
+	opts = append([]Option{WithLogger(rt.Logger()), WithKafkaOpts(rt.KafkaOpts...)}, opts...)
+	p := New(cfg, store, opts...)
+
+	hctx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	var httpErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		httpErr = rt.HTTP(hctx, cfg.HTTPAddr, nil, p.Ready)
+	}()
+	runErr := p.Run(ctx)
+	stopHTTP()
+	wg.Wait()
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return runErr
+	}
+	return httpErr
+}
+
+// Reset deletes the read model under the configured prefix (snapshots,
+// indexes, checkpoints), so that projectors rebuild it from the log.
+func Reset(ctx context.Context, cfg Config) (int, error) {
+	rdb, err := redisconn.Open(cfg.RedisURL, cfg.RedisCluster)
+	if err != nil {
+		return 0, err
+	}
+	defer rdb.Close()
+	store, err := snapshot.NewStore(rdb, cfg.RedisPrefix)
+	if err != nil {
+		return 0, err
+	}
+	return store.Reset(ctx)
+}

@@ -1,0 +1,395 @@
+// Package query serves the read model over HTTP: a session's snapshot (with
+// ETag and read-your-writes waits), listings by state, statistics, and a
+// replay that rebuilds a session from the Kafka log to check the stored
+// snapshot. Only the replay touches Kafka.
+package query
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/correx/sessions/internal/httpx"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+)
+
+// Limits of the API.
+const (
+	MaxWait      = 10 * time.Second
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// Replayer rebuilds a session from the log, up to the stored snapshot's
+// position.
+type Replayer interface {
+	Replay(ctx context.Context, stored *snapshot.Snapshot) (*snapshot.Snapshot, error)
+}
+
+// Handler serves the query API. Create it with NewHandler.
+type Handler struct {
+	store    *snapshot.Store
+	topic    string
+	replayer Replayer
+	log      *slog.Logger
+	// Poll is how often a waiting read checks the projector's progress.
+	Poll       time.Duration
+	waits      chan struct{}
+	replays    chan struct{}
+	mux        *http.ServeMux
+	scopeCheck func(r *http.Request, sessionID string) bool
+}
+
+// Options bound the expensive requests.
+type Options struct {
+	MaxWaiting  int // concurrent reads waiting for a position (default 256)
+	MaxReplays  int // concurrent replays (default 4)
+	Log         *slog.Logger
+	PollEvery   time.Duration // default 20ms
+	ReplayLimit time.Duration // longest a replay may take (default 30s)
+}
+
+// NewHandler returns the query API over store for topic. replayer may be nil
+// (replay then answers 503).
+func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Options) *Handler {
+	if o.MaxWaiting <= 0 {
+		o.MaxWaiting = 256
+	}
+	if o.MaxReplays <= 0 {
+		o.MaxReplays = 4
+	}
+	if o.PollEvery <= 0 {
+		o.PollEvery = 20 * time.Millisecond
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, Poll: o.PollEvery,
+		waits: make(chan struct{}, o.MaxWaiting), replays: make(chan struct{}, o.MaxReplays), mux: http.NewServeMux()}
+	h.mux.HandleFunc("/v1/sessions/{id}", h.getSession)
+	h.mux.HandleFunc("/v1/sessions/{id}/replay", h.replay)
+	h.mux.HandleFunc("/v1/sessions", h.list)
+	h.mux.HandleFunc("/v1/stats", h.stats)
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func onlyGET(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeMethod, Status: http.StatusMethodNotAllowed,
+		Detail: r.Method + " is not allowed here; use GET"})
+	return false
+}
+
+func badRequest(w http.ResponseWriter, field, msg string) {
+	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: field + ": " + msg,
+		Errors: []fsm.FieldError{{Field: field, Message: msg}}})
+}
+
+func notFound(w http.ResponseWriter, id string) {
+	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no session " + strconv.Quote(id)})
+}
+
+func (h *Handler) storeError(w http.ResponseWriter, err error) {
+	h.log.Error("store", "err", err)
+	httpx.Unavailable(w, time.Second, "the read model is unavailable", nil)
+}
+
+// ETag returns the entity tag of a snapshot: its version and the number of
+// events seen. Version alone is not enough, since rejected and duplicate
+// events change counters without changing the version.
+func ETag(s *snapshot.Snapshot) string {
+	return `"` + strconv.FormatUint(s.Version, 10) + "." + strconv.FormatUint(s.Counters.Events, 10) + `"`
+}
+
+func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
+	if !onlyGET(w, r) {
+		return
+	}
+	id := r.PathValue("id")
+	if !fsm.ValidSessionID(id) {
+		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+		return
+	}
+	q := r.URL.Query()
+	var wait time.Duration
+	var minPos *snapshot.Position
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > MaxWait {
+			badRequest(w, "wait", fmt.Sprintf("must be a duration between 0s and %v, such as 2s", MaxWait))
+			return
+		}
+		wait = d
+	}
+	if v := q.Get("minPosition"); v != "" {
+		p, err := snapshot.ParsePosition(v)
+		if err != nil {
+			badRequest(w, "minPosition", "must be PARTITION:OFFSET, as returned by ingest's position")
+			return
+		}
+		minPos = &p
+	} else if wait > 0 {
+		badRequest(w, "wait", "needs minPosition: the position to wait for")
+		return
+	}
+	if h.scopeCheck != nil && !h.scopeCheck(r, id) {
+		notFound(w, id)
+		return
+	}
+	snap, err := h.read(r.Context(), id, minPos, wait)
+	switch {
+	case errors.Is(err, errNotReached):
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeTimeout, Status: http.StatusGatewayTimeout,
+			Detail: fmt.Sprintf("the projector has not folded up to %s within %v", minPos, wait)})
+		return
+	case errors.Is(err, errBusy):
+		httpx.Unavailable(w, time.Second, "too many reads are waiting; retry", nil)
+		return
+	case errors.Is(err, snapshot.ErrNotFound):
+		notFound(w, id)
+		return
+	case errors.Is(err, context.Canceled):
+		return
+	case err != nil:
+		h.storeError(w, err)
+		return
+	}
+	etag := ETag(snap)
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", "no-cache")
+	if match := r.Header.Get("If-None-Match"); match != "" && (match == etag || match == "*" || match == "W/"+etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, snap)
+}
+
+var (
+	errNotReached = errors.New("position not reached")
+	errBusy       = errors.New("too many waiting reads")
+)
+
+// read returns the snapshot, first waiting (up to wait) until partition P is
+// folded up to offset O when minPos is set. The position counts as reached
+// when the partition's checkpoint is past O, or when the snapshot itself is
+// at or past it (snapshots are written before checkpoints).
+func (h *Handler) read(ctx context.Context, id string, minPos *snapshot.Position, wait time.Duration) (*snapshot.Snapshot, error) {
+	if minPos == nil {
+		return h.store.Get(ctx, id)
+	}
+	select {
+	case h.waits <- struct{}{}:
+		defer func() { <-h.waits }()
+	default:
+		return nil, errBusy
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		snap, err := h.store.Get(ctx, id)
+		if err != nil && !errors.Is(err, snapshot.ErrNotFound) {
+			return nil, err
+		}
+		if snap != nil && snap.Position.Partition == minPos.Partition && snap.Position.Offset >= minPos.Offset {
+			return snap, nil
+		}
+		cps, cerr := h.store.Checkpoints(ctx, h.topic)
+		if cerr != nil {
+			return nil, cerr
+		}
+		if cp, ok := cps[minPos.Partition]; ok && cp.Offset > minPos.Offset {
+			if snap == nil { // read again: the checkpoint came after the snapshot
+				return h.store.Get(ctx, id)
+			}
+			return snap, nil
+		}
+		if !time.Now().Before(deadline) {
+			return nil, errNotReached
+		}
+		if err := sleepCtx(ctx, min(h.Poll, time.Until(deadline))); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// ListResponse is the body of GET /v1/sessions.
+type ListResponse struct {
+	Sessions []*snapshot.Snapshot `json:"sessions"`
+	Next     *string              `json:"next"`
+}
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	if !onlyGET(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	state := fsm.StateNone
+	if v := q.Get("state"); v != "" {
+		s, ok := fsm.ParseState(v)
+		if !ok {
+			badRequest(w, "state", "must be one of CREATED, INITIALIZING, ACTIVE, PAUSED, AWAITING_APPROVAL, CANCELLING, CANCELLED, FAILED, COMPLETED, RECOVERING")
+			return
+		}
+		state = s
+	}
+	limit := DefaultLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxLimit {
+			badRequest(w, "limit", fmt.Sprintf("must be an integer from 1 to %d", MaxLimit))
+			return
+		}
+		limit = n
+	}
+	page, err := h.store.List(r.Context(), state, q.Get("cursor"), limit)
+	if errors.Is(err, snapshot.ErrBadCursor) {
+		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
+		return
+	}
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	resp := ListResponse{Sessions: page.Snapshots}
+	if resp.Sessions == nil {
+		resp.Sessions = []*snapshot.Snapshot{}
+	}
+	if page.Next != "" {
+		resp.Next = &page.Next
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// Stats is the body of GET /v1/stats.
+type Stats struct {
+	Topic    string `json:"topic"`
+	Sessions struct {
+		Total   int64            `json:"total"`
+		ByState map[string]int64 `json:"byState"`
+	} `json:"sessions"`
+	Partitions []PartitionStats `json:"partitions"`
+}
+
+// PartitionStats is one partition's progress.
+type PartitionStats struct {
+	Partition     int32      `json:"partition"`
+	Checkpoint    int64      `json:"checkpoint"`
+	CheckpointAt  *time.Time `json:"checkpointAt"`
+	HighWatermark *int64     `json:"highWatermark"`
+	// Lag is the high watermark minus the checkpoint, as the projector saw
+	// them when it wrote the checkpoint; null when unknown.
+	Lag *int64 `json:"lag"`
+}
+
+func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
+	if !onlyGET(w, r) {
+		return
+	}
+	counts, err := h.store.Count(r.Context())
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	cps, err := h.store.Checkpoints(r.Context(), h.topic)
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	var st Stats
+	st.Topic = h.topic
+	st.Sessions.Total = counts.Total
+	st.Sessions.ByState = map[string]int64{}
+	for _, s := range fsm.States() {
+		st.Sessions.ByState[s.String()] = counts.ByState[s]
+	}
+	st.Partitions = []PartitionStats{}
+	for _, cp := range cps {
+		ps := PartitionStats{Partition: cp.Partition, Checkpoint: cp.Offset}
+		if !cp.Time.IsZero() {
+			t := cp.Time
+			ps.CheckpointAt = &t
+		}
+		if cp.HighWatermark >= 0 {
+			hw, lag := cp.HighWatermark, max(0, cp.HighWatermark-cp.Offset)
+			ps.HighWatermark, ps.Lag = &hw, &lag
+		}
+		st.Partitions = append(st.Partitions, ps)
+	}
+	sort.Slice(st.Partitions, func(i, j int) bool { return st.Partitions[i].Partition < st.Partitions[j].Partition })
+	httpx.WriteJSON(w, http.StatusOK, st)
+}
+
+// ReplayResponse is the body of GET /v1/sessions/{id}/replay.
+type ReplayResponse struct {
+	Snapshot      *snapshot.Snapshot `json:"snapshot"`
+	MatchesStored bool               `json:"matchesStored"`
+	Stored        snapshot.Position  `json:"storedPosition"`
+}
+
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
+	if !onlyGET(w, r) {
+		return
+	}
+	id := r.PathValue("id")
+	if !fsm.ValidSessionID(id) {
+		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+		return
+	}
+	if h.scopeCheck != nil && !h.scopeCheck(r, id) {
+		notFound(w, id)
+		return
+	}
+	if h.replayer == nil {
+		httpx.Unavailable(w, 30*time.Second, "replay needs Kafka, and this query service has no brokers configured", nil)
+		return
+	}
+	select {
+	case h.replays <- struct{}{}:
+		defer func() { <-h.replays }()
+	default:
+		httpx.Unavailable(w, 5*time.Second, "too many replays are running; retry", nil)
+		return
+	}
+	stored, err := h.store.Get(r.Context(), id)
+	if errors.Is(err, snapshot.ErrNotFound) {
+		notFound(w, id)
+		return
+	}
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	rebuilt, err := h.replayer.Replay(ctx, stored)
+	if err != nil {
+		h.log.Warn("replay", "session", id, "err", err)
+		httpx.Unavailable(w, 5*time.Second, "replay from Kafka failed: "+err.Error(), nil)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, ReplayResponse{Snapshot: rebuilt, Stored: stored.Position,
+		MatchesStored: bytes.Equal(rebuilt.AppendBinary(nil), stored.AppendBinary(nil))})
+}
