@@ -151,8 +151,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 
 	pcfg := projector.Config{Kafka: kcfg, Topic: s.Topic, Partitions: o.Partitions, Group: orDefault(o.Group, "correx-projector"),
 		InstanceID: "devstack-projector", RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
-		FlushInterval: 100 * time.Millisecond, MaxFlushInterval: 2 * time.Second, FlushSize: 20000, CacheSize: 100000,
-		SessionTimeout: 10 * time.Second}
+		FlushInterval: 100 * time.Millisecond, MaxFlushInterval: 2 * time.Second, FlushSize: 20000, CacheSize: 100000, MaxPollRecords: 10000,
+		SessionTimeout: 10 * time.Second, RebalanceTimeout: 30 * time.Second}
 	pcfg.Kafka.ClientID = "correx-projector"
 	if o.Projector != nil {
 		o.Projector(&pcfg)

@@ -54,15 +54,13 @@ func DLQTopic(topic string) string { return topic + ".dlq" }
 // count is reported back, since partitioning depends on it).
 func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) (int32, error) {
 	retention := "-1"
-	resp, err := adm.CreateTopic(ctx, partitions, -1, map[string]*string{"retention.ms": &retention}, topic)
+	// For one topic, kadm returns the topic's own error as err as well.
+	_, err := adm.CreateTopic(ctx, partitions, -1, map[string]*string{"retention.ms": &retention}, topic)
 	switch {
-	case err == nil && resp.Err == nil:
+	case err == nil:
 		return partitions, nil
-	case err == nil && errors.Is(resp.Err, kerr.TopicAlreadyExists):
-	case err != nil:
+	case !errors.Is(err, kerr.TopicAlreadyExists):
 		return 0, fmt.Errorf("create topic %s: %w", topic, err)
-	default:
-		return 0, fmt.Errorf("create topic %s: %w", topic, resp.Err)
 	}
 	details, err := adm.ListTopics(ctx, topic)
 	if err != nil {

@@ -33,6 +33,13 @@ type Config struct {
 	// SessionTimeout is the group session timeout; CORREX_SESSION_TIMEOUT,
 	// default 30s.
 	SessionTimeout time.Duration
+	// MaxPollRecords bounds the records folded between two flush decisions
+	// (default 10000).
+	MaxPollRecords int
+	// RebalanceTimeout is how long the group waits for members to finish a
+	// rebalance (flush what they revoke) before dropping them;
+	// CORREX_REBALANCE_TIMEOUT, default 60s.
+	RebalanceTimeout time.Duration
 }
 
 // Bind registers the projector's flags and environment variables.
@@ -51,8 +58,10 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", 250*time.Millisecond, "longest wait before folded events are written, when caught up")
 	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", 2*time.Second, "longest wait before folded events are written, when catching up")
 	b.Int(&c.FlushSize, "flush-size", "CORREX_FLUSH_SIZE", 20000, "dirty snapshots that trigger a flush")
+	b.Int(&c.MaxPollRecords, "max-poll-records", "CORREX_MAX_POLL_RECORDS", 10000, "records folded between two flush decisions")
 	b.Int(&c.CacheSize, "cache-size", "CORREX_CACHE_SIZE", 100000, "snapshots kept in memory")
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", 30*time.Second, "consumer group session timeout")
+	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", 60*time.Second, "how long a rebalance may take before slow members are dropped")
 }
 
 // Validate reports every problem at once.
@@ -79,6 +88,9 @@ func (c *Config) Validate() error {
 	if c.FlushInterval <= 0 || c.MaxFlushInterval < c.FlushInterval {
 		p.Addf("CORREX_FLUSH_INTERVAL (%v) must be positive and at most CORREX_MAX_FLUSH_INTERVAL (%v)", c.FlushInterval, c.MaxFlushInterval)
 	}
+	if c.MaxPollRecords < 1 {
+		p.Addf("CORREX_MAX_POLL_RECORDS: %d, must be at least 1", c.MaxPollRecords)
+	}
 	if c.FlushSize < 1 {
 		p.Addf("CORREX_FLUSH_SIZE: %d, must be at least 1", c.FlushSize)
 	}
@@ -87,6 +99,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SessionTimeout < 6*time.Second {
 		p.Addf("CORREX_SESSION_TIMEOUT: %v, must be at least 6s", c.SessionTimeout)
+	}
+	if c.RebalanceTimeout < time.Second {
+		p.Addf("CORREX_REBALANCE_TIMEOUT: %v, must be at least 1s", c.RebalanceTimeout)
 	}
 	return p.Err()
 }

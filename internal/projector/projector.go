@@ -55,9 +55,6 @@ const (
 // errCrashed ends Run after a test hook simulated a crash.
 var errCrashed = errors.New("projector: simulated crash")
 
-// maxPoll is how many records one poll returns at most.
-const maxPoll = 10000
-
 // Projector folds one topic's events into snapshots. Create it with New and
 // run it with Run; it is single-use.
 type Projector struct {
@@ -161,6 +158,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.DisableAutoCommit(),
 		kgo.SessionTimeout(p.cfg.SessionTimeout),
+		kgo.RebalanceTimeout(p.cfg.RebalanceTimeout),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.OnPartitionsAssigned(p.onAssigned),
@@ -221,7 +219,7 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 func (p *Projector) loop(ctx context.Context) error {
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, p.cfg.FlushInterval)
-		fetches := p.cl.PollRecords(pctx, maxPoll)
+		fetches := p.cl.PollRecords(pctx, p.cfg.MaxPollRecords)
 		cancel()
 		if fetches.IsClientClosed() {
 			return nil
@@ -236,7 +234,7 @@ func (p *Projector) loop(ctx context.Context) error {
 		if err == nil {
 			err = p.process(ctx, fetches)
 		}
-		if err == nil && p.flushDue(fetches.NumRecords() >= maxPoll) {
+		if err == nil && p.flushDue(fetches.NumRecords() >= p.cfg.MaxPollRecords) {
 			err = p.startFlush()
 		}
 		p.evict()

@@ -1,0 +1,478 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/workload"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const topic = "events"
+
+var ctx = context.Background()
+
+func testLog() *slog.Logger {
+	if os.Getenv("PROJECTOR_VERBOSE") != "" {
+		return slog.Default()
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// env is a broker and a Redis for one test.
+type env struct {
+	t       *testing.T
+	brokers []string
+	rdb     *redis.Client
+	srv     *redistest.Server
+}
+
+func newEnv(t *testing.T, partitions int32) *env {
+	t.Helper()
+	c := kafkatest.Start(t)
+	srv := redistest.Start(t)
+	e := &env{t: t, brokers: c.ListenAddrs(), rdb: srv.Client(t), srv: srv}
+	cl := e.client()
+	defer cl.Close()
+	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, partitions); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), kafka.DLQTopic(topic), partitions); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) client(opts ...kgo.Opt) *kgo.Client {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kafka.Partitioner())}, opts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cl
+}
+
+// produce writes events as ingest would, in order.
+func (e *env) produce(events []fsm.Event) {
+	e.t.Helper()
+	cl := e.client()
+	defer cl.Close()
+	recs := make([]*kgo.Record, len(events))
+	for i := range events {
+		recs[i] = &kgo.Record{Key: []byte(events[i].SessionID), Value: fsm.AppendRecord(nil, &events[i])}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) store(prefix string) *snapshot.Store {
+	s, err := snapshot.NewStore(e.rdb, prefix)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) config(instance string) Config {
+	return Config{Kafka: kafka.Config{Brokers: e.brokers, ClientID: "test-" + instance}, Topic: topic, Partitions: 4,
+		Group: "g", InstanceID: instance, RedisURL: e.srv.URL(), RedisPrefix: "unused", HTTPAddr: ":0",
+		FlushInterval: 30 * time.Millisecond, MaxFlushInterval: 200 * time.Millisecond, FlushSize: 40, CacheSize: 300,
+		MaxPollRecords: 100,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 8 * time.Second}
+}
+
+// running is a projector in a goroutine.
+type running struct {
+	p    *Projector
+	stop context.CancelFunc
+	done chan error
+}
+
+func (e *env) start(cfg Config, prefix string, hook func(string) bool) *running {
+	p := New(cfg, e.store(prefix), WithLogger(testLog()))
+	p.hook = hook
+	c, cancel := context.WithCancel(ctx)
+	r := &running{p: p, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(c) }()
+	return r
+}
+
+// halt stops the projector gracefully and returns Run's error.
+func (r *running) halt() error {
+	r.stop()
+	return <-r.done
+}
+
+// endOffsets returns the end offset of every partition.
+func (e *env) endOffsets() map[int32]int64 {
+	cl := e.client()
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// waitCaughtUp waits until every partition's checkpoint under prefix has
+// reached the end of the log.
+func (e *env) waitCaughtUp(prefix string, timeout time.Duration) {
+	e.t.Helper()
+	ends := e.endOffsets()
+	deadline := time.Now().Add(timeout)
+	for {
+		cps, err := e.store(prefix).Checkpoints(ctx, topic)
+		if err == nil {
+			done := true
+			for p, end := range ends {
+				if end > 0 && cps[p].Offset < end {
+					done = false
+				}
+			}
+			if done {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("not caught up after %v: checkpoints %v, ends %v", timeout, cps, ends)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dump returns every stored snapshot under prefix, encoded, by session id.
+func (e *env) dump(prefix string) map[string][]byte {
+	e.t.Helper()
+	out := map[string][]byte{}
+	cursor := ""
+	for {
+		page, err := e.store(prefix).List(ctx, fsm.StateNone, cursor, 1000)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, s := range page.Snapshots {
+			out[s.ID] = s.AppendBinary(nil)
+		}
+		if page.Next == "" {
+			return out
+		}
+		cursor = page.Next
+	}
+}
+
+func (e *env) assertSame(want, got map[string][]byte) {
+	e.t.Helper()
+	if len(want) != len(got) {
+		e.t.Fatalf("got %d snapshots, want %d", len(got), len(want))
+	}
+	var bad []string
+	for id, w := range want {
+		if !bytes.Equal(w, got[id]) {
+			bad = append(bad, id)
+		}
+	}
+	sort.Strings(bad)
+	if len(bad) > 0 {
+		var gs, ws snapshot.Snapshot
+		_ = snapshot.Decode(got[bad[0]], &gs)
+		_ = snapshot.Decode(want[bad[0]], &ws)
+		g, _ := gs.MarshalJSON()
+		w, _ := ws.MarshalJSON()
+		e.t.Fatalf("%d sessions differ, first %s\n got %s\nwant %s", len(bad), bad[0], g, w)
+	}
+}
+
+// workloadEvents returns an interleaved stream of n sessions with duplicates
+// (client resends) and invalid events mixed in.
+func workloadEvents(seed uint64, n int) []fsm.Event {
+	g := workload.New(seed, workload.Options{InvalidShare: 0.05, DuplicateShare: 0.08})
+	return g.Interleave(g.Sessions(fmt.Sprintf("s%d", seed), n, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)))
+}
+
+// reference folds the log uninterrupted under prefix and returns the result.
+func (e *env) reference(prefix string) map[string][]byte {
+	e.t.Helper()
+	cfg := e.config("ref")
+	cfg.Group = "ref-" + prefix
+	r := e.start(cfg, prefix, nil)
+	e.waitCaughtUp(prefix, 60*time.Second)
+	if err := r.halt(); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.dump(prefix)
+}
+
+// crashAt returns a hook that crashes at the n-th time point is reached.
+func crashAt(point string, n int64) func(string) bool {
+	var hits atomic.Int64
+	return func(p string) bool { return p == point && hits.Add(1) == n }
+}
+
+// TestCrashAnywhere kills projectors abruptly at many points (while folding,
+// before and after the snapshot write, before and after the checkpoint),
+// restarts them, and requires snapshots identical to an uninterrupted fold.
+func TestCrashAnywhere(t *testing.T) {
+	e := newEnv(t, 4)
+	events := workloadEvents(1, 400)
+	points := []struct {
+		point string
+		n     int64
+	}{
+		{"fold", 1}, {"fold", 300}, {"before-put", 1}, {"after-put", 1}, {"after-put", 3},
+		{"before-checkpoint", 2}, {"after-checkpoint", 1}, {"fold", 700}, {"after-put", 5}, {"before-put", 4},
+	}
+	// Each round brings new events, so every crash interrupts real work.
+	chunk := len(events) / len(points)
+	crashes := 0
+	for i, pt := range points {
+		e.produce(events[i*chunk : min((i+1)*chunk, len(events))])
+		r := e.start(e.config("a"), "crash", crashAt(pt.point, pt.n))
+		select {
+		case err := <-r.done:
+			if !errors.Is(err, errCrashed) {
+				t.Fatalf("crash at %s #%d: Run returned %v", pt.point, pt.n, err)
+			}
+			crashes++
+		case <-time.After(15 * time.Second):
+			t.Logf("crash point %s #%d not reached", pt.point, pt.n)
+			if err := r.halt(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if crashes < len(points)-1 {
+		t.Fatalf("only %d of %d crash points were reached", crashes, len(points))
+	}
+	e.produce(events[len(points)*chunk:])
+	r := e.start(e.config("a"), "crash", nil)
+	e.waitCaughtUp("crash", 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	want := e.reference("ref")
+	e.assertSame(want, e.dump("crash"))
+	t.Logf("%d crashes, %d sessions identical", crashes, len(want))
+}
+
+// TestDeadLetters writes poison records straight to the topic (garbage, an
+// unknown version, an unknown type, an invalid event, a record keyed by
+// another session, an orphan) among good ones: they land in the DLQ with
+// their reason and the partition keeps flowing.
+func TestDeadLetters(t *testing.T) {
+	e := newEnv(t, 1)
+	good := workloadEvents(2, 20)
+	half := len(good) / 2
+	e.produce(good[:half])
+	cl := e.client()
+	defer cl.Close()
+	poison := []struct {
+		key, value, reason string
+	}{
+		{"s-x", "\x00\x01garbage", ReasonUndecodable},
+		{"s-x", `{"v":7,"eventId":"0190f2a4-5b6c-7d8e-9f00-112233445566","sessionId":"s-x","type":"SessionStarted","occurredAt":"2026-11-29T06:00:00Z"}`, ReasonUnsupportedVersion},
+		{"s-x", `{"eventId":"0190f2a4-5b6c-7d8e-9f00-112233445567","sessionId":"s-x","type":"SessionExploded","occurredAt":"2026-11-29T06:00:00Z"}`, ReasonUnknownEventType},
+		{"s-x", `{"eventId":"0190f2a4-5b6c-7d8e-9f00-112233445568","sessionId":"s-x","type":"TimeoutExpired","occurredAt":"2026-11-29T06:00:00Z"}`, ReasonInvalidEvent},
+		{"other", `{"eventId":"0190f2a4-5b6c-7d8e-9f00-112233445569","sessionId":"s-x","type":"SessionCreated","occurredAt":"2026-11-29T06:00:00Z"}`, ReasonKeyMismatch},
+		{"s-orphan", `{"eventId":"0190f2a4-5b6c-7d8e-9f00-11223344556a","sessionId":"s-orphan","type":"SessionPaused","occurredAt":"2026-11-29T06:00:00Z"}`, ReasonUnknownSession},
+	}
+	for _, p := range poison {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(p.key), Value: []byte(p.value)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.produce(good[half:])
+	want := e.reference("ref")
+	if _, ok := want["s-orphan"]; ok {
+		t.Fatal("an orphan created a snapshot")
+	}
+	if _, ok := want["s-x"]; ok {
+		t.Fatal("a poison record created a snapshot")
+	}
+	// Every good session is there, folded past the poison.
+	var ref fsm.Session
+	var r fsm.Reducer
+	count := map[string]bool{}
+	for i := range good {
+		count[good[i].SessionID] = true
+	}
+	if len(want) != len(count) {
+		t.Fatalf("%d snapshots, want %d", len(want), len(count))
+	}
+	_ = ref
+	_ = r
+
+	dlq := e.client(kgo.ConsumeTopics(kafka.DLQTopic(topic)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer dlq.Close()
+	var got []string
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < len(poison) && time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		dlq.PollFetches(pctx).EachRecord(func(rec *kgo.Record) {
+			var reason, source string
+			for _, h := range rec.Headers {
+				switch h.Key {
+				case kafka.HeaderDLQReason:
+					reason = string(h.Value)
+				case kafka.HeaderDLQSource:
+					source = string(h.Value)
+				}
+			}
+			if source == "" {
+				t.Errorf("DLQ record without source header")
+			}
+			got = append(got, reason)
+		})
+		cancel()
+	}
+	if len(got) != len(poison) {
+		t.Fatalf("DLQ holds %v, want %d records", got, len(poison))
+	}
+	for i, p := range poison {
+		if got[i] != p.reason {
+			t.Errorf("DLQ record %d: reason %q, want %q", i, got[i], p.reason)
+		}
+	}
+}
+
+// TestRebalanceAndZombie grows the group from one projector to three and back
+// to one while events keep arriving, with one member frozen past the
+// rebalance timeout (a zombie) that resumes writing after it lost its
+// partitions. Nothing is lost or applied twice, and no snapshot or
+// checkpoint ever moves backwards.
+func TestRebalanceAndZombie(t *testing.T) {
+	e := newEnv(t, 4)
+	events := workloadEvents(3, 600)
+	third := len(events) / 3
+	e.produce(events[:third])
+
+	// Watch every snapshot position and checkpoint while the test runs.
+	var regress atomic.Value
+	watchStop := make(chan struct{})
+	var watchWG sync.WaitGroup
+	watchWG.Add(1)
+	go func() {
+		defer watchWG.Done()
+		seen := map[string]snapshot.Position{}
+		seenCkpt := map[int32]int64{}
+		st := e.store("rb")
+		for {
+			select {
+			case <-watchStop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			for id, b := range e.dumpQuiet(st) {
+				var s snapshot.Snapshot
+				if snapshot.Decode(b, &s) != nil {
+					continue
+				}
+				if prev, ok := seen[id]; ok && s.Position.Less(prev) {
+					regress.Store(fmt.Sprintf("%s went back from %v to %v", id, prev, s.Position))
+				}
+				seen[id] = s.Position
+			}
+			cps, _ := st.Checkpoints(ctx, topic)
+			for p, cp := range cps {
+				if cp.Offset < seenCkpt[p] {
+					regress.Store(fmt.Sprintf("checkpoint %d went back from %d to %d", p, seenCkpt[p], cp.Offset))
+				}
+				seenCkpt[p] = cp.Offset
+			}
+		}
+	}()
+
+	a := e.start(e.config("a"), "rb", nil)
+	e.waitCaughtUp("rb", 30*time.Second)
+	// The zombie freezes inside the first poll it folds and resumes only
+	// when released, long after the group has dropped it.
+	freeze := make(chan struct{})
+	var frozen atomic.Bool
+	var zombieWrites atomic.Int64
+	zcfg := e.config("z")
+	z := e.start(zcfg, "rb", func(p string) bool {
+		switch {
+		case p == "fold" && frozen.CompareAndSwap(false, true):
+			<-freeze
+		case p == "before-put" && frozen.Load():
+			zombieWrites.Add(1)
+		}
+		return false
+	})
+	b := e.start(e.config("b"), "rb", nil)
+	waitFor(t, "the zombie to own partitions", func() bool { return z.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
+	e.produce(events[third : 2*third])
+	waitFor(t, "the zombie to freeze", frozen.Load)
+	// b leaves: the rebalance waits for the frozen member, then drops it
+	// after the rebalance timeout and gives everything to a.
+	if err := b.halt(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to own every partition", func() bool { return a.p.assigned.Load() == 4 })
+	e.produce(events[2*third:])
+	e.waitCaughtUp("rb", 60*time.Second)
+	close(freeze) // the zombie wakes up and writes what it folded
+	waitFor(t, "the zombie to write", func() bool { return zombieWrites.Load() > 0 })
+	if err := z.halt(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Logf("zombie: %v", err)
+	}
+	e.waitCaughtUp("rb", 90*time.Second)
+	if err := a.halt(); err != nil {
+		t.Fatal(err)
+	}
+	close(watchStop)
+	watchWG.Wait()
+	if msg := regress.Load(); msg != nil {
+		t.Fatal(msg)
+	}
+	want := e.reference("ref")
+	e.assertSame(want, e.dump("rb"))
+}
+
+func (e *env) dumpQuiet(st *snapshot.Store) map[string][]byte {
+	out := map[string][]byte{}
+	cursor := ""
+	for {
+		page, err := st.List(ctx, fsm.StateNone, cursor, 1000)
+		if err != nil {
+			return out
+		}
+		for _, s := range page.Snapshots {
+			out[s.ID] = s.AppendBinary(nil)
+		}
+		if page.Next == "" {
+			return out
+		}
+		cursor = page.Next
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
