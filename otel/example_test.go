@@ -8,7 +8,7 @@ import (
 	correxotel "github.com/correx/sessions/otel"
 )
 
-// A binary builds its telemetry once, mounts /metrics,
+// A binary builds its telemetry once, mounts /metrics, wraps its handlers,
 // and flushes on the way out.
 func ExampleSetup() {
 	ctx := context.Background()
@@ -26,6 +26,7 @@ func ExampleSetup() {
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", tel.MetricsHandler())
+	mux.Handle("GET /sessions/{id}", correxotel.HTTPHandler(tel, "get session", http.NotFoundHandler()))
 	fmt.Println("ready")
 	// Output: ready
 }
