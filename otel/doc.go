@@ -1,0 +1,64 @@
+// Package correxotel owns the telemetry plumbing every correx-sessions binary
+// shares:
+//
+//   - tracer and meter providers (Setup), built from the standard OTEL_*
+//     environment variables, with no global state unless a binary asks for
+//     it (Telemetry.SetGlobal);
+//   - the Prometheus handler behind each service's /metrics
+//     (Telemetry.MetricsHandler), always on, on a registry private to the
+//     Telemetry;
+//   - W3C Trace Context and Baggage propagation, over HTTP (HTTPHandler) and
+//     Kafka record headers (InjectRecord, ExtractRecord, KafkaHooks), and
+//     Redis client instrumentation (InstrumentRedis);
+//   - deterministic span and trace IDs for lifecycle spans (DeriveSpanID,
+//     DeriveTraceID, WithSpanID, WithTraceID), so that replaying a
+//     transition after a crash re-emits the same span rather than a second,
+//     different one;
+//   - a clean Telemetry.Shutdown that flushes what is pending;
+//   - NewForTest, recording spans and metrics in memory for other packages'
+//     tests.
+//
+// The package lives in the directory otel/ (DESIGN.md's layout) but is named
+// correxotel, so that a file importing it and go.opentelemetry.io/otel
+// renames neither, as franz-go's kotel and go-redis's redisotel do.
+//
+// # Environment
+//
+// Read through Config.Getenv (os.Getenv by default), validated all at once by
+// Config.Validate, values case-insensitive:
+//
+//	OTEL_TRACES_EXPORTER          otlp, console, none (default): comma-separated
+//	OTEL_METRICS_EXPORTER         otlp, console, prometheus, none (default);
+//	                              Prometheus /metrics is on whatever this says,
+//	                              so "prometheus" and "none" add nothing
+//	OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+//	OTEL_EXPORTER_OTLP_PROTOCOL   grpc (default) or http/protobuf; the
+//	                              signal's own variable wins
+//	OTEL_SERVICE_NAME             overrides Config.ServiceName
+//	OTEL_RESOURCE_ATTRIBUTES      key=value,... (values percent-encoded);
+//	                              overrides Config's attributes and adds others,
+//	                              but not OTEL_SERVICE_NAME
+//
+// The OTLP default is grpc, as this project chose, although the
+// specification suggests http/protobuf.
+//
+// Read from the real process environment by the SDK and the exporters, not
+// through Getenv: OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT, _HEADERS,
+// _TIMEOUT, _COMPRESSION, _CERTIFICATE and the rest of the OTLP exporter
+// settings; OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default
+// parentbased_always_on); OTEL_BSP_* for the batch span processor;
+// OTEL_METRIC_EXPORT_INTERVAL and OTEL_METRIC_EXPORT_TIMEOUT for the periodic
+// reader; OTEL_SPAN_*_LIMIT. Re-implementing them here would only let them
+// drift from the SDK's.
+//
+// # Deterministic IDs
+//
+// The providers use an ID generator that is random unless the context a
+// span is started with carries IDs set by WithSpanID or WithTraceID. A
+// lifecycle span for the transition that brought a session to version v is
+// started with WithSpanID(ctx, DeriveSpanID(sessionID, v)): whether the
+// projector emits it the first time or again while replaying after a crash,
+// the backend receives the same span ID (and, when the parent is the same
+// record's producer span or DeriveTraceID, the same trace ID) and keeps one
+// span.
+package correxotel

@@ -1,0 +1,98 @@
+package correxotel
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// recordCarrier adapts a record's headers to propagation.TextMapCarrier.
+// Keys match exactly (Kafka header keys are case-sensitive; the W3C
+// propagators use lower case), and Set replaces the first header with the
+// key rather than adding a second, so re-injecting into a record that is
+// produced again does not leave two traceparent headers. kotel's own
+// RecordCarrier behaves the same, so records written by either are read by
+// both.
+type recordCarrier struct{ r *kgo.Record }
+
+var _ propagation.TextMapCarrier = recordCarrier{}
+
+func (c recordCarrier) Get(key string) string {
+	for _, h := range c.r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func (c recordCarrier) Set(key, value string) {
+	for i, h := range c.r.Headers {
+		if h.Key == key {
+			c.r.Headers[i].Value = []byte(value)
+			return
+		}
+	}
+	c.r.Headers = append(c.r.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
+}
+
+func (c recordCarrier) Keys() []string {
+	keys := make([]string, len(c.r.Headers))
+	for i, h := range c.r.Headers {
+		keys[i] = h.Key
+	}
+	return keys
+}
+
+// InjectRecord writes the span context and baggage of ctx into r's headers
+// with prop (normally Telemetry.Propagator), replacing headers of the same
+// keys. A client with KafkaHooks installed need not call it: the hooks
+// inject the context set in r.Context when the record is produced.
+func InjectRecord(ctx context.Context, prop propagation.TextMapPropagator, r *kgo.Record) {
+	prop.Inject(ctx, recordCarrier{r})
+}
+
+// ExtractRecord returns ctx extended with the remote span context and
+// baggage found in r's headers by prop (normally Telemetry.Propagator). A
+// span started from the result continues the producer's trace. Headers are
+// only read.
+func ExtractRecord(ctx context.Context, prop propagation.TextMapPropagator, r *kgo.Record) context.Context {
+	return prop.Extract(ctx, recordCarrier{r})
+}
+
+// KafkaHooks returns a kgo option installing franz-go's kotel hooks with t's
+// providers and propagator (never the globals). Producing a record starts a
+// "<topic> publish" producer span as a child of r.Context and injects it into
+// the record's headers; fetching one starts a "<topic> receive" span that
+// continues the trace found in the headers and leaves it in r.Context for
+// the consumer's own spans. kotel also records the client's connection,
+// byte and batch metrics. opts (such as kotel.ClientID or
+// kotel.ConsumerGroup, which add span attributes) are applied after ours.
+func KafkaHooks(t *Telemetry, opts ...kotel.TracerOpt) kgo.Opt {
+	tracerOpts := append([]kotel.TracerOpt{
+		kotel.TracerProvider(t.TracerProvider),
+		kotel.TracerPropagator(t.Propagator),
+	}, opts...)
+	k := kotel.NewKotel(
+		kotel.WithTracer(kotel.NewTracer(tracerOpts...)),
+		kotel.WithMeter(kotel.NewMeter(kotel.MeterProvider(t.MeterProvider))),
+	)
+	return kgo.WithHooks(k.Hooks()...)
+}
+
+// HTTPHandler wraps h with otelhttp using t's providers and propagator (never
+// the globals): each request gets a server span named operation that
+// continues the trace of an incoming traceparent header, the request context
+// carries that span and the request's baggage, and the http.server.*
+// metrics are recorded.
+func HTTPHandler(t *Telemetry, operation string, h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, operation,
+		otelhttp.WithTracerProvider(t.TracerProvider),
+		otelhttp.WithMeterProvider(t.MeterProvider),
+		otelhttp.WithPropagators(t.Propagator),
+	)
+}
