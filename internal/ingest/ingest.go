@@ -56,6 +56,9 @@ type Handler struct {
 	Log           *slog.Logger
 	// RetryAfter is what a 503 advises (default 1s).
 	RetryAfter time.Duration
+	// ProduceTimeout bounds how long a request waits for Kafka (default
+	// 10s); the answer is then 503.
+	ProduceTimeout time.Duration
 }
 
 // Accepted is one produced event in a 202 answer.
@@ -109,10 +112,22 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 		partition int32
 		offset    int64
 		err       error
+		done      bool
 	}
+	timeout := h.ProduceTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	// The request's context does not cancel produces (a client going away
+	// must not leave half a batch unknown), but the produce context does:
+	// a record not yet sent to Kafka when it expires is failed, so that the
+	// answer can say what happened to every event.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	var mu sync.Mutex
 	results := make([]result, len(events))
-	var wg sync.WaitGroup
-	wg.Add(len(events))
+	remaining := len(events)
+	allDone := make(chan struct{})
 	for i := range events {
 		e := &events[i]
 		rec := &kgo.Record{
@@ -125,36 +140,58 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 		if h.BeforeProduce != nil {
 			h.BeforeProduce(ctx, rec)
 		}
-		// The request context is not used to cancel produces: an event
-		// handed to the client is either written or fails on its own
-		// (RecordDeliveryTimeout), so the answer can say which it was.
-		h.Producer.Produce(context.WithoutCancel(ctx), rec, func(r *kgo.Record, err error) {
-			results[i] = result{r.Partition, r.Offset, err}
-			wg.Done()
+		h.Producer.Produce(pctx, rec, func(r *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			results[i] = result{r.Partition, r.Offset, err, true}
+			if remaining--; remaining == 0 {
+				close(allDone)
+			}
 		})
 	}
-	wg.Wait()
+	// A record already sent to Kafka cannot be failed safely (idempotence),
+	// so the wait itself is bounded too: what is still unconfirmed then is
+	// reported as pending, and may yet be written.
+	timer := time.NewTimer(timeout + 2*time.Second)
+	defer timer.Stop()
+	select {
+	case <-allDone:
+	case <-timer.C:
+	}
+	mu.Lock()
+	snap := append([]result(nil), results...)
+	mu.Unlock()
 
 	resp := Response{Accepted: make([]Accepted, 0, len(events))}
-	var failed []map[string]any
+	var failed, pending []map[string]any
 	var firstErr error
-	for i, res := range results {
-		if res.err != nil {
+	for i, res := range snap {
+		switch {
+		case !res.done:
+			pending = append(pending, map[string]any{"index": i, "eventId": events[i].ID.String()})
+		case res.err != nil:
 			failed = append(failed, map[string]any{"index": i, "eventId": events[i].ID.String(), "error": res.err.Error()})
 			firstErr = cmpErr(firstErr, res.err)
-			continue
+		default:
+			resp.Accepted = append(resp.Accepted, Accepted{events[i].ID.String(), res.partition, res.offset})
+			resp.Position = strconv.Itoa(int(res.partition)) + ":" + strconv.FormatInt(res.offset, 10)
 		}
-		resp.Accepted = append(resp.Accepted, Accepted{events[i].ID.String(), res.partition, res.offset})
-		resp.Position = strconv.Itoa(int(res.partition)) + ":" + strconv.FormatInt(res.offset, 10)
 	}
-	if len(failed) > 0 {
-		h.log().Warn("produce failed", "events", len(events), "failed", len(failed), "err", firstErr)
+	if len(failed)+len(pending) > 0 {
+		if firstErr == nil {
+			firstErr = errors.New("no answer from Kafka in time")
+		}
+		h.log().Warn("produce failed", "events", len(events), "failed", len(failed), "pending", len(pending), "err", firstErr)
 		retry := h.RetryAfter
 		if retry == 0 {
 			retry = time.Second
 		}
-		httpx.Unavailable(w, retry, fmt.Sprintf("Kafka did not take %d of %d events (%v); resending the whole request is safe", len(failed), len(events), firstErr),
-			map[string]any{"accepted": resp.Accepted, "failed": failed})
+		extra := map[string]any{"accepted": resp.Accepted, "failed": failed}
+		if len(pending) > 0 {
+			extra["pending"] = pending
+		}
+		httpx.Unavailable(w, retry, fmt.Sprintf("Kafka did not confirm %d of %d events (%v); accepted ones are written, "+
+			"pending ones may still be; resending the whole request is safe", len(failed)+len(pending), len(events), firstErr), extra)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusAccepted, resp)

@@ -92,7 +92,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		}
 	}()
 
-	h := &Handler{Producer: cl, Topic: cfg.Topic, Log: log}
+	h := &Handler{Producer: cl, Topic: cfg.Topic, Log: log, ProduceTimeout: cfg.ProduceTimeout}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/events", h)
 	mux.HandleFunc("/v1/events", func(w http.ResponseWriter, r *http.Request) {
