@@ -517,17 +517,53 @@ func checkSecrets(t *testing.T, sc scenario, m *manifests) {
 // checkLiteral fails on a literal value that is, or carries, a credential.
 func checkLiteral(t *testing.T, where, name, value string) {
 	t.Helper()
+	for _, p := range literalProblems(name, value) {
+		t.Errorf("%s: %s", where, p)
+	}
+}
+
+// literalProblems says why a literal (ConfigMap entry or env value) named name
+// must not hold value: a credential-like name, PEM material, or a URL with a
+// password. Paths in *_FILE variables are fine: they name mounted files.
+func literalProblems(name, value string) []string {
+	var out []string
 	if secretish.MatchString(name) && !strings.HasSuffix(name, "_FILE") {
-		t.Errorf("%s: a credential-like variable with a literal value; it must come from a Secret", where)
+		out = append(out, "a credential-like variable with a literal value; it must come from a Secret")
 	}
 	if strings.Contains(value, "-----BEGIN") {
-		t.Errorf("%s: PEM material in a literal value", where)
+		out = append(out, "PEM material in a literal value")
 	}
 	for _, field := range strings.Split(value, ",") {
 		if u, err := url.Parse(strings.TrimSpace(field)); err == nil && u.User != nil {
 			if _, has := u.User.Password(); has {
-				t.Errorf("%s: URL with a password in a literal value", where)
+				out = append(out, "URL with a password in a literal value")
 			}
+		}
+	}
+	return out
+}
+
+// TestLiteralProblems shows that the secret checks above can fail.
+func TestLiteralProblems(t *testing.T) {
+	tests := []struct {
+		name, value string
+		bad         bool
+	}{
+		{"CORREX_REDIS_URL", "redis://redis:6379/0", false},
+		{"CORREX_REDIS_URL", "rediss://:hunter2@redis:6380/0", true},
+		{"CORREX_REDIS_URL", "redis://correx:hunter2@redis:6379", true},
+		{"CORREX_KAFKA_BROKERS", "b-1:9096,b-2:9096", false},
+		{"CORREX_KAFKA_SASL_PASSWORD", "hunter2", true},
+		{"CORREX_KAFKA_SASL_PASSWORD_FILE", "/etc/correx/secrets/kafka/sasl-password", false},
+		{"CORREX_AUTH_TOKENS", "abc", true},
+		{"CORREX_TLS_KEY", "/x", true},
+		{"CORREX_TLS_CERT_FILE", "-----BEGIN CERTIFICATE-----", true},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317", false},
+	}
+	for _, tt := range tests {
+		got := literalProblems(tt.name, tt.value)
+		if bad := len(got) > 0; bad != tt.bad {
+			t.Errorf("%s=%s: problems %q, want bad=%v", tt.name, tt.value, got, tt.bad)
 		}
 	}
 }

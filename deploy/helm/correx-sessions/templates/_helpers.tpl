@@ -437,7 +437,7 @@ Each failure names the values to change.
 {{- $replicas := $v.projector.replicas | int64 }}
 {{- $partitions := $v.kafka.partitions | int64 }}
 {{- if gt $replicas $partitions }}
-{{- fail (printf "projector.replicas (%d) must not exceed kafka.partitions (%d): a consumer group gives each partition to one member, so the extra projectors would sit idle. Lower projector.replicas or add partitions to the topic and raise kafka.partitions." $replicas $partitions) }}
+{{- fail (printf "projector.replicas (%d) must not exceed kafka.partitions (%d): a consumer group gives each partition to one member, so the extra projectors would sit idle. Lower projector.replicas (adding partitions to an existing topic moves sessions to other partitions and breaks their order: that is a migration, not a scaling step)." $replicas $partitions) }}
 {{- end }}
 {{- if and (not $v.redis.existingSecret) (regexMatch "^rediss?://[^/@]*:[^/@]*@" $v.redis.url) }}
 {{- fail "redis.url contains a password, which would land in a ConfigMap: put the URL in a Secret and set redis.existingSecret, or put the password alone in a Secret and set redis.passwordSecret." }}
