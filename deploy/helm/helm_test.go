@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -86,9 +88,39 @@ type helmResult struct {
 // output is stdout and stderr together, for messages and assertions on errors.
 func (r helmResult) output() string { return r.stdout + r.stderr }
 
+// inputsOnce makes the test read, once per run, every file Helm reads.
+var inputsOnce sync.Once
+
+// trackInputs reads the chart, the values files and the Helm binary from the
+// test itself. Helm runs in a subprocess, whose file reads `go test` cannot see;
+// without this a cached "ok" would survive a change to a template or a values
+// file. Reads made here, from a test, go into the test log that the test
+// cache checks.
+func trackInputs(t *testing.T) {
+	t.Helper()
+	inputsOnce.Do(func() {
+		for _, dir := range []string{chartDir, valuesDir} {
+			err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				_, err = os.ReadFile(p)
+				return err
+			})
+			if err != nil {
+				t.Fatalf("read the chart's files: %v", err)
+			}
+		}
+		if _, err := os.Stat(helmBin); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // runHelm runs the pinned Helm with args and returns what it printed.
 func runHelm(t *testing.T, args ...string) helmResult {
 	t.Helper()
+	trackInputs(t)
 	cmd := exec.Command(helmBin, args...)
 	cmd.Env = append(os.Environ(),
 		"HELM_CONFIG_HOME="+filepath.Join(helmHome, "config"),
