@@ -109,6 +109,8 @@ type scenario struct {
 	autoscaling       bool
 	// secrets are the names of the Secrets the pods must reference, all components together.
 	secrets []string
+	// monitorCA is the Secret with the CA Prometheus verifies HTTPS scrapes with.
+	monitorCA string
 }
 
 func perComponent(all []string, apiOnly ...string) map[string][]string {
@@ -192,6 +194,7 @@ var scenarios = []scenario{
 		scheme:            corev1.URISchemeHTTPS,
 		secrets: []string{"correx-auth-tokens", "correx-clients-ca", "correx-http-tls", "correx-kafka-ca",
 			"correx-kafka-client", "correx-kafka-plain", "correx-redis-url"},
+		monitorCA: "correx-http-ca",
 	},
 }
 
@@ -845,6 +848,14 @@ func checkSelectors(t *testing.T, sc scenario, m *manifests) {
 		ep := smon.Spec.Endpoints[0]
 		if ep.Port != "http" || ep.Path != "/metrics" || ep.Scheme != strings.ToLower(string(sc.scheme)) {
 			t.Errorf("ServiceMonitor %s: endpoint %+v, want port http, path /metrics, scheme %s", name, ep, strings.ToLower(string(sc.scheme)))
+		}
+		switch tls := ep.TLSConfig; {
+		case sc.scheme == corev1.URISchemeHTTP && tls != nil:
+			t.Errorf("ServiceMonitor %s: tlsConfig on a plain HTTP scrape", name)
+		case sc.scheme == corev1.URISchemeHTTPS && (tls == nil || tls.InsecureSkipVerify):
+			t.Errorf("ServiceMonitor %s: HTTPS scrape without verified TLS: %+v", name, tls)
+		case sc.monitorCA != "" && (tls.CA == nil || tls.CA.Secret == nil || tls.CA.Secret.Name != sc.monitorCA):
+			t.Errorf("ServiceMonitor %s: CA %+v, want Secret %s", name, tls.CA, sc.monitorCA)
 		}
 		if !slices.Equal(smon.Spec.NamespaceSelector.MatchNames, []string{namespace}) {
 			t.Errorf("ServiceMonitor %s: namespaceSelector %+v", name, smon.Spec.NamespaceSelector)

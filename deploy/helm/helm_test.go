@@ -182,6 +182,12 @@ type serviceMonitor struct {
 			TLSConfig     *struct {
 				InsecureSkipVerify bool   `json:"insecureSkipVerify"`
 				ServerName         string `json:"serverName,omitempty"`
+				CA                 *struct {
+					Secret *struct {
+						Name string `json:"name"`
+						Key  string `json:"key"`
+					} `json:"secret,omitempty"`
+				} `json:"ca,omitempty"`
 			} `json:"tlsConfig,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
