@@ -1,0 +1,133 @@
+package helm
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestProjectorReplicasAtPartitions renders the boundary the chart must accept:
+// as many projectors as partitions.
+func TestProjectorReplicasAtPartitions(t *testing.T) {
+	t.Parallel()
+	m := render(t, "minimal.yaml", "--set", "kafka.partitions=4", "--set", "projector.replicas=4")
+	sts := m.statefulSets[m.workloads()["projector"].name]
+	if sts == nil || sts.Spec.Replicas == nil || *sts.Spec.Replicas != 4 {
+		t.Fatalf("projector replicas: got %+v, want 4", sts)
+	}
+}
+
+// checksums renders and returns the checksum/config annotation per component.
+func checksums(t *testing.T, extra ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for comp, w := range render(t, "minimal.yaml", extra...).workloads() {
+		out[comp] = w.template.Annotations["checksum/config"]
+	}
+	return out
+}
+
+// TestConfigChangeRollsPods checks that a configuration change reaches the pod
+// templates through the checksum annotation, so `helm upgrade` rolls exactly
+// the components whose configuration changed.
+func TestConfigChangeRollsPods(t *testing.T) {
+	t.Parallel()
+	base := checksums(t)
+	tests := []struct {
+		name    string
+		set     string
+		changed []string
+	}{
+		{"topic, read by all", "kafka.topic=other-topic", []string{"ingest", "query", "projector"}},
+		{"projector cache", "projector.cacheSize=5000", []string{"projector"}},
+		{"ingest produce timeout", "ingest.produceTimeout=3s", []string{"ingest"}},
+		{"replicas are no configuration", "ingest.replicas=5", nil},
+	}
+	for _, tt := range tests {
+		got := checksums(t, "--set", tt.set)
+		for comp, sum := range got {
+			want := base[comp]
+			changed := false
+			for _, c := range tt.changed {
+				changed = changed || c == comp
+			}
+			if changed && sum == want {
+				t.Errorf("%s: --set %s left the %s checksum unchanged", tt.name, tt.set, comp)
+			}
+			if !changed && sum != want {
+				t.Errorf("%s: --set %s changed the %s checksum", tt.name, tt.set, comp)
+			}
+		}
+	}
+}
+
+// TestLongReleaseName checks that names stay within Kubernetes' limits with
+// the longest release name Helm allows (53 characters): 63 for labels and most
+// names, 52 for a StatefulSet (its pods' controller-revision-hash label adds 11).
+func TestLongReleaseName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("r", 53)
+	res := runHelm(t, "template", long, chartDir, "--namespace", namespace, "-f", "values/production.yaml")
+	if res.err != nil {
+		t.Fatalf("helm template: %v\n%s", res.err, res.output())
+	}
+	m, err := decodeManifests([]byte(res.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range m.objects {
+		if len(o.meta.Name) > 63 {
+			t.Errorf("%s %s: name longer than 63", o.kind, o.meta.Name)
+		}
+		for k, v := range o.meta.Labels {
+			if len(v) > 63 {
+				t.Errorf("%s %s: label %s=%s longer than 63", o.kind, o.meta.Name, k, v)
+			}
+		}
+	}
+	for name := range m.statefulSets {
+		if len(name) > 52 {
+			t.Errorf("StatefulSet %s: name longer than 52", name)
+		}
+	}
+}
+
+// TestImageReferences checks registry, tag and digest handling.
+func TestImageReferences(t *testing.T) {
+	t.Parallel()
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	m := render(t, "minimal.yaml",
+		"--set", "image.registry=registry.example.com/team/",
+		"--set", "query.image.tag=1.2.3",
+		"--set", "projector.image.digest="+digest,
+	)
+	ws := m.workloads()
+	want := map[string]string{
+		"ingest":    "registry.example.com/team/correx/ingest:" + chartAppVersion(t),
+		"query":     "registry.example.com/team/correx/query:1.2.3",
+		"projector": "registry.example.com/team/correx/projector@" + digest,
+	}
+	for comp, img := range want {
+		if got := ws[comp].template.Spec.Containers[0].Image; got != img {
+			t.Errorf("%s: image %q, want %q", comp, got, img)
+		}
+	}
+}
+
+// TestRedisURLFromSecret checks that a URL kept in a Secret reaches the pods by
+// secretKeyRef and never lands in a ConfigMap.
+func TestRedisURLFromSecret(t *testing.T) {
+	t.Parallel()
+	m := render(t, "minimal.yaml", "--set", "redis.existingSecret=redis-url", "--set", "redis.existingSecretKey=uri")
+	for name, cm := range m.configMaps {
+		if v, ok := cm.Data["CORREX_REDIS_URL"]; ok {
+			t.Errorf("ConfigMap %s carries CORREX_REDIS_URL=%s", name, v)
+		}
+	}
+	for comp, w := range m.workloads() {
+		env, _ := m.containerEnv(w.template.Spec.Containers[0])
+		ref := env["CORREX_REDIS_URL"].from
+		if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "redis-url" || ref.SecretKeyRef.Key != "uri" {
+			t.Errorf("%s: CORREX_REDIS_URL from %+v, want secretKeyRef redis-url/uri", comp, ref)
+		}
+	}
+}
