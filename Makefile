@@ -7,7 +7,7 @@ STATICCHECK_VERSION := v0.8.2
 FUZZTIME            ?= 10s
 export FUZZTIME
 
-.PHONY: help deps build test unit fuzz lint generate bench run test-integration images
+.PHONY: help deps build test unit fuzz test-helm lint generate bench run loadgen test-integration images
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,13 +18,16 @@ deps: ## install what the tests need (redis-server) when it is missing
 build: ## compile every package and binary
 	$(GO) build ./...
 
-test: deps unit fuzz ## unit and component tests with the race detector, then every fuzz target for FUZZTIME
+test: deps unit fuzz test-helm ## unit and component tests (race detector), every fuzz target for FUZZTIME, the Helm chart
 
 unit: ## go test -race on every package (needs redis-server; see deps)
 	$(GO) test -race -count=1 ./...
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@scripts/fuzz.sh
+
+test-helm: ## render, lint and check the Helm chart (its own module; builds Helm once)
+	@deploy/helm/test.sh
 
 lint: ## gofmt, go vet, staticcheck (pinned), generated docs in sync
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -38,8 +41,11 @@ generate: ## regenerate the README's lifecycle table and diagram from pkg/fsm
 bench: deps ## benchmarks with their baselines (reducer, codec, store)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./pkg/...
 
-run: ## the whole pipeline on embedded defaults (not yet)
-	@echo "make run: not yet: the pipeline (cmd/devstack) is still to come"
+run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it)
+	$(GO) run ./cmd/devstack $(ARGS)
+
+loadgen: ## a verified workload against a running stack (ARGS="-sessions 5000 -rate 2000")
+	$(GO) run ./cmd/loadgen $(ARGS)
 
 test-integration: ## testcontainers-go suites (not yet)
 	@echo "make test-integration: not yet"

@@ -110,6 +110,20 @@ func (b *Binder) Duration(p *time.Duration, name, env string, def time.Duration,
 	b.vars = append(b.vars, bound{name, env, false, func() string { return p.String() }})
 }
 
+// Float binds a floating-point flag.
+func (b *Binder) Float(p *float64, name, env string, def float64, usage string) {
+	if v, ok := b.lookup(env); ok {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%q: not a number", env, v))
+		} else {
+			def = x
+		}
+	}
+	b.FS.Float64Var(p, name, def, b.usage(usage, env))
+	b.vars = append(b.vars, bound{name, env, false, func() string { return strconv.FormatFloat(*p, 'g', -1, 64) }})
+}
+
 // Bool binds a boolean flag.
 func (b *Binder) Bool(p *bool, name, env string, def bool, usage string) {
 	if v, ok := b.lookup(env); ok {

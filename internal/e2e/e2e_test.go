@@ -6,6 +6,10 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"log/slog"
 	"os"
 	"testing"
@@ -111,4 +115,51 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("verified %d of 2000, rejected requests %d", rep.Verified, rep.Rejected)
 	}
 	assertExact(t, store, rep.Written)
+
+	// Replays from the log match what is stored; a tampered snapshot does not.
+	ids := []string{}
+	for id := range rep.Written {
+		if len(ids) < 5 {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		if got := replay(t, st.QueryURL, id); !got.MatchesStored {
+			t.Errorf("%s: replay does not match the stored snapshot", id)
+		}
+	}
+	tampered, err := store.Get(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered.Counters.ModelTurns += 100
+	key := fmt.Sprintf("%s:{b%03d}:s:%s", st.Prefix, snapshot.Bucket(ids[0]), ids[0])
+	if err := store.Client().Set(context.Background(), key, tampered.AppendBinary(nil), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := replay(t, st.QueryURL, ids[0]); got.MatchesStored {
+		t.Error("replay matches a tampered snapshot")
+	} else if got.Snapshot.Counters.ModelTurns+100 != tampered.Counters.ModelTurns {
+		t.Errorf("replayed modelTurns %d, stored %d", got.Snapshot.Counters.ModelTurns, tampered.Counters.ModelTurns)
+	}
+}
+
+func replay(t *testing.T, queryURL, id string) (out struct {
+	Snapshot      *snapshot.Snapshot `json:"snapshot"`
+	MatchesStored bool               `json:"matchesStored"`
+}) {
+	t.Helper()
+	resp, err := http.Get(queryURL + "/v1/sessions/" + id + "/replay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("replay %s: %d %s", id, resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("replay %s: %v: %s", id, err, body)
+	}
+	return out
 }
