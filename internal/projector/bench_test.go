@@ -1,0 +1,234 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/workload"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// benchEnv is a broker with a pre-filled topic and a redis-server.
+type benchEnv struct {
+	brokers []string
+	srv     *redistest.Server
+	rdb     *redis.Client
+	events  int
+}
+
+// fill produces events of sessions (about 20 each) to a 12-partition topic.
+func newBenchEnv(b *testing.B, sessions int) *benchEnv {
+	b.Helper()
+	c := kafkatest.Start(b)
+	srv := redistest.Start(b)
+	e := &benchEnv{brokers: c.ListenAddrs(), srv: srv, rdb: srv.Client(b)}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kafka.Partitioner()), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(200_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, 12); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), kafka.DLQTopic(topic), 12); err != nil {
+		b.Fatal(err)
+	}
+	g := workload.New(11, workload.Options{InvalidShare: 0.02, DuplicateShare: 0.02})
+	start := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	// Produce in slices of sessions to bound memory.
+	const slice = 5000
+	for first := 0; first < sessions; first += slice {
+		var ss [][]fsm.Event
+		for i := first; i < min(first+slice, sessions); i++ {
+			ss = append(ss, g.Session("b-"+strconv.Itoa(i), start))
+		}
+		stream := g.Interleave(ss)
+		for i := range stream {
+			ev := &stream[i]
+			cl.Produce(ctx, &kgo.Record{Key: []byte(ev.SessionID), Value: fsm.AppendRecord(nil, ev)}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					panic(err)
+				}
+			})
+		}
+		e.events += len(stream)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+func (e *benchEnv) config(group, instance string) Config {
+	return Config{Kafka: kafka.Config{Brokers: e.brokers, ClientID: "bench"}, Topic: topic, Partitions: 12,
+		Group: group, InstanceID: instance, RedisURL: e.srv.URL(), HTTPAddr: ":0",
+		FlushInterval: 100 * time.Millisecond, MaxFlushInterval: 2 * time.Second, FlushSize: 20000,
+		CacheSize: 100000, MaxPollRecords: 10000, SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second}
+}
+
+func (e *benchEnv) ends(b *testing.B) map[int32]int64 {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// catchUp runs a projector from its checkpoints (none: a full rebuild)
+// until every checkpoint reaches the log end, and returns the time taken.
+func (e *benchEnv) catchUp(b *testing.B, prefix, group string) time.Duration {
+	b.Helper()
+	st, err := snapshot.NewStore(e.rdb, prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ends := e.ends(b)
+	p := New(e.config(group, "bench-"+group), st, WithLogger(testLog()))
+	c, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- p.Run(c) }()
+	for {
+		cps, err := st.Checkpoints(ctx, topic)
+		if err == nil {
+			caught := true
+			for part, end := range ends {
+				if end > 0 && cps[part].Offset < end {
+					caught = false
+				}
+			}
+			if caught {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			b.Fatalf("projector stopped: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		b.Fatal(err)
+	}
+	return elapsed
+}
+
+// naive is the baseline: consume each record, GET its snapshot, fold, SET it
+// back, one event at a time, for n events.
+func (e *benchEnv) naive(b *testing.B, n int) time.Duration {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	var r fsm.Reducer
+	var ev fsm.Event
+	start := time.Now()
+	done := 0
+	for done < n {
+		fetches := cl.PollRecords(ctx, 1000)
+		for _, rec := range fetches.Records() {
+			if done == n {
+				break
+			}
+			done++
+			if fsm.DecodeRecord(rec.Value, &ev) != nil {
+				continue
+			}
+			key := "naive:" + ev.SessionID
+			var s snapshot.Snapshot
+			if raw, err := e.rdb.Get(ctx, key).Bytes(); err == nil {
+				if err := snapshot.Decode(raw, &s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, folded := s.Fold(&r, &ev, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset}); folded && s.Exists() {
+				if err := e.rdb.Set(ctx, key, s.AppendBinary(nil), 0).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	return time.Since(start)
+}
+
+// BenchmarkCatchUp measures how fast a projector folds a pre-filled topic
+// (BENCH_SESSIONS sessions, default 50,000, about 1,000,000 events over 12
+// partitions; broker in-process, redis-server on the same host), side by side
+// with the naive baseline run over the first 100,000 events in the same
+// process. Run it once: go test -run='^$' -bench=CatchUp -benchtime=1x.
+func BenchmarkCatchUp(b *testing.B) {
+	sessions := 50000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
+		sessions = v
+	}
+	e := newBenchEnv(b, sessions)
+	for i := 0; b.Loop(); i++ {
+		d := e.catchUp(b, fmt.Sprintf("p%d", i), fmt.Sprintf("g%d", i))
+		rate := float64(e.events) / d.Seconds()
+		naiveN := min(100_000, e.events)
+		nd := e.naive(b, naiveN)
+		naiveRate := float64(naiveN) / nd.Seconds()
+		b.ReportMetric(float64(e.events), "events")
+		b.ReportMetric(rate, "projector-events/s")
+		b.ReportMetric(naiveRate, "naive-events/s")
+		b.ReportMetric(rate/naiveRate, "speedup")
+	}
+}
+
+// BenchmarkRecovery measures the time from a projector's start to caught up,
+// after a stop with 10,000 events produced since, with its checkpoints and
+// with a forced full replay (checkpoints deleted), at BENCH_SESSIONS
+// sessions of history (about 20 events each).
+func BenchmarkRecovery(b *testing.B) {
+	sessions := 50000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
+		sessions = v
+	}
+	e := newBenchEnv(b, sessions)
+	e.catchUp(b, "r", "gr")
+	st, _ := snapshot.NewStore(e.rdb, "r")
+	for b.Loop() {
+		extra := workload.New(99, workload.Options{}).Interleave(workload.New(99, workload.Options{}).Sessions("extra-"+strconv.FormatInt(time.Now().UnixNano(), 36), 500, time.Now()))
+		cl, _ := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))
+		for i := range extra {
+			cl.Produce(ctx, &kgo.Record{Key: []byte(extra[i].SessionID), Value: fsm.AppendRecord(nil, &extra[i])}, nil)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cl.Close()
+		withCheckpoints := e.catchUp(b, "r", "gr")
+		if err := st.DeleteCheckpoints(ctx, topic); err != nil {
+			b.Fatal(err)
+		}
+		fullReplay := e.catchUp(b, "r", "gr")
+		b.ReportMetric(float64(e.events), "history-events")
+		b.ReportMetric(withCheckpoints.Seconds(), "s-with-checkpoints")
+		b.ReportMetric(fullReplay.Seconds(), "s-full-replay")
+	}
+}
