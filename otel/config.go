@@ -3,6 +3,7 @@ package correxotel
 import (
 	"errors"
 	"fmt"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"io"
 	"net/url"
 	"os"
@@ -66,6 +67,10 @@ type Config struct {
 	// package serialises writes to it, so it need not be safe for concurrent
 	// use.
 	ConsoleWriter io.Writer
+	// SpanExporter, when set, receives spans through a batch span processor
+	// in addition to those OTEL_TRACES_EXPORTER selects (benchmarks use it
+	// to measure instrumentation apart from an exporter's encoding).
+	SpanExporter sdktrace.SpanExporter
 }
 
 // selection is what the environment asks for, once validated.

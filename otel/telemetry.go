@@ -89,6 +89,10 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		t.exporters = append(t.exporters, "traces:"+label)
 		traceOpts = append(traceOpts, sdktrace.WithBatcher(exp))
 	}
+	if cfg.SpanExporter != nil {
+		t.exporters = append(t.exporters, "traces:custom")
+		traceOpts = append(traceOpts, sdktrace.WithBatcher(cfg.SpanExporter))
+	}
 
 	t.registry = prometheus.NewRegistry()
 	promReader, err := otelprom.New(

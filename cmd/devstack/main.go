@@ -29,6 +29,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/query"
+	"github.com/correx/sessions/internal/service"
 )
 
 func main() {
@@ -96,7 +97,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(o.logLevel))
 	o.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	var shutdowns []func()
+	defer func() {
+		for _, f := range shutdowns {
+			f()
+		}
+	}()
+	var terr error
+	o.Runtime = func(name string) service.Runtime {
+		rt, shutdown, err := service.Telemetry(ctx, name, getenv, o.Log.With("service", name))
+		if err != nil {
+			terr = err
+			return service.Runtime{Log: o.Log.With("service", name)}
+		}
+		shutdowns = append(shutdowns, shutdown)
+		return rt
+	}
 	st, err := devstack.Start(ctx, o.Options)
+	if err == nil && terr != nil {
+		_ = st.Stop()
+		err = terr
+	}
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,8 @@ func ProducerOpts(cfg Config) []kgo.Opt {
 // Serve runs the ingest service until ctx is done.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	log := rt.Logger()
-	cl, err := kgo.NewClient(append(ProducerOpts(cfg), rt.KafkaOpts...)...)
+	opts := append(append(ProducerOpts(cfg), rt.KafkaOpts...), rt.KafkaTracing()...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("ingest: kafka client: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,11 +14,13 @@ import (
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/workload"
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // benchEnv is a broker with a pre-filled topic and a redis-server.
@@ -28,7 +31,9 @@ type benchEnv struct {
 	events  int
 }
 
-// fill produces events of sessions (about 20 each) to a 12-partition topic.
+// newBenchEnv produces the events of sessions (about 20 each with the
+// default mix; BENCH_EXEC_WEIGHT sets workload.Options.ExecutionWeight) to a
+// 12-partition topic.
 func newBenchEnv(b *testing.B, sessions int) *benchEnv {
 	b.Helper()
 	c := kafkatest.Start(b)
@@ -46,7 +51,8 @@ func newBenchEnv(b *testing.B, sessions int) *benchEnv {
 	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), kafka.DLQTopic(topic), 12); err != nil {
 		b.Fatal(err)
 	}
-	g := workload.New(11, workload.Options{InvalidShare: 0.02, DuplicateShare: 0.02})
+	weight, _ := strconv.Atoi(os.Getenv("BENCH_EXEC_WEIGHT"))
+	g := workload.New(11, workload.Options{InvalidShare: 0.02, DuplicateShare: 0.02, ExecutionWeight: weight})
 	start := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
 	// Produce in slices of sessions to bound memory.
 	const slice = 5000
@@ -96,14 +102,14 @@ func (e *benchEnv) ends(b *testing.B) map[int32]int64 {
 
 // catchUp runs a projector from its checkpoints (none: a full rebuild)
 // until every checkpoint reaches the log end, and returns the time taken.
-func (e *benchEnv) catchUp(b *testing.B, prefix, group string) time.Duration {
+func (e *benchEnv) catchUp(b *testing.B, prefix, group string, opts ...Option) time.Duration {
 	b.Helper()
 	st, err := snapshot.NewStore(e.rdb, prefix)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ends := e.ends(b)
-	p := New(e.config(group, "bench-"+group), st, WithLogger(testLog()))
+	p := New(e.config(group, "bench-"+group), st, append([]Option{WithLogger(testLog())}, opts...)...)
 	c, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	start := time.Now()
@@ -232,3 +238,46 @@ func BenchmarkRecovery(b *testing.B) {
 		b.ReportMetric(fullReplay.Seconds(), "s-full-replay")
 	}
 }
+
+// BenchmarkTracingOverhead folds the same pre-filled topic with telemetry
+// off and on (always-on sampler, batch span processor exporting every span,
+// encoded, to a discarded writer; metrics on), alternating, in one process.
+// It reports both rates and on/off.
+func BenchmarkTracingOverhead(b *testing.B) {
+	sessions := 50000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
+		sessions = v
+	}
+	e := newBenchEnv(b, sessions)
+	exporter := &countingExporter{}
+	tel, err := correxotel.Setup(ctx, correxotel.Config{ServiceName: "bench", Getenv: func(string) string { return "" },
+		SpanExporter: exporter})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tel.Shutdown(ctx)
+	obs, err := NewTelemetry(tel, topic, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var off, on time.Duration
+	for i := 0; b.Loop(); i++ {
+		off += e.catchUp(b, fmt.Sprintf("off%d", i), fmt.Sprintf("off%d", i))
+		on += e.catchUp(b, fmt.Sprintf("on%d", i), fmt.Sprintf("on%d", i), WithObserver(obs))
+	}
+	n := float64(b.N * e.events)
+	b.ReportMetric(n/off.Seconds(), "off-events/s")
+	b.ReportMetric(n/on.Seconds(), "on-events/s")
+	b.ReportMetric(off.Seconds()/on.Seconds(), "on/off")
+	b.ReportMetric(float64(exporter.spans.Load())/float64(b.N), "spans-exported/run")
+}
+
+// countingExporter receives spans from the batch processor and counts them.
+type countingExporter struct{ spans atomic.Int64 }
+
+func (c *countingExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	c.spans.Add(int64(len(spans)))
+	return nil
+}
+
+func (c *countingExporter) Shutdown(context.Context) error { return nil }

@@ -17,30 +17,34 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
 )
 
-// Observer sees what the projector does; telemetry implements it. Calls come
-// from the fold goroutine (Folded, DeadLettered) or the flusher (Flushed,
-// Checkpointed) and must not block.
+// Observer sees what the projector does; telemetry implements it. Folded,
+// Skipped, DeadLettered and FlushStarted are called from the fold goroutine,
+// Flushed and Checkpointed from the flusher; none may block.
 type Observer interface {
 	// Folded is called for every record folded into a snapshot: rec is the
 	// record, e the event, s the snapshot after the fold.
-	Folded(ctx context.Context, rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, o fsm.Outcome)
+	Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, o fsm.Outcome)
 	// Skipped is called for a record already reflected in its snapshot.
 	Skipped(rec *kgo.Record)
 	DeadLettered(rec *kgo.Record, reason string)
-	Flushed(res snapshot.PutResult, d time.Duration)
+	// FlushStarted is called when a batch is built; the context it returns
+	// is used for the batch's Redis calls and given back to Flushed.
+	FlushStarted(snapshots, checkpoints int) context.Context
+	Flushed(ctx context.Context, res snapshot.PutResult, d time.Duration, err error)
 	Checkpointed(cp snapshot.Checkpoint)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) Folded(context.Context, *kgo.Record, *fsm.Event, *snapshot.Snapshot, fsm.Outcome) {
-}
-func (nopObserver) Skipped(*kgo.Record)                       {}
-func (nopObserver) DeadLettered(*kgo.Record, string)          {}
-func (nopObserver) Flushed(snapshot.PutResult, time.Duration) {}
-func (nopObserver) Checkpointed(snapshot.Checkpoint)          {}
+func (nopObserver) Folded(*kgo.Record, *fsm.Event, *snapshot.Snapshot, fsm.Outcome)   {}
+func (nopObserver) Skipped(*kgo.Record)                                               {}
+func (nopObserver) DeadLettered(*kgo.Record, string)                                  {}
+func (nopObserver) FlushStarted(int, int) context.Context                             { return context.Background() }
+func (nopObserver) Flushed(context.Context, snapshot.PutResult, time.Duration, error) {}
+func (nopObserver) Checkpointed(snapshot.Checkpoint)                                  {}
 
 // DLQ reasons, the value of the correx-dlq-reason header.
 const (
@@ -348,7 +352,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		case string(r.Key) != events[i].SessionID:
 			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q is not the event's sessionId %q", r.Key, events[i].SessionID))
 		default:
-			p.fold(ctx, part, r, &events[i])
+			p.fold(part, r, &events[i])
 		}
 		part.next = r.Offset + 1
 		p.progress = true
@@ -357,7 +361,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 	return nil
 }
 
-func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e *fsm.Event) {
+func (p *Projector) fold(part *partState, r *kgo.Record, e *fsm.Event) {
 	en := part.sessions[e.SessionID] // process read every missing session
 	p.lru.touch(en)
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
@@ -373,7 +377,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 		en.dirty = true
 		p.dirty = append(p.dirty, en)
 	}
-	p.obs.Folded(ctx, r, e, &en.snap, o)
+	p.obs.Folded(r, e, &en.snap, o)
 }
 
 // classify maps a decoding error to a DLQ reason.
@@ -471,6 +475,7 @@ type flushJob struct {
 	result      snapshot.PutResult
 	err         error
 	done        chan struct{}
+	ctx         context.Context // from Observer.FlushStarted: carries the flush span
 }
 
 // buildJob encodes the dirty snapshots (of the given partitions, or all) and
@@ -510,6 +515,7 @@ func (p *Projector) buildJob(only map[int32]bool) *flushJob {
 	if only == nil {
 		p.progress = false
 	}
+	job.ctx = p.obs.FlushStarted(len(job.entries), len(job.checkpoints))
 	return job
 }
 
@@ -562,17 +568,20 @@ func (p *Projector) flusher() {
 // runJob writes a batch: snapshots (fenced), then the dead-letter records
 // produced so far, then checkpoints, then Kafka offsets. Redis errors are
 // retried until ctx ends; the batch is idempotent.
-func (p *Projector) runJob(ctx context.Context, job *flushJob) error {
+func (p *Projector) runJob(ctx context.Context, job *flushJob) (err error) {
+	if job.ctx != nil { // the flush span, under the flusher's cancellation
+		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(job.ctx))
+	}
+	start := time.Now()
+	defer func() { p.obs.Flushed(ctx, job.result, time.Since(start), err) }()
 	if p.crash("before-put") {
 		return errCrashed
 	}
 	if len(job.entries) > 0 {
-		start := time.Now()
 		for attempt := 0; ; attempt++ {
 			res, err := p.store.PutBatch(ctx, job.entries)
 			if err == nil {
 				job.result = res
-				p.obs.Flushed(res, time.Since(start))
 				break
 			}
 			p.log.Warn("writing snapshots", "err", err, "attempt", attempt, "snapshots", len(job.entries))

@@ -476,3 +476,5 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }

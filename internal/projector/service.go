@@ -18,11 +18,24 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 		return err
 	}
 	defer rdb.Close()
+	if err := rt.InstrumentRedis(rdb); err != nil {
+		return err
+	}
 	store, err := snapshot.NewStore(rdb, cfg.RedisPrefix)
 	if err != nil {
 		return err
 	}
+	// No kotel consumer hooks here: a span per consumed record would cost
+	// more than the fold; the lifecycle spans continue the records' traces.
 	opts = append([]Option{WithLogger(rt.Logger()), WithKafkaOpts(rt.KafkaOpts...)}, opts...)
+	if rt.Telemetry != nil {
+		obs, err := NewTelemetry(rt.Telemetry, cfg.Topic, cfg.Group)
+		if err != nil {
+			return err
+		}
+		defer obs.Close() // after Run: emit the spans still queued
+		opts = append(opts, WithObserver(obs))
+	}
 	p := New(cfg, store, opts...)
 
 	hctx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))

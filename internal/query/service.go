@@ -58,13 +58,16 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		return err
 	}
 	defer rdb.Close()
+	if err := rt.InstrumentRedis(rdb); err != nil {
+		return err
+	}
 	store, err := snapshot.NewStore(rdb, cfg.RedisPrefix)
 	if err != nil {
 		return err
 	}
 	var replayer Replayer
 	if len(cfg.Kafka.Brokers) > 0 {
-		replayer = &KafkaReplayer{Kafka: cfg.Kafka, Topic: cfg.Topic, Opts: rt.KafkaOpts}
+		replayer = &KafkaReplayer{Kafka: cfg.Kafka, Topic: cfg.Topic, Opts: append(rt.KafkaOpts, rt.KafkaTracing()...)}
 	}
 	h := NewHandler(store, cfg.Topic, replayer, Options{Log: rt.Logger()})
 	err = rt.HTTP(ctx, cfg.HTTPAddr, h, store.Ping)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/httpx"
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -25,8 +26,10 @@ type Runtime struct {
 	Metrics http.Handler
 	// WrapHTTP instruments the API handler (tracing).
 	WrapHTTP func(operation string, h http.Handler) http.Handler
-	// KafkaOpts are added to every Kafka client (tracing hooks).
+	// KafkaOpts are added to every Kafka client.
 	KafkaOpts []kgo.Opt
+	// Telemetry, when set, provides tracing and metrics (see Telemetry).
+	Telemetry *correxotel.Telemetry
 	// Listener, when set, is used instead of listening on the configured
 	// address (tests pass a listener on port 0).
 	Listener net.Listener

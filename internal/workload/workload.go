@@ -28,6 +28,11 @@ type Options struct {
 	Steps int
 	// MaxGap is the largest time between two events (default 2s).
 	MaxGap time.Duration
+	// ExecutionWeight adds that many more chances, per step, of an
+	// execution event (a model turn or a tool call): 0 gives the default mix,
+	// where about 60% of events are transitions; 40 gives an agent-like run
+	// with about 15% transitions.
+	ExecutionWeight int
 }
 
 // Generator makes sessions from a seeded random source. It is not safe for
@@ -121,7 +126,14 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 	b.emit(fsm.SessionStarted, fsm.Fields{})
 	steps := 1 + r.IntN(2*g.opts.Steps)
 	for range steps {
-		switch k := r.IntN(20); {
+		switch k := r.IntN(20 + g.opts.ExecutionWeight); {
+		case k >= 20:
+			if r.IntN(2) == 0 {
+				b.emit(fsm.ModelRequested, fsm.Fields{})
+			} else {
+				b.emit(fsm.ToolRequested, fsm.Fields{})
+				b.emit(fsm.ToolCompleted, fsm.Fields{ToolFailed: r.IntN(10) == 0})
+			}
 		case k < 5:
 			b.emit(fsm.ModelRequested, fsm.Fields{})
 		case k < 9:
