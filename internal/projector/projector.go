@@ -352,7 +352,9 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		case string(r.Key) != events[i].SessionID:
 			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q is not the event's sessionId %q", r.Key, events[i].SessionID))
 		default:
-			p.fold(part, r, &events[i])
+			if err := p.fold(ctx, part, r, &events[i]); err != nil {
+				return err
+			}
 		}
 		part.next = r.Offset + 1
 		p.progress = true
@@ -361,23 +363,36 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 	return nil
 }
 
-func (p *Projector) fold(part *partState, r *kgo.Record, e *fsm.Event) {
-	en := part.sessions[e.SessionID] // process read every missing session
+func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e *fsm.Event) error {
+	en := part.sessions[e.SessionID]
+	if en == nil { // process reads every missing session first; never fold without the stored one
+		snaps, err := p.getMany(ctx, []string{e.SessionID})
+		if err != nil {
+			return err
+		}
+		en = &entry{id: e.SessionID, part: part}
+		if snaps[0] != nil {
+			en.snap, en.durable, en.hasDurable = *snaps[0], snaps[0].Position, true
+		}
+		part.sessions[e.SessionID] = en
+		p.lru.pushFront(en)
+	}
 	p.lru.touch(en)
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
 	if !folded {
 		p.obs.Skipped(r)
-		return
+		return nil
 	}
 	if o.Result == fsm.Orphan {
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
-		return
+		return nil
 	}
 	if !en.dirty {
 		en.dirty = true
 		p.dirty = append(p.dirty, en)
 	}
 	p.obs.Folded(r, e, &en.snap, o)
+	return nil
 }
 
 // classify maps a decoding error to a DLQ reason.

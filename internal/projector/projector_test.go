@@ -478,3 +478,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
+
+// TestFoldReadsAnUncachedSession folds a record whose session is not in the
+// cache: the stored snapshot is read first, so the fold continues it instead
+// of treating the session as unknown.
+func TestFoldReadsAnUncachedSession(t *testing.T) {
+	e := newEnv(t, 1)
+	st := e.store("uncached")
+	var s snapshot.Snapshot
+	var r fsm.Reducer
+	at := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	created := fsm.NewEvent(fsm.EventID{1}, "s-1", fsm.SessionCreated, at, fsm.Fields{})
+	s.Fold(&r, &created, snapshot.Position{Offset: 0})
+	if _, err := st.PutBatch(ctx, []snapshot.Entry{snapshot.NewEntry(&s)}); err != nil {
+		t.Fatal(err)
+	}
+	p := New(e.config("x"), st, WithLogger(testLog()))
+	part := &partState{id: 0, sessions: map[string]*entry{}, next: -1}
+	p.parts[0] = part
+	started := fsm.NewEvent(fsm.EventID{2}, "s-1", fsm.SessionStarted, at.Add(time.Second), fsm.Fields{})
+	rec := &kgo.Record{Partition: 0, Offset: 1, Key: []byte("s-1"), Value: fsm.AppendRecord(nil, &started)}
+	if err := p.fold(ctx, part, rec, &started); err != nil {
+		t.Fatal(err)
+	}
+	en := part.sessions["s-1"]
+	if en == nil || en.snap.State != fsm.StateActive || en.snap.Version != 2 || !en.dirty {
+		t.Fatalf("fold of an uncached session: %+v", en)
+	}
+}
