@@ -247,7 +247,7 @@ func (c headerCarrier) Keys() []string {
 func attrMap(kvs []attribute.KeyValue) map[string]string {
 	out := map[string]string{}
 	for _, kv := range kvs {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }
@@ -258,7 +258,7 @@ func attrKey(set attribute.Set) string {
 	}
 	var parts []string
 	for _, kv := range set.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }

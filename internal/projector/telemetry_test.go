@@ -57,7 +57,7 @@ func TestReplayEmitsTheSameSpans(t *testing.T) {
 		}
 		a := map[attribute.Key]string{}
 		for _, kv := range s.Attributes() {
-			a[kv.Key] = kv.Value.Emit()
+			a[kv.Key] = kv.Value.String()
 		}
 		k := key{a[correxotel.AttrSessionID], a[correxotel.AttrStateTo], a[correxotel.AttrEventID]}
 		groups[k] = append(groups[k], emitted{s.SpanContext(), s.StartTime(), s.EndTime()})
