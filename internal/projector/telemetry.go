@@ -71,6 +71,7 @@ var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, Reason
 const (
 	linkLimit = 128
 	spanQueue = 1 << 16
+	drainWait = 100 * time.Millisecond
 )
 
 // spanJob is a span to emit: a transition, or a rejection when rejected is set.
@@ -306,8 +307,14 @@ func (o *Telemetry) DeadLettered(_ *kgo.Record, reason string) {
 }
 
 // FlushStarted implements Observer: it starts the projector.flush span,
-// linked to the transitions folded since the previous flush.
+// linked to the transitions folded since the previous flush. It first gives
+// the emitter up to drainWait to create the spans queued so far, so that the
+// flush links what it persists; under heavy load some links then fall to the
+// next flush rather than holding the fold back.
 func (o *Telemetry) FlushStarted(snapshots, checkpoints int) context.Context {
+	for deadline := time.Now().Add(drainWait); o.pending.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	o.mu.Lock()
 	links := o.links
 	o.links = nil
