@@ -12,6 +12,7 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/tlstest"
+	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 )
@@ -36,7 +37,9 @@ func tlsServer(t *testing.T) (*redistest.Server, *tlstest.CA) {
 		Client: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{admin.TLS}}},
 		"--user", "default", "off",
 		"--user", "admin", "on", ">admin-pw", "~*", "&*", "+@all",
-		"--user", "correx", "on", ">s3cret", "~correx:*", "+@all")
+		// The ACL docs/security.md recommends: the correx keys, no
+		// dangerous commands.
+		"--user", "correx", "on", ">s3cret", "~correx:*", "+@all", "-@dangerous")
 	return s, ca
 }
 
@@ -53,7 +56,35 @@ func ping(t *testing.T, o redisconn.Options) error {
 	if err != nil {
 		return err
 	}
-	return store.Ping(ctx)
+	if err := store.Ping(ctx); err != nil {
+		return err
+	}
+	// Everything the services do, under the ACL: fenced writes (scripts),
+	// reads, listings, counts, checkpoints, and the reset's SCAN and UNLINK.
+	var s snapshot.Snapshot
+	var r fsm.Reducer
+	e := fsm.NewEvent(fsm.EventID{1}, "acl-1", fsm.SessionCreated, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC), fsm.Fields{})
+	s.Fold(&r, &e, snapshot.Position{Partition: 0, Offset: 1})
+	if _, err := store.PutBatch(ctx, []snapshot.Entry{snapshot.NewEntry(&s)}); err != nil {
+		return err
+	}
+	if _, err := store.Get(ctx, "acl-1"); err != nil {
+		return err
+	}
+	if _, err := store.List(ctx, fsm.StateNone, "", 10); err != nil {
+		return err
+	}
+	if _, err := store.Count(ctx); err != nil {
+		return err
+	}
+	if _, err := store.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 0, Offset: 2}}, time.Now()); err != nil {
+		return err
+	}
+	if _, err := store.Checkpoints(ctx, "events"); err != nil {
+		return err
+	}
+	_, err = store.Reset(ctx)
+	return err
 }
 
 func TestTLSAndACL(t *testing.T) {
