@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	service.Banner(stderr, "ingest", b.Effective())
+	printBanner(stderr, b)
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "ingest")
 	rt, shutdown, err := service.Telemetry(ctx, "ingest", getenv, log)
 	if err != nil {
@@ -54,3 +54,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer shutdown()
 	return ingest.Serve(ctx, cfg, rt)
 }
+
+func printBanner(w io.Writer, b *config.Binder) { service.Banner(w, "ingest", b.Effective()) }

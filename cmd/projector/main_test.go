@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/correx/sessions/internal/securitytest"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -54,5 +56,33 @@ func TestResetNeedsConfirmation(t *testing.T) {
 	err := run(context.Background(), []string{"reset"}, env(nil), &out, &errs)
 	if err == nil || !strings.Contains(err.Error(), "reset -yes") {
 		t.Fatalf("reset without -yes: %v", err)
+	}
+}
+
+// TestSecuritySettings: the projector reads the Kafka, Redis and HTTPS
+// settings (not the auth ones), and prints no secret.
+func TestSecuritySettings(t *testing.T) {
+	f := securitytest.Write(t)
+	env := map[string]string{}
+	for k, v := range f.Env {
+		if !strings.HasPrefix(k, "CORREX_AUTH_") && !strings.HasPrefix(k, "CORREX_RATE_") {
+			env[k] = v
+		}
+	}
+	cfg, b, _, _, err := parse(nil, securitytest.Getenv(env, nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RedisPasswordFile == "" || cfg.TLS.ClientCAFile == "" || cfg.Kafka.SASLMechanism != "SCRAM-SHA-512" || cfg.Kafka.TLSCertFile == "" {
+		t.Fatalf("settings not read: %+v", cfg)
+	}
+	out := strings.Join(b.Effective(), "\n")
+	for _, s := range f.Secrets {
+		if strings.Contains(out, s) {
+			t.Fatalf("a secret is printed: %s", out)
+		}
+	}
+	if strings.Contains(out, "CORREX_AUTH_") {
+		t.Fatalf("the projector takes no auth settings: %s", out)
 	}
 }

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	service.Banner(stderr, "query", b.Effective())
+	printBanner(stderr, b)
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "query")
 	rt, shutdown, err := service.Telemetry(ctx, "query", getenv, log)
 	if err != nil {
@@ -53,3 +53,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer shutdown()
 	return query.Serve(ctx, cfg, rt)
 }
+
+func printBanner(w io.Writer, b *config.Binder) { service.Banner(w, "query", b.Effective()) }

@@ -35,6 +35,9 @@ var (
 		"query":     {},
 		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE"},
 	}
+	// apiEnv is what the two API services (ingest, query) get on top of
+	// their componentEnv: the rate limit, always set.
+	apiEnv = []string{"CORREX_RATE_LIMIT", "CORREX_RATE_BURST"}
 	// securityEnv is optional: present only when the values turn a feature on.
 	securityEnv = []string{
 		"CORREX_AUTH_TOKENS_FILE", "CORREX_AUTH_DISABLED",
@@ -50,7 +53,7 @@ var (
 		"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_RESOURCE_ATTRIBUTES",
 	}
 	// authOnly are the security variables that only ingest and query take.
-	authOnly = []string{"CORREX_AUTH_TOKENS_FILE", "CORREX_AUTH_DISABLED"}
+	authOnly = []string{"CORREX_AUTH_TOKENS_FILE", "CORREX_AUTH_DISABLED", "CORREX_RATE_LIMIT", "CORREX_RATE_BURST"}
 )
 
 // documentedEnv is every CORREX_* name the services know.
@@ -67,6 +70,9 @@ func documentedEnv() map[string]bool {
 	for _, n := range securityEnv {
 		all[n] = true
 	}
+	for _, n := range apiEnv {
+		all[n] = true
+	}
 	return all
 }
 
@@ -74,7 +80,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 	// A name listed twice would make the exact-set checks below weaker than
 	// they read; so would a security name that is also a base name.
 	seen := map[string]int{}
-	for _, list := range [][]string{commonEnv, componentEnv["ingest"], componentEnv["query"], componentEnv["projector"], securityEnv} {
+	for _, list := range [][]string{commonEnv, componentEnv["ingest"], componentEnv["query"], componentEnv["projector"], securityEnv, apiEnv} {
 		for _, n := range list {
 			seen[n]++
 			if !strings.HasPrefix(n, "CORREX_") {
@@ -87,7 +93,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 			t.Errorf("%s is listed %d times", n, count)
 		}
 	}
-	if got, want := len(documentedEnv()), 6+1+4+14; got != want {
+	if got, want := len(documentedEnv()), 6+1+4+14+2; got != want {
 		t.Errorf("documented CORREX_ names: got %d, want %d", got, want)
 	}
 }
@@ -395,6 +401,9 @@ func checkEnv(t *testing.T, sc scenario, m *manifests) {
 				t.Errorf("%s: %s", where, p)
 			}
 			want := slices.Concat(commonEnv, componentEnv[comp], sc.security[comp])
+			if comp != "projector" {
+				want = append(want, apiEnv...)
+			}
 			sort.Strings(want)
 			var got []string
 			for name := range env {

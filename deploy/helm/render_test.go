@@ -131,3 +131,19 @@ func TestRedisURLFromSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimits checks that each API component gets its own rate limit,
+// a fractional rate included, and the projector none.
+func TestRateLimits(t *testing.T) {
+	t.Parallel()
+	m := render(t, "minimal.yaml", "--set", "ingest.rateLimit.requestsPerSecond=0.5", "--set", "ingest.rateLimit.burst=3",
+		"--set", "query.rateLimit.requestsPerSecond=1000")
+	want := map[string][2]string{"ingest": {"0.5", "3"}, "query": {"1000", "400"}, "projector": {"", ""}}
+	for comp, w := range m.workloads() {
+		env, _ := m.containerEnv(w.template.Spec.Containers[0])
+		got := [2]string{env["CORREX_RATE_LIMIT"].value, env["CORREX_RATE_BURST"].value}
+		if got != want[comp] {
+			t.Errorf("%s: CORREX_RATE_LIMIT, CORREX_RATE_BURST = %q, want %q", comp, got, want[comp])
+		}
+	}
+}

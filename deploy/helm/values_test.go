@@ -120,6 +120,12 @@ func TestSchemaRejects(t *testing.T) {
 			[]string{"at '/query/resources'", "missing property 'limits'"}},
 		{"partitions below 1", []string{"--set", "kafka.partitions=0"},
 			[]string{"at '/kafka/partitions'", "minimum"}},
+		{"negative rate limit", []string{"--set", "ingest.rateLimit.requestsPerSecond=-1"},
+			[]string{"at '/ingest/rateLimit/requestsPerSecond'", "minimum"}},
+		{"rate burst below 1", []string{"--set", "query.rateLimit.burst=0"},
+			[]string{"at '/query/rateLimit/burst'", "minimum"}},
+		{"rate limit not a number", []string{"--set", "query.rateLimit.requestsPerSecond=fast"},
+			[]string{"at '/query/rateLimit/requestsPerSecond'", "does not match pattern"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -206,4 +207,20 @@ func (p Problems) Err() error {
 		return nil
 	}
 	return fmt.Errorf("invalid configuration:\n  - %s", strings.Join(p, "\n  - "))
+}
+
+// ReadSecretFile reads a secret (a password) from a file, such as a
+// Kubernetes Secret mounted as a file. One trailing newline (\n or \r\n) is
+// removed, since editors and `echo` add one; other whitespace is kept. The
+// error names the file, never its content; an empty file is an error.
+func ReadSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read secret file: %w", err)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("secret file %s is empty", path)
+	}
+	return s, nil
 }

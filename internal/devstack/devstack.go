@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/ingest"
 	"github.com/correx/sessions/internal/kafka"
@@ -38,6 +39,18 @@ type Options struct {
 	// RedisURL of an external Redis; empty starts an embedded miniredis.
 	RedisURL     string
 	RedisCluster bool
+	// RedisPasswordFile and RedisTLSCAFile go with an external Redis
+	// (CORREX_REDIS_PASSWORD_FILE, CORREX_REDIS_TLS_CA_FILE).
+	RedisPasswordFile, RedisTLSCAFile string
+	// KafkaSecurity holds the TLS and SASL settings of an external Kafka;
+	// its Brokers and ClientID are ignored.
+	KafkaSecurity kafka.Config
+	// Auth is the authentication of ingest and query. nil runs them open
+	// (CORREX_AUTH_DISABLED) and without rate limit: devstack is for a
+	// laptop, and its demo workload sends from one address.
+	Auth *auth.Config
+	// TLS serves the three services over HTTPS; the URLs are then https://.
+	TLS httpx.TLSConfig
 	// Addresses of the services (":0" or "" picks free ports).
 	IngestAddr, QueryAddr, ProjectorAddr string
 	Topic, Prefix, Group                 string
@@ -113,15 +126,24 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 		return service.Runtime{Log: log.With("service", name)}
 	}
-	kcfg := kafka.Config{Brokers: s.Brokers}
+	kcfg := o.KafkaSecurity
+	kcfg.Brokers = s.Brokers
+	authCfg := auth.Config{Disabled: true}
+	if o.Auth != nil {
+		authCfg = *o.Auth
+	}
 	ctx, s.cancel = context.WithCancel(ctx)
 
+	scheme := "http://"
+	if o.TLS.Enabled() {
+		scheme = "https://"
+	}
 	listen := func(addr string) (net.Listener, string, error) {
 		l, err := httpx.Listen(orDefault(addr, "127.0.0.1:0"))
 		if err != nil {
 			return nil, "", err
 		}
-		return l, "http://" + l.Addr().String(), nil
+		return l, scheme + l.Addr().String(), nil
 	}
 	li, ingestURL, err := listen(o.IngestAddr)
 	if err != nil {
@@ -143,7 +165,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	s.IngestURL, s.QueryURL, s.ProjectorURL = ingestURL, queryURL, projURL
 
-	icfg := ingest.Config{Kafka: kcfg, Topic: s.Topic, Partitions: o.Partitions, ProduceTimeout: 10 * time.Second}
+	icfg := ingest.Config{Kafka: kcfg, Topic: s.Topic, Partitions: o.Partitions, ProduceTimeout: 10 * time.Second,
+		Auth: authCfg, TLS: o.TLS}
 	icfg.Kafka.ClientID = "correx-ingest"
 	irt := rt("ingest")
 	irt.Listener = li
@@ -152,7 +175,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	pcfg := projector.Config{Kafka: kcfg, Topic: s.Topic, Partitions: o.Partitions, Group: orDefault(o.Group, "correx-projector"),
 		InstanceID: "devstack-projector", RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
 		FlushInterval: 100 * time.Millisecond, MaxFlushInterval: 2 * time.Second, FlushSize: 20000, CacheSize: 100000, MaxPollRecords: 10000,
-		SessionTimeout: 10 * time.Second, RebalanceTimeout: 30 * time.Second}
+		SessionTimeout: 10 * time.Second, RebalanceTimeout: 30 * time.Second,
+		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, TLS: o.TLS}
 	pcfg.Kafka.ClientID = "correx-projector"
 	if o.Projector != nil {
 		o.Projector(&pcfg)
@@ -165,7 +189,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	prt.Listener = lp
 	s.goRun("projector", func() error { return projector.Serve(ctx, pcfg, prt) })
 
-	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix}
+	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
+		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS}
 	qcfg.Kafka.ClientID = "correx-query"
 	qrt := rt("query")
 	qrt.Listener = lq

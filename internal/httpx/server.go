@@ -68,10 +68,17 @@ func Listen(addr string) (net.Listener, error) {
 }
 
 // Serve serves srv on l until ctx is done, then shuts down gracefully within
-// grace: in-flight requests finish, new connections are refused.
+// grace: in-flight requests finish, new connections are refused. A server
+// with a TLSConfig serves HTTPS (HTTP/2 included).
 func Serve(ctx context.Context, srv *http.Server, l net.Listener, grace time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			errc <- srv.ServeTLS(l, "", "")
+			return
+		}
+		errc <- srv.Serve(l)
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)

@@ -23,9 +23,11 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/fsm"
@@ -83,6 +85,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *perr)
 		return
 	}
+	if perr := checkNamespace(auth.PrincipalFrom(r.Context()).SessionPrefix(), events); perr != nil {
+		httpx.WriteProblem(w, *perr)
+		return
+	}
 	now := h.now().UTC()
 	for i := range events {
 		if events[i].ID.IsZero() {
@@ -98,6 +104,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.produce(w, r.Context(), events)
+}
+
+// checkNamespace refuses a request of a token bound to a session-id prefix
+// (a tenant) when any of its events names a session outside the prefix,
+// as its own id or as the predecessor it replaces: 403, with the index and
+// field of every such event, and nothing produced. The answer says nothing
+// about the sessions named (whether they exist, whose they are).
+func checkNamespace(prefix string, events []fsm.Event) *httpx.Problem {
+	if prefix == "" {
+		return nil
+	}
+	var outside []fsm.FieldError
+	msg := "must start with " + strconv.Quote(prefix) + ", the session-id prefix of this token"
+	for i := range events {
+		if !strings.HasPrefix(events[i].SessionID, prefix) {
+			outside = append(outside, fsm.FieldError{Index: i, Field: "sessionId", Message: msg})
+		}
+		if p := events[i].Fields.PredecessorSessionID; p != "" && !strings.HasPrefix(p, prefix) {
+			outside = append(outside, fsm.FieldError{Index: i, Field: "payload.predecessorSessionId", Message: msg})
+		}
+	}
+	if len(outside) == 0 {
+		return nil
+	}
+	return &httpx.Problem{Type: httpx.TypeForbidden, Status: http.StatusForbidden, Errors: outside,
+		Detail: fmt.Sprintf("%d event(s) name sessions outside this token's namespace; nothing was produced", len(outside))}
+}
+
+// Explainer is implemented by producers that can say why an error happened
+// (kafka.Client names failed authentication).
+type Explainer interface {
+	Explain(error) error
 }
 
 func (h *Handler) now() time.Time {
@@ -180,6 +218,9 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 	if len(failed)+len(pending) > 0 {
 		if firstErr == nil {
 			firstErr = errors.New("no answer from Kafka in time")
+		}
+		if ex, ok := h.Producer.(Explainer); ok {
+			firstErr = ex.Explain(firstErr)
 		}
 		h.log().Warn("produce failed", "events", len(events), "failed", len(failed), "pending", len(pending), "err", firstErr)
 		retry := h.RetryAfter

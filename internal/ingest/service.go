@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
@@ -25,6 +26,11 @@ type Config struct {
 	// ProduceTimeout is how long an event may wait for Kafka before the
 	// request answers 503; CORREX_PRODUCE_TIMEOUT, default 10s.
 	ProduceTimeout time.Duration
+	// Auth is the bearer-token authentication and the rate limit
+	// (CORREX_AUTH_*, CORREX_RATE_*); POST /v1/events needs events:write.
+	Auth auth.Config
+	// TLS serves HTTPS (CORREX_TLS_*).
+	TLS httpx.TLSConfig
 }
 
 // Bind registers the flags and environment variables.
@@ -35,6 +41,9 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", 12, "partitions when the topic is created")
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", ":8081", "listen address")
 	b.Duration(&c.ProduceTimeout, "produce-timeout", "CORREX_PRODUCE_TIMEOUT", 10*time.Second, "how long an event may wait for Kafka before a 503")
+	c.Kafka.BindSecurity(b)
+	c.Auth.Bind(b)
+	c.TLS.Bind(b)
 }
 
 // Validate reports every problem at once.
@@ -52,6 +61,9 @@ func (c *Config) Validate() error {
 	if c.ProduceTimeout < 100*time.Millisecond {
 		p.Addf("CORREX_PRODUCE_TIMEOUT: %v, must be at least 100ms", c.ProduceTimeout)
 	}
+	for _, s := range append(c.Auth.Validate(), c.TLS.Validate()...) {
+		p.Addf("%s", s)
+	}
 	return p.Err()
 }
 
@@ -63,21 +75,50 @@ func (c *Config) Validate() error {
 // 1ms and 5ms: 442k events/s for batches of 100 (436k, 207k) and 9.6k/s for
 // single events with 16 clients (5.7k, 2.9k).
 func ProducerOpts(cfg Config) []kgo.Opt {
-	return append(cfg.Kafka.Opts(),
+	return append(cfg.Kafka.Opts(), producerSettings(cfg)...)
+}
+
+func producerSettings(cfg Config) []kgo.Opt {
+	return []kgo.Opt{
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.RecordPartitioner(kafka.Partitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout),
 		kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(100_000),
-	)
+	}
+}
+
+// API returns the ingest API behind guard: every request under /v1/ is
+// authenticated and rate-limited first (401, 429), then POST /v1/events
+// needs the events:write scope (403); a token bound to a session-id prefix
+// writes only sessions under it (Handler).
+func API(h *Handler, guard *auth.Guard) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/events", auth.Require(auth.ScopeEventsWrite, h))
+	mux.HandleFunc("/v1/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeMethod, Status: http.StatusMethodNotAllowed, Detail: "use POST"})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
+	})
+	return guard.Authenticate(mux)
 }
 
 // Serve runs the ingest service until ctx is done.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	log := rt.Logger()
-	opts := append(append(ProducerOpts(cfg), rt.KafkaOpts...), rt.KafkaTracing()...)
-	cl, err := kgo.NewClient(opts...)
+	guard, err := auth.New(cfg.Auth, log)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	guard.Watch(ctx)
+	if cfg.Kafka.Log == nil {
+		cfg.Kafka.Log = log
+	}
+	opts := append(append(producerSettings(cfg), rt.KafkaOpts...), rt.KafkaTracing()...)
+	cl, err := kafka.NewClient(cfg.Kafka, opts...)
 	if err != nil {
 		return fmt.Errorf("ingest: kafka client: %w", err)
 	}
@@ -87,7 +128,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	// answers 503) while Kafka is down; /readyz reports until it exists.
 	var topicReady atomic.Bool
 	go func() {
-		adm := kadm.NewClient(cl)
+		adm := kadm.NewClient(cl.Client)
 		for ctx.Err() == nil {
 			n, err := kafka.EnsureTopic(ctx, adm, cfg.Topic, int32(cfg.Partitions))
 			if err == nil {
@@ -95,7 +136,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 				topicReady.Store(true)
 				return
 			}
-			log.Warn("ensuring topic", "err", err)
+			log.Warn("ensuring topic", "err", cl.Explain(err))
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -104,19 +145,13 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	}()
 
 	h := &Handler{Producer: cl, Topic: cfg.Topic, Log: log, ProduceTimeout: cfg.ProduceTimeout}
-	mux := http.NewServeMux()
-	mux.Handle("POST /v1/events", h)
-	mux.HandleFunc("/v1/events", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", "POST")
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeMethod, Status: http.StatusMethodNotAllowed, Detail: "use POST"})
-	})
 	ready := func(ctx context.Context) error {
 		if !topicReady.Load() {
 			return errors.New("the topic is not ready yet")
 		}
 		return cl.Ping(ctx)
 	}
-	err = rt.HTTP(ctx, cfg.HTTPAddr, mux, ready)
+	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: API(h, guard), Ready: ready, TLS: cfg.TLS})
 	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if ferr := cl.Flush(fctx); ferr != nil {

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/redisconn"
 )
 
 // Config configures a projector.
@@ -18,7 +20,14 @@ type Config struct {
 	RedisURL     string // CORREX_REDIS_URL; default redis://127.0.0.1:6379/0
 	RedisCluster bool   // CORREX_REDIS_CLUSTER; default false
 	RedisPrefix  string // CORREX_REDIS_PREFIX; default correx
-	HTTPAddr     string // CORREX_HTTP_ADDR; default :8083 (health and metrics)
+	// RedisPasswordFile holds the Redis password (CORREX_REDIS_PASSWORD_FILE).
+	RedisPasswordFile string
+	// RedisTLSCAFile is the CA of the Redis server (CORREX_REDIS_TLS_CA_FILE).
+	RedisTLSCAFile string
+	HTTPAddr       string // CORREX_HTTP_ADDR; default :8083 (health and metrics)
+	// TLS serves /healthz, /readyz and /metrics over HTTPS when set
+	// (CORREX_TLS_CERT_FILE, CORREX_TLS_KEY_FILE, CORREX_TLS_CLIENT_CA_FILE).
+	TLS httpx.TLSConfig
 	// FlushInterval is the longest a folded event waits to be written while
 	// the projector is caught up; CORREX_FLUSH_INTERVAL, default 250ms.
 	FlushInterval time.Duration
@@ -54,7 +63,11 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (rediss:// for TLS)")
 	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", false, "the Redis URL names a Redis Cluster")
 	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", "correx", "prefix of every Redis key")
+	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", "", "file holding the Redis password (instead of a password in the URL)")
+	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", "", "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", ":8083", "listen address for /healthz, /readyz, /metrics")
+	c.TLS.Bind(b)
+	c.Kafka.BindSecurity(b)
 	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", 250*time.Millisecond, "longest wait before folded events are written, when caught up")
 	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", 2*time.Second, "longest wait before folded events are written, when catching up")
 	b.Int(&c.FlushSize, "flush-size", "CORREX_FLUSH_SIZE", 20000, "dirty snapshots that trigger a flush")
@@ -62,6 +75,11 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.CacheSize, "cache-size", "CORREX_CACHE_SIZE", 100000, "snapshots kept in memory")
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", 30*time.Second, "consumer group session timeout")
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", 60*time.Second, "how long a rebalance may take before slow members are dropped")
+}
+
+// Redis returns the Redis connection settings.
+func (c *Config) Redis() redisconn.Options {
+	return redisconn.Options{URL: c.RedisURL, Cluster: c.RedisCluster, PasswordFile: c.RedisPasswordFile, TLSCAFile: c.RedisTLSCAFile}
 }
 
 // Validate reports every problem at once.
@@ -79,8 +97,11 @@ func (c *Config) Validate() error {
 	if c.Group == "" {
 		p.Addf("CORREX_GROUP: must not be empty")
 	}
-	if c.RedisURL == "" {
-		p.Addf("CORREX_REDIS_URL: must not be empty")
+	for _, s := range c.Redis().Validate() {
+		p.Addf("%s", s)
+	}
+	for _, s := range c.TLS.Validate() {
+		p.Addf("%s", s)
 	}
 	if c.RedisPrefix == "" {
 		p.Addf("CORREX_REDIS_PREFIX: must not be empty")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -13,7 +12,7 @@ import (
 // Serve runs a projector and its health and metrics endpoint until ctx is
 // done, then flushes, writes checkpoints and leaves the group.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) error {
-	rdb, err := redisconn.Open(cfg.RedisURL, cfg.RedisCluster)
+	rdb, err := cfg.Redis().Open()
 	if err != nil {
 		return err
 	}
@@ -36,6 +35,9 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 		defer obs.Close() // after Run: emit the spans still queued
 		opts = append(opts, WithObserver(obs))
 	}
+	if cfg.Kafka.Log == nil {
+		cfg.Kafka.Log = rt.Logger()
+	}
 	p := New(cfg, store, opts...)
 
 	hctx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
@@ -44,7 +46,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		httpErr = rt.HTTP(hctx, cfg.HTTPAddr, nil, p.Ready)
+		httpErr = rt.HTTP(hctx, service.Endpoint{Addr: cfg.HTTPAddr, Ready: p.Ready, TLS: cfg.TLS})
 	}()
 	runErr := p.Run(ctx)
 	stopHTTP()
@@ -58,7 +60,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 // Reset deletes the read model under the configured prefix (snapshots,
 // indexes, checkpoints), so that projectors rebuild it from the log.
 func Reset(ctx context.Context, cfg Config) (int, error) {
-	rdb, err := redisconn.Open(cfg.RedisURL, cfg.RedisCluster)
+	rdb, err := cfg.Redis().Open()
 	if err != nil {
 		return 0, err
 	}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -40,11 +41,10 @@ type Handler struct {
 	replayer Replayer
 	log      *slog.Logger
 	// Poll is how often a waiting read checks the projector's progress.
-	Poll       time.Duration
-	waits      chan struct{}
-	replays    chan struct{}
-	mux        *http.ServeMux
-	scopeCheck func(r *http.Request, sessionID string) bool
+	Poll    time.Duration
+	waits   chan struct{}
+	replays chan struct{}
+	api     http.Handler
 }
 
 // Options bound the expensive requests.
@@ -54,6 +54,10 @@ type Options struct {
 	Log         *slog.Logger
 	PollEvery   time.Duration // default 20ms
 	ReplayLimit time.Duration // longest a replay may take (default 30s)
+	// Guard authenticates and rate-limits every request; nil serves
+	// without authentication (auth.Open), as the tests of the handler do.
+	// Serve always passes the guard of its settings.
+	Guard *auth.Guard
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -71,17 +75,28 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.Guard == nil {
+		o.Guard = auth.Open()
+	}
 	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, Poll: o.PollEvery,
-		waits: make(chan struct{}, o.MaxWaiting), replays: make(chan struct{}, o.MaxReplays), mux: http.NewServeMux()}
-	h.mux.HandleFunc("/v1/sessions/{id}", h.getSession)
-	h.mux.HandleFunc("/v1/sessions/{id}/replay", h.replay)
-	h.mux.HandleFunc("/v1/sessions", h.list)
-	h.mux.HandleFunc("/v1/stats", h.stats)
+		waits: make(chan struct{}, o.MaxWaiting), replays: make(chan struct{}, o.MaxReplays)}
+	// Scopes: sessions:read for reads and listings, admin for replays and
+	// statistics (admin implies sessions:read). A token bound to a
+	// session-id prefix sees only the sessions under it.
+	mux := http.NewServeMux()
+	mux.Handle("/v1/sessions/{id}", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.getSession)))
+	mux.Handle("/v1/sessions/{id}/replay", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.replay)))
+	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
+	mux.Handle("/v1/stats", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.stats)))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
+	})
+	h.api = o.Guard.Authenticate(mux)
 	return h
 }
 
 // ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.api.ServeHTTP(w, r) }
 
 func onlyGET(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -98,9 +113,16 @@ func badRequest(w http.ResponseWriter, field, msg string) {
 		Errors: []fsm.FieldError{{Field: field, Message: msg}}})
 }
 
-func notFound(w http.ResponseWriter, id string) {
-	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no session " + strconv.Quote(id)})
+// notFound answers 404 for a session that does not exist or that the
+// token may not see (outside its prefix): the two answers are the same
+// bytes, so a tenant cannot learn which of another tenant's ids exist. The
+// id is left out of the body since the caller knows it.
+func notFound(w http.ResponseWriter) {
+	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such session"})
 }
+
+// visible reports whether the request's principal may see the session.
+func visible(r *http.Request, id string) bool { return auth.PrincipalFrom(r.Context()).Owns(id) }
 
 func (h *Handler) storeError(w http.ResponseWriter, err error) {
 	h.log.Error("store", "err", err)
@@ -145,8 +167,8 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "wait", "needs minPosition: the position to wait for")
 		return
 	}
-	if h.scopeCheck != nil && !h.scopeCheck(r, id) {
-		notFound(w, id)
+	if !visible(r, id) {
+		notFound(w)
 		return
 	}
 	snap, err := h.read(r.Context(), id, minPos, wait)
@@ -159,7 +181,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		httpx.Unavailable(w, time.Second, "too many reads are waiting; retry", nil)
 		return
 	case errors.Is(err, snapshot.ErrNotFound):
-		notFound(w, id)
+		notFound(w)
 		return
 	case errors.Is(err, context.Canceled):
 		return
@@ -264,7 +286,8 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	page, err := h.store.List(r.Context(), state, q.Get("cursor"), limit)
+	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
+	page, err := h.store.ListPrefix(r.Context(), state, prefix, q.Get("cursor"), limit)
 	if errors.Is(err, snapshot.ErrBadCursor) {
 		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
 		return
@@ -283,14 +306,17 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, resp)
 }
 
-// Stats is the body of GET /v1/stats.
+// Stats is the body of GET /v1/stats. For a token bound to a session-id
+// prefix, Prefix is set, the counts are of that prefix's sessions, and
+// Partitions is left out: checkpoints and lag are global.
 type Stats struct {
 	Topic    string `json:"topic"`
+	Prefix   string `json:"prefix,omitempty"`
 	Sessions struct {
 		Total   int64            `json:"total"`
 		ByState map[string]int64 `json:"byState"`
 	} `json:"sessions"`
-	Partitions []PartitionStats `json:"partitions"`
+	Partitions []PartitionStats `json:"partitions,omitzero"`
 }
 
 // PartitionStats is one partition's progress.
@@ -308,22 +334,27 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 	if !onlyGET(w, r) {
 		return
 	}
-	counts, err := h.store.Count(r.Context())
+	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
+	counts, err := h.store.CountPrefix(r.Context(), prefix)
 	if err != nil {
 		h.storeError(w, err)
+		return
+	}
+	var st Stats
+	st.Topic, st.Prefix = h.topic, prefix
+	st.Sessions.Total = counts.Total
+	st.Sessions.ByState = map[string]int64{}
+	for _, s := range fsm.States() {
+		st.Sessions.ByState[s.String()] = counts.ByState[s]
+	}
+	if prefix != "" {
+		httpx.WriteJSON(w, http.StatusOK, st)
 		return
 	}
 	cps, err := h.store.Checkpoints(r.Context(), h.topic)
 	if err != nil {
 		h.storeError(w, err)
 		return
-	}
-	var st Stats
-	st.Topic = h.topic
-	st.Sessions.Total = counts.Total
-	st.Sessions.ByState = map[string]int64{}
-	for _, s := range fsm.States() {
-		st.Sessions.ByState[s.String()] = counts.ByState[s]
 	}
 	st.Partitions = []PartitionStats{}
 	for _, cp := range cps {
@@ -358,8 +389,8 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
 		return
 	}
-	if h.scopeCheck != nil && !h.scopeCheck(r, id) {
-		notFound(w, id)
+	if !visible(r, id) {
+		notFound(w)
 		return
 	}
 	if h.replayer == nil {
@@ -375,7 +406,7 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	stored, err := h.store.Get(r.Context(), id)
 	if errors.Is(err, snapshot.ErrNotFound) {
-		notFound(w, id)
+		notFound(w)
 		return
 	}
 	if err != nil {

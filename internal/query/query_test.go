@@ -292,3 +292,63 @@ func TestMethodsAndReplayWithoutKafka(t *testing.T) {
 	resp, body = f.get("/v1/sessions/s-1/replay")
 	wantProblem(t, resp, body, 503, "")
 }
+
+// blockingReplayer holds every replay until release is closed. It stands
+// for the Kafka replayer, whose only property that matters here is taking
+// time; the bound under test is the handler's.
+type blockingReplayer struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (*snapshot.Snapshot, error) {
+	b.started <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return stored, nil
+}
+
+// TestReplaysAreBounded: with MaxReplays running, the next replay answers
+// 503 with Retry-After at once, and a slot frees when one finishes.
+func TestReplaysAreBounded(t *testing.T) {
+	r := redistest.Start(t)
+	store, err := snapshot.NewStore(r.Client(t), "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, store: store}
+	f.put("s-1", 0, 1, fsm.SessionCreated)
+	rep := &blockingReplayer{started: make(chan struct{}, 4), release: make(chan struct{})}
+	f.srv = httptest.NewServer(query.NewHandler(store, topic, rep, query.Options{MaxReplays: 2}))
+	t.Cleanup(f.srv.Close)
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(f.srv.URL + "/v1/sessions/s-1/replay")
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	<-rep.started
+	<-rep.started
+	resp, body := f.get("/v1/sessions/s-1/replay")
+	wantProblem(t, resp, body, 503, "")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	close(rep.release)
+	for range 2 {
+		if code := <-done; code != 200 {
+			t.Fatalf("a held replay answered %d", code)
+		}
+	}
+	if resp, body := f.get("/v1/sessions/s-1/replay"); resp.StatusCode != 200 {
+		t.Fatalf("after the others finished: %d %s", resp.StatusCode, body)
+	}
+}

@@ -23,9 +23,9 @@ type KafkaReplayer struct {
 // Replay implements Replayer.
 func (k *KafkaReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (*snapshot.Snapshot, error) {
 	p, end := stored.Position.Partition, stored.Position.Offset
-	opts := append(k.Kafka.Opts(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.Topic: {p: kgo.NewOffset().At(stored.FirstOffset)}}))
-	cl, err := kgo.NewClient(append(opts, k.Opts...)...)
+	opts := append([]kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.Topic: {p: kgo.NewOffset().At(stored.FirstOffset)}})}, k.Opts...)
+	cl, err := kafka.NewClient(k.Kafka, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -36,12 +36,12 @@ func (k *KafkaReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (
 	for {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("replay stopped before offset %d: %w", end, err)
+			return nil, fmt.Errorf("replay stopped before offset %d: %w", end, cl.Explain(err))
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
 		if ferr != nil {
-			return nil, ferr
+			return nil, cl.Explain(ferr)
 		}
 		done := false
 		fetches.EachRecord(func(rec *kgo.Record) {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
@@ -19,7 +21,21 @@ type Config struct {
 	RedisURL     string       // CORREX_REDIS_URL; default redis://127.0.0.1:6379/0
 	RedisCluster bool         // CORREX_REDIS_CLUSTER; default false
 	RedisPrefix  string       // CORREX_REDIS_PREFIX; default correx
-	HTTPAddr     string       // CORREX_HTTP_ADDR; default :8082
+	// RedisPasswordFile holds the Redis password (CORREX_REDIS_PASSWORD_FILE).
+	RedisPasswordFile string
+	// RedisTLSCAFile is the CA of the Redis server (CORREX_REDIS_TLS_CA_FILE).
+	RedisTLSCAFile string
+	HTTPAddr       string // CORREX_HTTP_ADDR; default :8082
+	// Auth is the bearer-token authentication and the rate limit
+	// (CORREX_AUTH_*, CORREX_RATE_*).
+	Auth auth.Config
+	// TLS serves HTTPS (CORREX_TLS_*).
+	TLS httpx.TLSConfig
+}
+
+// Redis returns the Redis connection settings.
+func (c *Config) Redis() redisconn.Options {
+	return redisconn.Options{URL: c.RedisURL, Cluster: c.RedisCluster, PasswordFile: c.RedisPasswordFile, TLSCAFile: c.RedisTLSCAFile}
 }
 
 // Bind registers the flags and environment variables.
@@ -30,7 +46,12 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (rediss:// for TLS)")
 	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", false, "the Redis URL names a Redis Cluster")
 	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", "correx", "prefix of every Redis key")
+	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", "", "file holding the Redis password (instead of a password in the URL)")
+	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", "", "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", ":8082", "listen address")
+	c.Kafka.BindSecurity(b)
+	c.Auth.Bind(b)
+	c.TLS.Bind(b)
 }
 
 // Validate reports every problem at once.
@@ -39,11 +60,13 @@ func (c *Config) Validate() error {
 	if c.Topic == "" {
 		p.Addf("CORREX_TOPIC: must not be empty")
 	}
-	if c.RedisURL == "" {
-		p.Addf("CORREX_REDIS_URL: must not be empty")
+	problems := c.Redis().Validate()
+	if len(c.Kafka.Brokers) > 0 {
+		problems = append(problems, c.Kafka.Validate()...)
 	}
-	if _, err := redisconn.Open(c.RedisURL, c.RedisCluster); c.RedisURL != "" && err != nil {
-		p.Addf("%v", err)
+	problems = append(append(problems, c.Auth.Validate()...), c.TLS.Validate()...)
+	for _, s := range problems {
+		p.Addf("%s", s)
 	}
 	if c.RedisPrefix == "" {
 		p.Addf("CORREX_REDIS_PREFIX: must not be empty")
@@ -53,7 +76,12 @@ func (c *Config) Validate() error {
 
 // Serve runs the query service until ctx is done.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
-	rdb, err := redisconn.Open(cfg.RedisURL, cfg.RedisCluster)
+	guard, err := auth.New(cfg.Auth, rt.Logger())
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	guard.Watch(ctx)
+	rdb, err := cfg.Redis().Open()
 	if err != nil {
 		return err
 	}
@@ -67,10 +95,13 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	}
 	var replayer Replayer
 	if len(cfg.Kafka.Brokers) > 0 {
+		if cfg.Kafka.Log == nil {
+			cfg.Kafka.Log = rt.Logger()
+		}
 		replayer = &KafkaReplayer{Kafka: cfg.Kafka, Topic: cfg.Topic, Opts: append(rt.KafkaOpts, rt.KafkaTracing()...)}
 	}
-	h := NewHandler(store, cfg.Topic, replayer, Options{Log: rt.Logger()})
-	err = rt.HTTP(ctx, cfg.HTTPAddr, h, store.Ping)
+	h := NewHandler(store, cfg.Topic, replayer, Options{Log: rt.Logger(), Guard: guard})
+	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, Ready: store.Ping, TLS: cfg.TLS})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("query: %w", err)
 	}

@@ -2,26 +2,130 @@
 // CORREX_REDIS_URL setting: redis://[user:password@]host:port/db, rediss://
 // for TLS. With cluster set, the URL names one or more cluster nodes
 // (redis://host:port?addr=host2:port2) and a Redis Cluster client is built.
+//
+// The password may instead come from a file (CORREX_REDIS_PASSWORD_FILE, a
+// mounted Secret), so that it is neither in the URL nor in the environment;
+// the file is read for every new connection, so a rotated password is used
+// without a restart. The user of an ACL (Redis 6+) stays in the URL:
+// rediss://correx@redis:6380/0. A private CA of the server's certificate
+// comes from CORREX_REDIS_TLS_CA_FILE.
 package redisconn
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 
+	"github.com/correx/sessions/internal/config"
 	"github.com/redis/go-redis/v9"
 )
 
+// Options are the Redis settings of a service.
+type Options struct {
+	URL     string // CORREX_REDIS_URL
+	Cluster bool   // CORREX_REDIS_CLUSTER
+	// PasswordFile holds the password (CORREX_REDIS_PASSWORD_FILE); it
+	// replaces a password in the URL.
+	PasswordFile string
+	// TLSCAFile is a PEM bundle of the CAs that signed the server's
+	// certificate (CORREX_REDIS_TLS_CA_FILE); it needs a rediss:// URL.
+	TLSCAFile string
+}
+
+// Validate reports every problem; it reads the files but does not contact
+// Redis.
+func (o Options) Validate() []string {
+	var out []string
+	if o.URL == "" {
+		return append(out, "CORREX_REDIS_URL: must not be empty")
+	}
+	if _, err := o.Open(); err != nil {
+		out = append(out, err.Error())
+	}
+	if o.PasswordFile != "" {
+		if _, err := config.ReadSecretFile(o.PasswordFile); err != nil {
+			out = append(out, "CORREX_REDIS_PASSWORD_FILE: "+err.Error())
+		}
+	}
+	return out
+}
+
 // Open returns a client for url; it does not contact Redis.
 func Open(url string, cluster bool) (redis.UniversalClient, error) {
-	if cluster {
-		opt, err := redis.ParseClusterURL(url)
+	return Options{URL: url, Cluster: cluster}.Open()
+}
+
+// Open returns a client for the options; it does not contact Redis.
+func (o Options) Open() (redis.UniversalClient, error) {
+	var tc *tls.Config
+	if o.TLSCAFile != "" {
+		pool, err := loadPool(o.TLSCAFile)
+		if err != nil {
+			return nil, err
+		}
+		tc = &tls.Config{RootCAs: pool}
+	}
+	if o.Cluster {
+		opt, err := redis.ParseClusterURL(o.URL)
 		if err != nil {
 			return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
 		}
+		if opt.TLSConfig, err = withCA(opt.TLSConfig, tc); err != nil {
+			return nil, err
+		}
+		if o.PasswordFile != "" {
+			opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
+		}
 		return redis.NewClusterClient(opt), nil
 	}
-	opt, err := redis.ParseURL(url)
+	opt, err := redis.ParseURL(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
 	}
+	if opt.TLSConfig, err = withCA(opt.TLSConfig, tc); err != nil {
+		return nil, err
+	}
+	if o.PasswordFile != "" {
+		opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
+	}
 	return redis.NewClient(opt), nil
+}
+
+// withCA adds the CA of ca to the TLS configuration parsed from a rediss://
+// URL (which carries the server name); a CA with a redis:// URL is refused,
+// since it would silently connect without TLS.
+func withCA(parsed, ca *tls.Config) (*tls.Config, error) {
+	if ca == nil {
+		return parsed, nil
+	}
+	if parsed == nil {
+		return nil, fmt.Errorf("CORREX_REDIS_TLS_CA_FILE needs a rediss:// CORREX_REDIS_URL (TLS)")
+	}
+	parsed.RootCAs = ca.RootCAs
+	return parsed, nil
+}
+
+func loadPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("CORREX_REDIS_TLS_CA_FILE: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CORREX_REDIS_TLS_CA_FILE: %s holds no PEM certificate", file)
+	}
+	return pool, nil
+}
+
+// credentials reads the password file for every new connection.
+func credentials(user, file string) func(context.Context) (string, string, error) {
+	return func(context.Context) (string, string, error) {
+		p, err := config.ReadSecretFile(file)
+		if err != nil {
+			return "", "", fmt.Errorf("redis password: %w", err)
+		}
+		return user, p, nil
+	}
 }

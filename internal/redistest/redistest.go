@@ -8,6 +8,8 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -28,6 +30,8 @@ type Server struct {
 	Addr string // host:port
 	Dir  string
 	args []string
+	// tls is the client configuration of a server started by StartTLS.
+	tls *tls.Config
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -35,13 +39,19 @@ type Server struct {
 	log    *bytes.Buffer
 }
 
-// URL returns the server's address as a CORREX_REDIS_URL.
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+// URL returns the server's address as a CORREX_REDIS_URL (rediss:// for a
+// server started by StartTLS).
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr + "/0"
+	}
+	return "redis://" + s.Addr + "/0"
+}
 
 // Client returns a client of the server, closed when the test ends.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -102,6 +112,51 @@ func Start(t testing.TB, extra ...string) *Server {
 	return s
 }
 
+// TLSFiles are the PEM files of a TLS redis-server.
+type TLSFiles struct {
+	CertFile, KeyFile string // the server's certificate and key
+	CAFile            string // the CA of client certificates (redis-server requires one)
+	// ClientAuth makes the server require client certificates signed by
+	// CAFile (--tls-auth-clients yes); otherwise they are optional.
+	ClientAuth bool
+	// Client is the TLS configuration the readiness check connects with
+	// (the CA of the server's certificate, and a client certificate when
+	// ClientAuth is set).
+	Client *tls.Config
+}
+
+// StartTLS starts a redis-server that accepts only TLS connections
+// (--port 0 --tls-port N), with extra arguments such as ACL users
+// ("--user", "correx on >secret ~* +@all"), and stops it when the test ends.
+// Debian's redis-server is built with TLS; a build without it fails here
+// with redis-server's own message.
+func StartTLS(t testing.TB, f TLSFiles, extra ...string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	auth := "optional"
+	if f.ClientAuth {
+		auth = "yes"
+	}
+	var s *Server
+	for attempt := 0; ; attempt++ {
+		port := freePort(t)
+		args := []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--protected-mode", "no",
+			"--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile, "--tls-ca-cert-file", f.CAFile,
+			"--tls-auth-clients", auth}
+		s = &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, args: append(args, extra...), tls: f.Client}
+		err := s.start(t)
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("redistest: %v", err)
+		}
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
 func (s *Server) start(t testing.TB) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -114,7 +169,7 @@ func (s *Server) start(t testing.TB) error {
 	exited := make(chan struct{})
 	s.exited = exited
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(s.cmd)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, TLSConfig: s.tls})
 	defer c.Close()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
@@ -126,7 +181,10 @@ func (s *Server) start(t testing.TB) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		// Any answer means the server is up; a server whose default user
+		// is off answers NOAUTH.
+		var rerr redis.Error
+		if err == nil || errors.As(err, &rerr) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)

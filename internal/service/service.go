@@ -50,10 +50,35 @@ func Banner(w io.Writer, name string, settings []string) {
 	fmt.Fprintf(w, "%s: effective configuration\n  %s\n", name, strings.Join(settings, "\n  "))
 }
 
-// HTTP serves api (under /v1/) with the health and metrics endpoints until
-// ctx is done, then drains: /readyz turns 503, in-flight requests finish.
-func (rt Runtime) HTTP(ctx context.Context, addr string, api http.Handler, ready func(context.Context) error) error {
-	health := &httpx.Health{Ready: ready}
+// Endpoint is what a service serves over HTTP.
+type Endpoint struct {
+	Addr string // listen address, unless the runtime has a Listener
+	// API is served under /v1/; nil for none (the projector). The service
+	// puts its own authentication in front of it.
+	API http.Handler
+	// Ready answers /readyz.
+	Ready func(context.Context) error
+	// TLS serves HTTPS when set. With a client CA, /v1/ requires a
+	// verified client certificate, while /healthz, /readyz and /metrics
+	// stay open to clients without one (kubelet probes, Prometheus).
+	TLS httpx.TLSConfig
+}
+
+// HTTP serves the endpoint's API (under /v1/) with the health and metrics
+// endpoints until ctx is done, then drains: /readyz turns 503, in-flight
+// requests finish. /healthz, /readyz and /metrics never require a token:
+// probes and scrapers must reach them, so they are to be kept off the
+// public network (docs/security.md).
+func (rt Runtime) HTTP(ctx context.Context, ep Endpoint) error {
+	var serverTLS *httpx.ServerTLS
+	if ep.TLS.Enabled() {
+		var err error
+		if serverTLS, err = ep.TLS.Load(); err != nil {
+			return err
+		}
+	}
+	api := ep.API
+	health := &httpx.Health{Ready: ep.Ready}
 	mux := http.NewServeMux()
 	health.Register(mux)
 	metrics := rt.Metrics
@@ -64,6 +89,9 @@ func (rt Runtime) HTTP(ctx context.Context, addr string, api http.Handler, ready
 	}
 	mux.Handle("GET /metrics", metrics)
 	if api != nil {
+		if serverTLS != nil && serverTLS.RequireClientCert() {
+			api = httpx.RequireVerifiedClient(api)
+		}
 		if rt.WrapHTTP != nil {
 			api = rt.WrapHTTP("api", api)
 		}
@@ -76,17 +104,27 @@ func (rt Runtime) HTTP(ctx context.Context, addr string, api http.Handler, ready
 	l := rt.Listener
 	if l == nil {
 		var err error
-		if l, err = httpx.Listen(addr); err != nil {
+		if l, err = httpx.Listen(ep.Addr); err != nil {
 			return err
 		}
 	}
-	rt.Logger().Info("listening", "addr", l.Addr().String())
+	srv := httpx.NewServer(mux)
+	// net/http reports panics, failed TLS handshakes and accept errors
+	// through ErrorLog; they go to the service's log.
+	srv.ErrorLog = slog.NewLogLogger(rt.Logger().Handler(), slog.LevelWarn)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	scheme := "http"
+	if serverTLS != nil {
+		scheme = "https"
+		srv.TLSConfig = serverTLS.Config()
+		serverTLS.Watch(sctx, rt.Logger())
+	}
+	rt.Logger().Info("listening", "addr", l.Addr().String(), "scheme", scheme,
+		"clientCertificates", serverTLS != nil && serverTLS.RequireClientCert())
 	if rt.Ready != nil {
 		rt.Ready(l.Addr().String())
 	}
-	srv := httpx.NewServer(mux)
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
 	go func() {
 		select {
 		case <-ctx.Done():

@@ -108,18 +108,21 @@ end
 return out
 `)
 
-// countScript counts the sessions per state in one bucket's index.
+// countScript counts the sessions per state in one bucket's index, among
+// the sessions whose id starts with a prefix.
 //
 //	KEYS[1]   the bucket's state index
+//	ARGV[1]   the session-id prefix ("" for every session)
 //
 // Returns the counts in state-code order, then the number of sessions.
 var countScript = redis.NewScript(`
 local names = ` + luaStateNames + `
+local p = ARGV[1] or ''
 local out = {}
 for i, n in ipairs(names) do
-  out[i] = redis.call('ZLEXCOUNT', KEYS[1], '[' .. n .. ':', '[' .. n .. ':\255')
+  out[i] = redis.call('ZLEXCOUNT', KEYS[1], '[' .. n .. ':' .. p, '[' .. n .. ':' .. p .. '\255')
 end
-out[#names + 1] = redis.call('ZLEXCOUNT', KEYS[1], '[*:', '[*:\255')
+out[#names + 1] = redis.call('ZLEXCOUNT', KEYS[1], '[*:' .. p, '[*:' .. p .. '\255')
 return out
 `)
 

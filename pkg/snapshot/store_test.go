@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,6 +321,93 @@ var contract = []struct {
 		}
 		if _, err := st.List(ctx, fsm.StateActive, "not a cursor!", 10); !errors.Is(err, snapshot.ErrBadCursor) {
 			t.Fatalf("bad cursor: %v", err)
+		}
+	}},
+	{"listing and counts by session-id prefix", func(t *testing.T, st *snapshot.Store, _ func()) {
+		// Tenants whose prefixes are close in the index's order: acme:,
+		// acme:team: (inside acme:), acm: and acme-x: (outside it), zeta:.
+		want := map[string]map[fsm.State]int{}
+		states := []fsm.State{fsm.StateCreated, fsm.StateActive, fsm.StatePaused, fsm.StateCompleted}
+		var batch []*snapshot.Snapshot
+		add := func(id string, i int) {
+			s := states[i%len(states)]
+			batch = append(batch, snap(t, id, s, 0, int64(len(batch))))
+		}
+		for i := range 230 {
+			add(fmt.Sprintf("acme:%03d", i), i)
+		}
+		for i := range 20 {
+			add(fmt.Sprintf("acme:team:%02d", i), i)
+		}
+		for i := range 60 {
+			add(fmt.Sprintf("acm:%02d", i), i)
+			add(fmt.Sprintf("acme-x:%02d", i), i)
+			add(fmt.Sprintf("zeta:%02d", i), i)
+		}
+		put(t, st, batch...)
+		for _, s := range batch {
+			for _, p := range []string{"acme:", "acme:team:", "acm", "zeta:", "nobody:"} {
+				if want[p] == nil {
+					want[p] = map[fsm.State]int{}
+				}
+				if strings.HasPrefix(s.ID, p) {
+					want[p][s.State]++
+					want[p][fsm.StateNone]++
+				}
+			}
+		}
+		for _, prefix := range []string{"acme:", "acme:team:", "acm", "zeta:", "nobody:"} {
+			for _, state := range []fsm.State{fsm.StateNone, fsm.StateActive} {
+				const limit = 17
+				got, cursor := 0, ""
+				for pages := 0; ; pages++ {
+					page, err := st.ListPrefix(ctx, state, prefix, cursor, limit)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, s := range page.Snapshots {
+						if !strings.HasPrefix(s.ID, prefix) || state != fsm.StateNone && s.State != state {
+							t.Fatalf("listing %s %s returned %s in %s", prefix, state, s.ID, s.State)
+						}
+					}
+					got += len(page.Snapshots)
+					if page.Next == "" {
+						break
+					}
+					// Pages before the last are full: the prefix is part of
+					// the scan, not a filter after it.
+					if len(page.Snapshots) != limit || pages > 40 {
+						t.Fatalf("listing %s %s: a page of %d before the last (page %d)", prefix, state, len(page.Snapshots), pages)
+					}
+					cursor = page.Next
+				}
+				if got != want[prefix][state] {
+					t.Fatalf("listing %s %s: %d sessions, want %d", prefix, state, got, want[prefix][state])
+				}
+			}
+			counts, err := st.CountPrefix(ctx, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if counts.Total != int64(want[prefix][fsm.StateNone]) {
+				t.Fatalf("count %s: total %d, want %d", prefix, counts.Total, want[prefix][fsm.StateNone])
+			}
+			for _, state := range states {
+				if counts.ByState[state] != int64(want[prefix][state]) {
+					t.Fatalf("count %s %s: %d, want %d", prefix, state, counts.ByState[state], want[prefix][state])
+				}
+			}
+		}
+		// A cursor issued for one prefix does not continue under another.
+		page, err := st.ListPrefix(ctx, fsm.StateNone, "acme:", "", 5)
+		if err != nil || page.Next == "" {
+			t.Fatalf("first page: %v", err)
+		}
+		if _, err := st.ListPrefix(ctx, fsm.StateNone, "zeta:", page.Next, 5); !errors.Is(err, snapshot.ErrBadCursor) {
+			t.Fatalf("a cursor of acme: under zeta:: %v", err)
+		}
+		if all, err := st.Count(ctx); err != nil || all.Total != int64(len(batch)) {
+			t.Fatalf("unrestricted count %d %v, want %d", all.Total, err, len(batch))
 		}
 	}},
 	{"retry after dropped connections leaves the same state", func(t *testing.T, st *snapshot.Store, drop func()) {

@@ -128,6 +128,8 @@ appear here only as file paths. The pod template hashes this output
 {{- $_ = set $d "CORREX_PRODUCE_TIMEOUT" $v.produceTimeout }}
 {{- end }}
 {{- if include "correx.hasAuth" . }}
+{{- $_ = set $d "CORREX_RATE_LIMIT" (toString $v.rateLimit.requestsPerSecond) }}
+{{- $_ = set $d "CORREX_RATE_BURST" ($v.rateLimit.burst | int64 | toString) }}
 {{- if $root.Values.auth.enabled }}
 {{- $_ = set $d "CORREX_AUTH_TOKENS_FILE" (printf "%s/auth/tokens" $dir) }}
 {{- else }}

@@ -1,0 +1,137 @@
+package config_test
+
+import (
+	"bytes"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/config"
+)
+
+func TestReadSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		content, want, err string
+	}{
+		{"s3cret\n", "s3cret", ""},
+		{"s3cret\r\n", "s3cret", ""},
+		{"  spaced pass \n\n", "  spaced pass \n", ""},
+		{"", "", "empty"},
+		{"\n", "", "empty"},
+	}
+	for i, tc := range tests {
+		p := filepath.Join(dir, "f"+string(rune('a'+i)))
+		if err := os.WriteFile(p, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := config.ReadSecretFile(p)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, want an error naming %q", tc.content, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: %q %v, want %q", tc.content, got, err, tc.want)
+		}
+	}
+	if _, err := config.ReadSecretFile(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file read")
+	}
+}
+
+func TestSecretsAreMasked(t *testing.T) {
+	env := map[string]string{"CORREX_REDIS_URL": "rediss://correx:hunter2@redis:6380/0", "TOKEN": "abc123"}
+	b := config.NewBinder(flag.NewFlagSet("t", flag.ContinueOnError), func(k string) string { return env[k] })
+	var url, tok, plain string
+	b.Secret(&url, "redis-url", "CORREX_REDIS_URL", "", "")
+	b.Secret(&tok, "token", "TOKEN", "", "")
+	b.String(&plain, "plain", "", "visible", "")
+	if err := b.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(b.Effective(), "\n")
+	for _, secret := range []string{"hunter2", "abc123"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%q printed: %s", secret, out)
+		}
+	}
+	for _, want := range []string{"redis-url=rediss://correx:xxxxx@redis:6380/0", "token=***", "plain=visible"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%q missing: %s", want, out)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestFileWatchPolls: a changed file is reloaded without a signal; a failed
+// reload is logged and retried only when the content changes again.
+func TestFileWatchPolls(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("v1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reloads atomic.Int32
+	var fail atomic.Bool
+	logs := &syncBuffer{}
+	config.FileWatch{What: "things", Files: []string{p}, Interval: 5 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(logs, nil)),
+		Reload: func() error {
+			reloads.Add(1)
+			if fail.Load() {
+				return os.ErrInvalid
+			}
+			return nil
+		}}.Start(t.Context())
+	time.Sleep(30 * time.Millisecond)
+	if n := reloads.Load(); n != 0 {
+		t.Fatalf("%d reloads of an unchanged file", n)
+	}
+	if err := os.WriteFile(p, []byte("v2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return reloads.Load() == 1 })
+	fail.Store(true)
+	if err := os.WriteFile(p, []byte("v3"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "reload failed; keeping the previous things") })
+	time.Sleep(30 * time.Millisecond)
+	if n := reloads.Load(); n != 2 {
+		t.Fatalf("%d reloads, want 2 (a failed reload is not retried until the file changes)", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,204 @@
+package redisconn_test
+
+import (
+	"context"
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/tlstest"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/redis/go-redis/v9"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tlsServer starts a TLS-only redis-server whose default user is off and
+// whose user "correx" has the password "s3cret" and access to correx keys.
+func tlsServer(t *testing.T) (*redistest.Server, *tlstest.CA) {
+	t.Helper()
+	ca := tlstest.NewCA(t, "redis")
+	srv := ca.Server(t, "redis")
+	admin := ca.Client(t, "admin")
+	s := redistest.StartTLS(t, redistest.TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, CAFile: ca.CertFile,
+		Client: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{admin.TLS}}},
+		"--user", "default", "off",
+		"--user", "admin", "on", ">admin-pw", "~*", "&*", "+@all",
+		// The ACL docs/security.md recommends: the correx keys, no
+		// dangerous commands.
+		"--user", "correx", "on", ">s3cret", "~correx:*", "+@all", "-@dangerous")
+	return s, ca
+}
+
+func ping(t *testing.T, o redisconn.Options) error {
+	t.Helper()
+	rdb, err := o.Open()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	store, err := snapshot.NewStore(rdb, "correx")
+	if err != nil {
+		return err
+	}
+	if err := store.Ping(ctx); err != nil {
+		return err
+	}
+	// Everything the services do, under the ACL: fenced writes (scripts),
+	// reads, listings, counts, checkpoints, and the reset's SCAN and UNLINK.
+	var s snapshot.Snapshot
+	var r fsm.Reducer
+	e := fsm.NewEvent(fsm.EventID{1}, "acl-1", fsm.SessionCreated, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC), fsm.Fields{})
+	s.Fold(&r, &e, snapshot.Position{Partition: 0, Offset: 1})
+	if _, err := store.PutBatch(ctx, []snapshot.Entry{snapshot.NewEntry(&s)}); err != nil {
+		return err
+	}
+	if _, err := store.Get(ctx, "acl-1"); err != nil {
+		return err
+	}
+	if _, err := store.List(ctx, fsm.StateNone, "", 10); err != nil {
+		return err
+	}
+	if _, err := store.Count(ctx); err != nil {
+		return err
+	}
+	if _, err := store.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 0, Offset: 2}}, time.Now()); err != nil {
+		return err
+	}
+	if _, err := store.Checkpoints(ctx, "events"); err != nil {
+		return err
+	}
+	_, err = store.Reset(ctx)
+	return err
+}
+
+func TestTLSAndACL(t *testing.T) {
+	s, ca := tlsServer(t)
+	host := s.Addr
+	otherCA := tlstest.NewCA(t, "other")
+	tests := []struct {
+		name    string
+		opts    redisconn.Options
+		wantErr string
+	}{
+		{"password from a file", redisconn.Options{URL: "rediss://correx@" + host + "/0",
+			PasswordFile: writeFile(t, "pw", "s3cret\n"), TLSCAFile: ca.CertFile}, ""},
+		{"password in the url", redisconn.Options{URL: "rediss://correx:s3cret@" + host + "/0", TLSCAFile: ca.CertFile}, ""},
+		{"the file replaces the url's password", redisconn.Options{URL: "rediss://correx:old@" + host + "/0",
+			PasswordFile: writeFile(t, "pw", "s3cret"), TLSCAFile: ca.CertFile}, ""},
+		{"wrong password", redisconn.Options{URL: "rediss://correx@" + host + "/0",
+			PasswordFile: writeFile(t, "pw", "guess"), TLSCAFile: ca.CertFile}, "WRONGPASS"},
+		{"no credentials", redisconn.Options{URL: "rediss://" + host + "/0", TLSCAFile: ca.CertFile}, "NOAUTH"},
+		{"server certificate from another ca", redisconn.Options{URL: "rediss://correx:s3cret@" + host + "/0",
+			TLSCAFile: otherCA.CertFile}, "certificate"},
+		{"system roots do not know the test ca", redisconn.Options{URL: "rediss://correx:s3cret@" + host + "/0"}, "certificate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if problems := tc.opts.Validate(); len(problems) > 0 {
+				t.Fatalf("valid settings refused: %v", problems)
+			}
+			err := ping(t, tc.opts)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("ping: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("ping: %v, want an error naming %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Fatal("the password appears in the error")
+			}
+		})
+	}
+}
+
+// TestPasswordFileRotation: the file is read for every new connection, so a
+// password changed on the server and in the file is used without a restart.
+func TestPasswordFileRotation(t *testing.T) {
+	s, ca := tlsServer(t)
+	pwFile := writeFile(t, "pw", "s3cret")
+	rdb, err := redisconn.Options{URL: "rediss://correx@" + s.Addr + "/0", PasswordFile: pwFile, TLSCAFile: ca.CertFile}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	admin := s.Client(t)
+	if err := admin.Do(ctx, "AUTH", "admin", "admin-pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "correx", "resetpass", ">rotated").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pwFile, []byte("rotated\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Drop the client's authenticated connections; the next command dials
+	// again and must authenticate with the new password.
+	if err := admin.Do(ctx, "CLIENT", "KILL", "USER", "correx").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var perr error
+	for range 5 {
+		if perr = rdb.Ping(ctx).Err(); perr == nil {
+			break
+		}
+	}
+	if perr != nil {
+		t.Fatalf("after rotation: %v", perr)
+	}
+	var who string
+	who, err = rdb.Do(ctx, "ACL", "WHOAMI").Text()
+	if err != nil || who != "correx" {
+		t.Fatalf("whoami %q %v", who, err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ca := tlstest.NewCA(t, "v")
+	tests := []struct {
+		name string
+		opts redisconn.Options
+		want string // "" valid
+	}{
+		{"plain url", redisconn.Options{URL: "redis://127.0.0.1:6379/0"}, ""},
+		{"tls url with ca", redisconn.Options{URL: "rediss://127.0.0.1:6380/0", TLSCAFile: ca.CertFile}, ""},
+		{"cluster with ca", redisconn.Options{URL: "rediss://127.0.0.1:7000?addr=127.0.0.1:7001", Cluster: true, TLSCAFile: ca.CertFile}, ""},
+		{"empty url", redisconn.Options{}, "CORREX_REDIS_URL"},
+		{"ca without tls", redisconn.Options{URL: "redis://127.0.0.1:6379/0", TLSCAFile: ca.CertFile}, "rediss://"},
+		{"ca file missing", redisconn.Options{URL: "rediss://127.0.0.1:6380/0", TLSCAFile: "/nonexistent/ca"}, "CORREX_REDIS_TLS_CA_FILE"},
+		{"password file missing", redisconn.Options{URL: "redis://127.0.0.1:6379/0", PasswordFile: "/nonexistent/pw"}, "CORREX_REDIS_PASSWORD_FILE"},
+		{"bad url", redisconn.Options{URL: "http://x"}, "CORREX_REDIS_URL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(tc.opts.Validate(), "\n")
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Fatalf("problems %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+var _ redis.UniversalClient = (*redis.Client)(nil)
