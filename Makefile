@@ -44,5 +44,5 @@ run: ## the whole pipeline on embedded defaults (not yet)
 test-integration: ## testcontainers-go suites (not yet)
 	@echo "make test-integration: not yet"
 
-images: ## build the container images (not yet)
-	@echo "make images: not yet"
+images: ## build the container images from deploy/docker (CORREX_IMAGE_PREFIX, CORREX_IMAGE_TAG, KAFKA_IMAGE, REDIS_IMAGE)
+	@scripts/images.sh
