@@ -31,6 +31,7 @@
 //     engine is local (DOCKER_HOST unset or unix://): testcontainers' guess
 //     from the default route can be an address the test process cannot
 //     reach. Tests run in a container beside the engine must set it.
+//   - CORREX_IT_SEED repeats a run's random choices (each test logs its seed).
 //   - CORREX_IT_VERBOSE=1 shows testcontainers' own log.
 //
 // On failure a test prints the last 50 log lines of each of its containers and
