@@ -6,6 +6,8 @@ GO                  ?= go
 STATICCHECK_VERSION := v0.8.2
 FUZZTIME            ?= 10s
 export FUZZTIME
+# INTEGRATION_FLAGS adds go test flags to test-integration, e.g. -run TestHappyPath.
+INTEGRATION_FLAGS   ?=
 
 .PHONY: help deps build test unit fuzz test-helm lint generate bench run loadgen test-integration images
 
@@ -29,10 +31,10 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 test-helm: ## render, lint and check the Helm chart (its own module; builds Helm once)
 	@deploy/helm/test.sh
 
-lint: ## gofmt, go vet, staticcheck (pinned), generated docs in sync
+lint: ## gofmt, go vet, staticcheck (pinned), generated docs in sync; with the integration suites' build tag
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) vet -tags integration ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags integration ./...
 	$(GO) test -count=1 -run TestREADMEInSync ./pkg/fsm/internal/gendoc
 
 generate: ## regenerate the README's lifecycle table and diagram from pkg/fsm
@@ -47,8 +49,9 @@ run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C st
 loadgen: ## a verified workload against a running stack (ARGS="-sessions 5000 -rate 2000")
 	$(GO) run ./cmd/loadgen $(ARGS)
 
-test-integration: ## testcontainers-go suites (not yet)
-	@echo "make test-integration: not yet"
+images: ## build the container images from deploy/docker (CORREX_IMAGE_PREFIX, CORREX_IMAGE_TAG, KAFKA_IMAGE, REDIS_IMAGE)
+	@scripts/images.sh
 
-images: ## build the container images (not yet)
-	@echo "make images: not yet"
+test-integration: images ## testcontainers-go suites in integration/ against the images (needs Docker)
+	TESTCONTAINERS_RYUK_DISABLED=$${TESTCONTAINERS_RYUK_DISABLED:-true} \
+		$(GO) test -tags integration -count=1 -timeout 60m -v $(INTEGRATION_FLAGS) ./integration/...

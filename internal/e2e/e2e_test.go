@@ -115,6 +115,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("verified %d of 2000, rejected requests %d", rep.Verified, rep.Rejected)
 	}
 	assertExact(t, store, rep.Written)
+	assertLastPositions(t, store, rep)
 
 	// Replays from the log match what is stored; a tampered snapshot does not.
 	ids := []string{}
@@ -162,4 +163,26 @@ func replay(t *testing.T, queryURL, id string) (out struct {
 		t.Fatalf("replay %s: %v: %s", id, err, body)
 	}
 	return out
+}
+
+// assertLastPositions checks the report's last accepted positions: with
+// nothing resent, every stored snapshot sits exactly at the position ingest
+// returned for its session's last event.
+func assertLastPositions(t *testing.T, store *snapshot.Store, rep loadgen.Report) {
+	t.Helper()
+	if len(rep.Resent) != 0 || rep.Retries != 0 {
+		t.Fatalf("%d sessions resent (%d retries) against a healthy stack", len(rep.Resent), rep.Retries)
+	}
+	if len(rep.Last) != len(rep.Written) {
+		t.Fatalf("last positions for %d sessions, %d sessions written", len(rep.Last), len(rep.Written))
+	}
+	for id, pos := range rep.Last {
+		s, err := store.Get(context.Background(), id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if s.Position != pos {
+			t.Fatalf("%s stored at %s, ingest's last position %s", id, s.Position, pos)
+		}
+	}
 }

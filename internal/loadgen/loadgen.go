@@ -60,6 +60,16 @@ type Report struct {
 	// Written holds, per session, the events Kafka accepted, in order
 	// (with Config.KeepWritten).
 	Written map[string][]fsm.Event
+	// Last holds, per session with an accepted event, the position ingest
+	// returned for its last accepted event: the minPosition to wait for
+	// (with Config.KeepWritten).
+	Last map[string]snapshot.Position
+	// Resent lists the sessions with events in a request that was resent
+	// (with Config.KeepWritten). Kafka may hold a copy of such an event that
+	// ingest could not confirm, which the fold counts as a duplicate: their
+	// counters.events and counters.duplicates (and position) can exceed the
+	// reference fold of Written, nothing else can differ.
+	Resent map[string]bool
 }
 
 // EventsPerSecond is the accepted rate.
@@ -142,8 +152,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.KeepWritten {
 		rep.Written = map[string][]fsm.Event{}
+		rep.Last = map[string]snapshot.Position{}
+		rep.Resent = map[string]bool{}
 		for _, s := range all {
 			rep.Written[s.id] = s.written
+			if s.hasLast {
+				rep.Last[s.id] = s.last
+			}
+			if s.resent {
+				rep.Resent[s.id] = true
+			}
 		}
 	}
 	if cfg.Verify {

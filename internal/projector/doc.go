@@ -16,6 +16,10 @@
 //   - On assignment a partition starts at its Redis checkpoint, not at the
 //     Kafka committed offset; with no checkpoint it starts at the earliest
 //     offset (a full rebuild).
+//   - A checkpoint that was stored and is gone means Redis lost the read
+//     model: the partition is rebuilt from the earliest offset. A flush
+//     notices when it writes the checkpoint; an idle projector checks the
+//     stored checkpoints every MaxFlushInterval.
 //   - A crash anywhere (before, during or after a batch, before the
 //     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
 //     replays from the checkpoint and skips what is already reflected.

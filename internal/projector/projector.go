@@ -78,6 +78,7 @@ type Projector struct {
 	progress  bool // a partition advanced since the last flush was built
 	inflight  *flushJob
 	lastFlush time.Time
+	lastCheck time.Time // when the stored checkpoints were last checked
 	reducer   fsm.Reducer
 	events    []fsm.Event // decode buffer, reused across polls
 	stalled   map[int32]string
@@ -240,6 +241,9 @@ func (p *Projector) loop(ctx context.Context) error {
 		}
 		if err == nil && p.flushDue(fetches.NumRecords() >= p.cfg.MaxPollRecords) {
 			err = p.startFlush()
+		}
+		if err == nil && p.inflight == nil && time.Since(p.lastCheck) >= p.cfg.MaxFlushInterval {
+			p.checkCheckpoints(ctx)
 		}
 		p.evict()
 		p.mu.Unlock()
@@ -668,6 +672,36 @@ func (p *Projector) finish(job *flushJob) {
 			continue
 		}
 		part.ckptKnown, part.lastCkpt, part.lastHW = true, cp.Offset, cp.HighWatermark
+	}
+}
+
+// checkCheckpoints notices a read model that vanished while the projector had
+// nothing to write (Redis emptied, or replaced by an empty one): a flush finds
+// that out when it writes a checkpoint, but an idle partition writes none, so
+// its sessions would stay missing until its next event. Every owned partition
+// whose stored checkpoint is gone is rebuilt from the earliest offset. A
+// stalled partition is left alone: its remedy is `projector reset` and a
+// restart. Called between polls with no batch in flight.
+func (p *Projector) checkCheckpoints(ctx context.Context) {
+	p.lastCheck = time.Now()
+	known := false
+	for _, part := range p.parts {
+		known = known || part.ckptKnown
+	}
+	if !known {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second) // the fold waits meanwhile
+	defer cancel()
+	cps, err := p.store.Checkpoints(cctx, p.cfg.Topic)
+	if err != nil {
+		p.log.Warn("checking checkpoints", "err", err) // the next check retries
+		return
+	}
+	for id, part := range p.parts {
+		if _, ok := cps[id]; part.ckptKnown && !ok && p.stalled[id] == "" {
+			p.rebuild(part)
+		}
 	}
 }
 

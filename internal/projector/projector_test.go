@@ -506,3 +506,26 @@ func TestFoldReadsAnUncachedSession(t *testing.T) {
 		t.Fatalf("fold of an uncached session: %+v", en)
 	}
 }
+
+// TestRebuildAfterRedisEmptiedWhileIdle empties Redis under a projector that
+// has folded everything and gets no new events: it must notice the vanished
+// checkpoints by itself and rebuild the same read model from the log.
+func TestRebuildAfterRedisEmptiedWhileIdle(t *testing.T) {
+	e := newEnv(t, 4)
+	e.produce(workloadEvents(7, 200))
+	r := e.start(e.config("idle"), "idle", nil)
+	e.waitCaughtUp("idle", 30*time.Second)
+	want := e.dump("idle")
+	if len(want) == 0 {
+		t.Fatal("nothing folded")
+	}
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCaughtUp("idle", 30*time.Second) // no new event: only the check can notice
+	waitFor(t, "every snapshot rebuilt", func() bool { return len(e.dumpQuiet(e.store("idle"))) == len(want) })
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.assertSame(want, e.dump("idle"))
+}

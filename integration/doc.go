@@ -1,0 +1,39 @@
+// Package integration holds the testcontainers-go suites: the whole pipeline
+// (a Kafka-protocol broker, Redis with AOF persistence, the ingest, projector
+// and query services) in containers on one Docker network per test, driven
+// with load from the test process and checked only through the public HTTP
+// APIs, while containers are killed, frozen, scaled and restarted.
+//
+// The suites carry the build tag `integration`, so `go test ./...` skips them.
+// Run them with
+//
+//	make test-integration   # make images, then go test -tags integration ./integration/...
+//
+// They need a Docker engine and the images built by `make images`
+// (scripts/images.sh); nothing is pulled. Every test removes the containers,
+// volumes and network it created, also when it fails (t.Cleanup); each is
+// labelled correx.integration=<run id>, so leftovers of a killed run can be
+// found with `docker ps -a --filter label=correx.integration`.
+//
+// # Environment
+//
+//   - CORREX_IMAGE_PREFIX (default "correx/") and CORREX_IMAGE_TAG (default
+//     "dev") name the service images: PREFIX+"ingest:"+TAG and so on.
+//   - KAFKA_IMAGE (default PREFIX+"kafkabroker:"+TAG) is the broker. The
+//     suites know three kinds, guessed from the name or set with KAFKA_FLAVOR:
+//     "kfake" (cmd/kafkabroker), "apache" (apache/kafka, KRaft single node)
+//     and "redpanda" (redpandadata/redpanda in dev-container mode).
+//   - REDIS_IMAGE (default PREFIX+"redis:"+TAG): the project's Redis image or
+//     the official `redis` image; both take redis-server flags as arguments.
+//   - TESTCONTAINERS_RYUK_DISABLED is set to true when unset: the suites clean
+//     up after themselves and no reaper image is needed.
+//   - TESTCONTAINERS_HOST_OVERRIDE is set to 127.0.0.1 when unset and the
+//     engine is local (DOCKER_HOST unset or unix://): testcontainers' guess
+//     from the default route can be an address the test process cannot
+//     reach. Tests run in a container beside the engine must set it.
+//   - CORREX_IT_SEED repeats a run's random choices (each test logs its seed).
+//   - CORREX_IT_VERBOSE=1 shows testcontainers' own log.
+//
+// On failure a test prints the last 50 log lines of each of its containers and
+// the differing snapshots (got and want JSON).
+package integration
