@@ -42,6 +42,13 @@ type Config struct {
 	// SessionTimeout is the group session timeout; CORREX_SESSION_TIMEOUT,
 	// default 30s.
 	SessionTimeout time.Duration
+	// LeaveOnShutdown makes a replica with an instance id leave the group
+	// after its final flush on a graceful shutdown (SIGTERM), so its
+	// partitions move at once; static members otherwise keep them until the
+	// session timeout. A crash does not leave: a replacement under the same
+	// instance id takes the partitions back at once.
+	// CORREX_LEAVE_ON_SHUTDOWN, default true.
+	LeaveOnShutdown bool
 	// MaxPollRecords bounds the records folded between two flush decisions
 	// (default 10000).
 	MaxPollRecords int
@@ -71,6 +78,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", 250*time.Millisecond, "longest wait before folded events are written, when caught up")
 	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", 2*time.Second, "longest wait before folded events are written, when catching up")
 	b.Int(&c.FlushSize, "flush-size", "CORREX_FLUSH_SIZE", 20000, "dirty snapshots that trigger a flush")
+	b.Bool(&c.LeaveOnShutdown, "leave-on-shutdown", "CORREX_LEAVE_ON_SHUTDOWN", true, "leave the group after the final flush on SIGTERM (static members keep their partitions otherwise)")
 	b.Int(&c.MaxPollRecords, "max-poll-records", "CORREX_MAX_POLL_RECORDS", 10000, "records folded between two flush decisions")
 	b.Int(&c.CacheSize, "cache-size", "CORREX_CACHE_SIZE", 100000, "snapshots kept in memory")
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", 30*time.Second, "consumer group session timeout")

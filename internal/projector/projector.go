@@ -201,7 +201,37 @@ func (p *Projector) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return p.shutdown()
+	if err := p.shutdown(); err != nil {
+		return err
+	}
+	if p.cfg.InstanceID != "" && p.cfg.LeaveOnShutdown {
+		cl.CloseAllowingRebalance()
+		p.leave()
+	}
+	return nil
+}
+
+// leave removes this replica's static membership, so the group rebalances
+// now instead of after the session timeout. Closing a client with an
+// instance id does not leave (KIP-345); this asks the coordinator directly.
+func (p *Projector) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(p.cfg.Kafka.Opts()...)
+	if err != nil {
+		p.log.Warn("leaving the group", "err", err)
+		return
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(p.cfg.Group).InstanceIDs(p.cfg.InstanceID).Reason("shutting down"))
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		p.log.Warn("leaving the group; partitions move after the session timeout", "err", err)
+		return
+	}
+	p.log.Info("left the group", "instance", p.cfg.InstanceID)
 }
 
 func (p *Projector) ensureTopics(ctx context.Context) error {

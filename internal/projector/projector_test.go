@@ -96,7 +96,7 @@ func (e *env) config(instance string) Config {
 		Group: "g", InstanceID: instance, RedisURL: e.srv.URL(), RedisPrefix: "unused", HTTPAddr: ":0",
 		FlushInterval: 30 * time.Millisecond, MaxFlushInterval: 200 * time.Millisecond, FlushSize: 40, CacheSize: 300,
 		MaxPollRecords: 100,
-		SessionTimeout: 6 * time.Second, RebalanceTimeout: 8 * time.Second}
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 8 * time.Second, LeaveOnShutdown: true}
 }
 
 // running is a projector in a goroutine.
@@ -528,4 +528,27 @@ func TestRebuildAfterRedisEmptiedWhileIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.assertSame(want, e.dump("idle"))
+}
+
+// TestGracefulShutdownLeavesTheGroup stops one of two static members
+// gracefully: its partitions must move to the other at once, not after the
+// session timeout.
+func TestGracefulShutdownLeavesTheGroup(t *testing.T) {
+	e := newEnv(t, 4)
+	e.produce(workloadEvents(8, 50))
+	a := e.start(e.config("a"), "leave", nil)
+	b := e.start(e.config("b"), "leave", nil)
+	waitFor(t, "both members to own partitions", func() bool { return a.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
+	start := time.Now()
+	if err := b.halt(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to own every partition", func() bool { return a.p.assigned.Load() == 4 })
+	if d := time.Since(start); d >= e.config("a").SessionTimeout {
+		t.Fatalf("partitions moved after %v, not before the %v session timeout", d, e.config("a").SessionTimeout)
+	}
+	e.waitCaughtUp("leave", 30*time.Second)
+	if err := a.halt(); err != nil {
+		t.Fatal(err)
+	}
 }
