@@ -44,6 +44,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (loadgen
 	b.Int(&seed, "seed", "", int(time.Now().Unix()%1_000_000), "random seed (the run is reproducible from it)")
 	b.String(&c.Prefix, "prefix", "", "lg", "session id prefix")
 	b.Bool(&c.Verify, "verify", "", true, "check every final snapshot against the reference fold")
+	b.Secret(&c.Token, "token", "CORREX_TOKEN", "", "bearer token (events:write, and sessions:read for -verify)")
 	if err := b.Parse(args); err != nil {
 		return c, err
 	}

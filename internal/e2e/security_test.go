@@ -17,6 +17,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
@@ -405,6 +406,16 @@ func TestSecureStack(t *testing.T) {
 	if a := withCert.do(http.MethodGet, st.QueryURL+"/v1/sessions/sec:1/replay", f.Tokens["admin"], "", nil); a.status != 200 ||
 		!strings.Contains(string(a.body), `"matchesStored":true`) {
 		t.Fatalf("replay over SASL and TLS: %d %s", a.status, a.body)
+	}
+	// A verified workload through mutual TLS with a tenant's token.
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{IngestURL: st.IngestURL, QueryURL: st.QueryURL,
+		Sessions: 40, Concurrency: 2, Batch: 20, Seed: 5, Prefix: "acme:lg", Verify: true, Token: f.Tokens["acme"],
+		Client: withCert.http})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verified != 40 || len(rep.Mismatches) > 0 {
+		t.Fatalf("loadgen with a token: verified %d of 40, mismatches %v", rep.Verified, rep.Mismatches)
 	}
 	for _, s := range append(f.Secrets, "redis-pw-93ab", "kafka-sasl-pw-7d1f") {
 		if strings.Contains(logs.String(), s) {

@@ -45,6 +45,8 @@ type Config struct {
 	Progress func(events int)
 	// KeepWritten fills Report.Written.
 	KeepWritten bool
+	// Token is a bearer token sent with every request (empty: none).
+	Token string
 }
 
 // Report is what a run did.
@@ -241,6 +243,7 @@ func (wk *worker) post(ctx context.Context, batch []fsm.Event) error {
 			return err
 		}
 		req.Header.Set("Content-Type", ct)
+		setToken(req, wk.cfg.Token)
 		resp, err := wk.cfg.Client.Do(req)
 		if err != nil {
 			wk.retries.Add(1)
@@ -261,15 +264,13 @@ func (wk *worker) post(ctx context.Context, batch []fsm.Event) error {
 				wk.cfg.Progress(len(batch))
 			}
 			return nil
+		case resp.StatusCode == http.StatusTooManyRequests: // nothing was written
+			time.Sleep(retryAfter(resp, 200*time.Millisecond))
 		case resp.StatusCode == http.StatusServiceUnavailable:
 			wk.record(batch, ans) // what was written before the failure
 			wk.retries.Add(1)
 			wk.markResent(batch)
-			wait := time.Second
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
-				wait = time.Duration(s) * time.Second
-			}
-			time.Sleep(wait)
+			time.Sleep(retryAfter(resp, time.Second))
 		default:
 			wk.rejected.Add(1)
 			return fmt.Errorf("ingest answered %d: %s", resp.StatusCode, raw)
@@ -352,6 +353,7 @@ func check(ctx context.Context, cfg Config, s *session) string {
 	var got served
 	for attempt := 0; ; attempt++ {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		setToken(req, cfg.Token)
 		resp, err := cfg.Client.Do(req)
 		if err != nil {
 			return err.Error()
@@ -362,6 +364,10 @@ func check(ctx context.Context, cfg Config, s *session) string {
 			return ""
 		}
 		if resp.StatusCode == http.StatusGatewayTimeout && attempt < 5 {
+			continue
+		}
+		if resp.StatusCode == http.StatusTooManyRequests && attempt < 50 {
+			time.Sleep(retryAfter(resp, 200*time.Millisecond))
 			continue
 		}
 		if resp.StatusCode != http.StatusOK {
@@ -403,3 +409,17 @@ func check(ctx context.Context, cfg Config, s *session) string {
 
 // ErrMismatch is returned by callers that treat mismatches as failure.
 var ErrMismatch = errors.New("snapshots differ from the reference fold")
+
+func setToken(req *http.Request, token string) {
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+}
+
+// retryAfter is the wait a 429 or 503 advises, or def.
+func retryAfter(resp *http.Response, def time.Duration) time.Duration {
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return def
+}
