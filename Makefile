@@ -40,8 +40,11 @@ lint: ## gofmt, go vet, staticcheck (pinned), generated docs in sync; with the i
 generate: ## regenerate the README's lifecycle table and diagram from pkg/fsm
 	$(GO) generate ./pkg/fsm
 
-bench: deps ## benchmarks with their baselines (reducer, codec, store)
+bench: deps ## every benchmark with its same-run baseline (about 10 minutes; figures in the README)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./pkg/...
+	$(GO) test -run='^$$' -bench=Ingest -benchtime=3000x ./internal/ingest
+	$(GO) test -run='^$$' -bench=QueryLatency -benchtime=1x ./internal/query
+	$(GO) test -run='^$$' -bench='CatchUp|Recovery|TracingOverhead' -benchtime=1x -timeout 60m ./internal/projector
 
 run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it)
 	$(GO) run ./cmd/devstack $(ARGS)

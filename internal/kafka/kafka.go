@@ -252,13 +252,26 @@ func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions
 	case !errors.Is(err, kerr.TopicAlreadyExists):
 		return 0, fmt.Errorf("create topic %s: %w", topic, err)
 	}
-	details, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		return 0, fmt.Errorf("describe topic %s: %w", topic, err)
-	}
-	d, ok := details[topic]
-	if !ok || d.Err != nil {
-		return 0, fmt.Errorf("describe topic %s: %v", topic, d.Err)
+	// Created a moment ago by another service, the topic may not be in the
+	// metadata yet: wait for it briefly rather than report an error.
+	var d kadm.TopicDetail
+	for attempt := 0; ; attempt++ {
+		details, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return 0, fmt.Errorf("describe topic %s: %w", topic, err)
+		}
+		var ok bool
+		if d, ok = details[topic]; ok && d.Err == nil {
+			break
+		}
+		if attempt == 20 || (d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition)) {
+			return 0, fmt.Errorf("describe topic %s: %v", topic, d.Err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	return int32(len(d.Partitions)), nil
 }
