@@ -5,10 +5,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -30,14 +28,8 @@ func main() {
 // parse builds the configuration from args and the environment.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (ingest.Config, *config.Binder, error) {
 	var cfg ingest.Config
-	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := config.NewBinder(fs, getenv)
-	cfg.Bind(b)
-	if err := b.Parse(args); err != nil {
-		return cfg, b, err
-	}
-	return cfg, b, cfg.Validate()
+	b, err := service.Parse("ingest", &cfg, args, getenv, stderr)
+	return cfg, b, err
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
@@ -45,14 +37,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	printBanner(stderr, b)
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "ingest")
-	rt, shutdown, err := service.Telemetry(ctx, "ingest", getenv, log)
+	rt, shutdown, err := service.Start(ctx, "ingest", b, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	defer shutdown()
 	return ingest.Serve(ctx, cfg, rt)
 }
-
-func printBanner(w io.Writer, b *config.Binder) { service.Banner(w, "ingest", b.Effective()) }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/internal/service"
 )
 
 func TestParse(t *testing.T) {
@@ -54,7 +55,7 @@ func TestSecuritySettings(t *testing.T) {
 		t.Fatalf("settings not read: %+v", cfg)
 	}
 	var out bytes.Buffer
-	printBanner(&out, b)
+	service.Banner(&out, "ingest", b.Effective())
 	for _, s := range f.Secrets {
 		if strings.Contains(out.String(), s) {
 			t.Fatalf("a secret is printed: %s", out.String())

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -39,15 +38,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (cfg pro
 	if len(args) > 0 && args[0] == "reset" {
 		reset, args = true, args[1:]
 	}
-	fs := flag.NewFlagSet("projector", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b = config.NewBinder(fs, getenv)
-	cfg.Bind(b)
-	fs.BoolVar(&yes, "yes", false, "with reset: really delete the read model")
-	if err = b.Parse(args); err != nil {
-		return
-	}
-	err = cfg.Validate()
+	b, err = service.Parse("projector", &cfg, args, getenv, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&yes, "yes", false, "with reset: really delete the read model")
+	})
 	return
 }
 
@@ -56,8 +49,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	service.Banner(stderr, "projector", b.Effective())
 	if reset {
+		service.Banner(stderr, "projector", b.Effective())
 		if !yes {
 			return errors.New("reset deletes every snapshot and checkpoint under the prefix " + cfg.RedisPrefix + "; run `projector reset -yes` to confirm")
 		}
@@ -68,8 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "reset: deleted %d keys under %s; projectors will rebuild from the earliest offset\n", n, cfg.RedisPrefix)
 		return nil
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "projector")
-	rt, shutdown, err := service.Telemetry(ctx, "projector", getenv, log)
+	rt, shutdown, err := service.Start(ctx, "projector", b, getenv, stderr)
 	if err != nil {
 		return err
 	}

@@ -4,10 +4,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,14 +27,8 @@ func main() {
 // parse builds the configuration from args and the environment.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (query.Config, *config.Binder, error) {
 	var cfg query.Config
-	fs := flag.NewFlagSet("query", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	b := config.NewBinder(fs, getenv)
-	cfg.Bind(b)
-	if err := b.Parse(args); err != nil {
-		return cfg, b, err
-	}
-	return cfg, b, cfg.Validate()
+	b, err := service.Parse("query", &cfg, args, getenv, stderr)
+	return cfg, b, err
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
@@ -44,14 +36,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	printBanner(stderr, b)
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "query")
-	rt, shutdown, err := service.Telemetry(ctx, "query", getenv, log)
+	rt, shutdown, err := service.Start(ctx, "query", b, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	defer shutdown()
 	return query.Serve(ctx, cfg, rt)
 }
-
-func printBanner(w io.Writer, b *config.Binder) { service.Banner(w, "query", b.Effective()) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/internal/service"
 )
 
 func TestParse(t *testing.T) {
@@ -55,7 +56,7 @@ func TestSecuritySettings(t *testing.T) {
 		t.Fatalf("settings not read: %+v", cfg)
 	}
 	var out bytes.Buffer
-	printBanner(&out, b)
+	service.Banner(&out, "query", b.Effective())
 	for _, s := range append(f.Secrets, "url-pw-55") {
 		if strings.Contains(out.String(), s) {
 			t.Fatalf("a secret is printed: %s", out.String())
