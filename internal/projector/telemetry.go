@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,7 +99,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	hist := func(name, desc string) metric.Float64Histogram {
 		h, e := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
 			metric.WithExplicitBucketBoundaries(0.01, 0.1, 1, 5, 15, 60, 300, 900, 3600, 14400, 86400))
-		err = errorsJoin(err, e)
+		err = errors.Join(err, e)
 		return h
 	}
 	o.sessionDuration = hist("correx.session.duration", "Time from SessionCreated to a terminal state, by terminal state.")
@@ -113,7 +114,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	o.flushDuration, e2 = m.Float64Histogram("correx.projector.flush.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to write a flush: snapshots, dead letters, checkpoints."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-	err = errorsJoin(err, e1, e2)
+	err = errors.Join(err, e1, e2)
 
 	msgAttrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.destination.name", topic), attribute.String("messaging.consumer.group.name", group))
@@ -129,7 +130,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("High watermark minus checkpoint per partition, when the checkpoint was written."))
 	dropped, e8 := m.Int64ObservableCounter("correx.projector.spans.waits", metric.WithUnit("{span}"),
 		metric.WithDescription("Lifecycle spans the fold had to wait to queue, because the emitter was behind."))
-	err = errorsJoin(err, e3, e4, e5, e6, e7, e8)
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8)
 	if err != nil {
 		return nil, err
 	}
@@ -232,16 +233,6 @@ func (o *Telemetry) Close() {
 		close(o.queue)
 		<-o.done
 	})
-}
-
-func errorsJoin(errs ...error) error {
-	var out error
-	for _, e := range errs {
-		if e != nil && out == nil {
-			out = e
-		}
-	}
-	return out
 }
 
 var ctxBackground = context.Background()
