@@ -82,6 +82,9 @@ type Projector struct {
 	reducer   fsm.Reducer
 	events    []fsm.Event // decode buffer, reused across polls
 	stalled   map[int32]string
+	// rebuiltNow holds the partitions rebuilt since the current poll's
+	// records were fetched: those records are not folded.
+	rebuiltNow map[int32]bool
 
 	jobs         chan *flushJob
 	flushCtx     context.Context
@@ -112,7 +115,7 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 // New returns a projector writing to store.
 func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
-		parts: map[int32]*partState{}, stalled: map[int32]string{}, jobs: make(chan *flushJob, 1)}
+		parts: map[int32]*partState{}, stalled: map[int32]string{}, rebuiltNow: map[int32]bool{}, jobs: make(chan *flushJob, 1)}
 	for _, o := range opts {
 		o(p)
 	}
@@ -265,6 +268,7 @@ func (p *Projector) loop(ctx context.Context) error {
 			}
 		})
 		p.mu.Lock()
+		clear(p.rebuiltNow)
 		err := p.collect(false)
 		if err == nil {
 			err = p.process(ctx, fetches)
@@ -342,8 +346,8 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 	seen := map[miss]bool{}
 	for i, r := range recs {
 		part := p.parts[r.Partition]
-		if part == nil {
-			continue // revoked between fetch and now; its new owner folds it
+		if part == nil || p.rebuiltNow[r.Partition] {
+			continue // revoked between fetch and now (its new owner folds it), or being rebuilt
 		}
 		if err := fsm.DecodeRecord(r.Value, &events[i]); err != nil {
 			decodeErr[i] = err
@@ -374,7 +378,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 	}
 	for i, r := range recs {
 		part := p.parts[r.Partition]
-		if part == nil {
+		if part == nil || p.rebuiltNow[r.Partition] {
 			continue
 		}
 		if p.crash("fold") {
@@ -735,14 +739,30 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 	}
 }
 
-// rebuild drops a partition's cached state and folds it again from the
-// earliest offset. Snapshots still in Redis make the replay skip what they
-// reflect; missing ones are rebuilt.
+// rebuild folds a partition again from the earliest offset after Redis lost
+// its checkpoint. It drops the partition's cached state and deletes the
+// partition's snapshots from Redis first: after the loss, some may have been
+// folded without the history Redis lost (a session evicted from the cache,
+// then a duplicate SessionCreated), and the skip rule would otherwise protect
+// such a snapshot from the rebuild. Records of the partition already polled
+// are not folded (see rebuiltNow); the replay delivers them again.
 func (p *Projector) rebuild(part *partState) {
 	p.log.Warn("the partition's checkpoint vanished from Redis: rebuilding it from the earliest offset",
 		"partition", part.id)
 	p.dropSessions(part)
+	for attempt := 0; ; attempt++ {
+		n, err := p.store.DeletePartition(p.flushCtx, part.id)
+		if err == nil {
+			p.log.Info("deleted the partition's snapshots before the rebuild", "partition", part.id, "snapshots", n)
+			break
+		}
+		p.log.Warn("deleting the partition's snapshots", "partition", part.id, "err", err, "attempt", attempt)
+		if sleep(p.flushCtx, backoff(attempt)) != nil {
+			return
+		}
+	}
 	part.next, part.ckptKnown, part.lastCkpt = -1, false, 0
+	p.rebuiltNow[part.id] = true
 	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
 }
 

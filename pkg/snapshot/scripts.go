@@ -126,4 +126,39 @@ out[#names + 1] = redis.call('ZLEXCOUNT', KEYS[1], '[*:' .. p, '[*:' .. p .. '\2
 return out
 `)
 
-var scripts = []*redis.Script{putScript, checkpointScript, countScript}
+// deletePartitionScript deletes, in one bucket, the snapshots whose position
+// is on a given partition, and their index entries. It reads each snapshot's
+// header with GETRANGE; the snapshot keys are built from the bucket's key
+// base, so they share the bucket's hash tag (one Cluster slot).
+//
+//	KEYS[1]   the bucket's state index
+//	ARGV[1]   the bucket's snapshot key base ("<prefix>:{bNNN}:s:")
+//	ARGV[2]   the partition
+//
+// Returns how many snapshots it deleted.
+var deletePartitionScript = redis.NewScript(luaHeader + `
+local names = ` + luaStateNames + `
+local partition = tonumber(ARGV[2])
+local members = redis.call('ZRANGEBYLEX', KEYS[1], '[*:', '[*:\255')
+local n = 0
+for _, m in ipairs(members) do
+  local id = string.sub(m, 3)
+  local key = ARGV[1] .. id
+  local h = redis.call('GETRANGE', key, 0, 13)
+  if #h == 14 then
+    local p, _, st = header(h)
+    if p == partition then
+      redis.call('DEL', key)
+      if names[st] then
+        redis.call('ZREM', KEYS[1], m, names[st] .. ':' .. id)
+      else
+        redis.call('ZREM', KEYS[1], m)
+      end
+      n = n + 1
+    end
+  end
+end
+return n
+`)
+
+var scripts = []*redis.Script{putScript, checkpointScript, countScript, deletePartitionScript}

@@ -540,3 +540,33 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 	}
 	return deleted, nil
 }
+
+// DeletePartition deletes every stored snapshot whose position is on
+// partition, with its index entries, and returns how many it deleted. A
+// projector that finds its partition's checkpoint gone (Redis emptied) calls
+// it before folding the partition again from the earliest offset: snapshots
+// written after the loss may have been folded without the history Redis
+// lost, and the skip rule would otherwise protect them from the rebuild. It
+// reads every bucket (one script call each, pipelined); it is for that rare
+// recovery, not for routine use.
+func (s *Store) DeletePartition(ctx context.Context, partition int32) (int, error) {
+	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		cmds := make([]*redis.Cmd, Buckets)
+		for b := range cmds {
+			cmds[b] = deletePartitionScript.EvalSha(ctx, pipe, []string{s.keys.index(b)}, s.keys.tags[b]+":s:", partition)
+		}
+		return cmds
+	})
+	if err != nil {
+		return 0, &StoreError{Op: "delete", Err: err}
+	}
+	n := 0
+	for _, cmd := range cmds {
+		v, err := cmd.Int()
+		if err != nil {
+			return n, &StoreError{Op: "delete", Err: err}
+		}
+		n += v
+	}
+	return n, nil
+}

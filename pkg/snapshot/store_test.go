@@ -472,6 +472,34 @@ var contract = []struct {
 			t.Fatalf("another prefix was touched: %v", err)
 		}
 	}},
+	{"delete a partition's snapshots", func(t *testing.T, st *snapshot.Store, _ func()) {
+		var batch []*snapshot.Snapshot
+		for i := range 300 {
+			batch = append(batch, snap(t, fmt.Sprintf("d-%d", i), []fsm.State{fsm.StateActive, fsm.StatePaused}[i%2], int32(i%3), int64(i)))
+		}
+		put(t, st, batch...)
+		n, err := st.DeletePartition(ctx, 1)
+		if err != nil || n != 100 {
+			t.Fatalf("deleted %d: %v", n, err)
+		}
+		for i := range 300 {
+			_, err := st.Get(ctx, fmt.Sprintf("d-%d", i))
+			if gone := errors.Is(err, snapshot.ErrNotFound); gone != (i%3 == 1) {
+				t.Fatalf("d-%d: %v", i, err)
+			}
+		}
+		counts, _ := st.Count(ctx)
+		if counts.Total != 200 || counts.ByState[fsm.StateActive]+counts.ByState[fsm.StatePaused] != 200 {
+			t.Fatalf("index after delete: %+v", counts)
+		}
+		page, _ := st.List(ctx, fsm.StateNone, "", 1000)
+		if len(page.Snapshots) != 200 {
+			t.Fatalf("listing after delete: %d", len(page.Snapshots))
+		}
+		if n, err := st.DeletePartition(ctx, 1); err != nil || n != 0 {
+			t.Fatalf("second delete: %d %v", n, err)
+		}
+	}},
 	{"scripts reload after a flush", func(t *testing.T, st *snapshot.Store, _ func()) {
 		put(t, st, snap(t, "f-1", fsm.StateActive, 0, 1))
 		if cc, ok := st.Client().(*redis.ClusterClient); ok {
