@@ -17,9 +17,11 @@
 //     Kafka committed offset; with no checkpoint it starts at the earliest
 //     offset (a full rebuild).
 //   - A checkpoint that was stored and is gone means Redis lost the read
-//     model: the partition is rebuilt from the earliest offset. A flush
-//     notices when it writes the checkpoint; an idle projector checks the
-//     stored checkpoints every MaxFlushInterval.
+//     model: the partition's snapshots are deleted and it is rebuilt from the
+//     earliest offset (a snapshot folded after the loss may lack the history
+//     Redis lost, and the skip rule would protect it). A flush notices when
+//     it writes the checkpoint; an idle projector checks the stored
+//     checkpoints every MaxFlushInterval.
 //   - A crash anywhere (before, during or after a batch, before the
 //     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
 //     replays from the checkpoint and skips what is already reflected.
