@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -231,14 +230,4 @@ func (s *Stack) close() {
 	if s.Redis != nil {
 		s.Redis.Close()
 	}
-}
-
-// Port returns the port of a host:port address, or 0.
-func Port(addr string) int {
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(p)
-	return n
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -406,9 +405,6 @@ func check(ctx context.Context, cfg Config, s *session) string {
 	}
 	return ""
 }
-
-// ErrMismatch is returned by callers that treat mismatches as failure.
-var ErrMismatch = errors.New("snapshots differ from the reference fold")
 
 func setToken(req *http.Request, token string) {
 	if token != "" {

@@ -6,24 +6,16 @@ import (
 	"sync"
 
 	"github.com/correx/sessions/internal/service"
-	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // Serve runs a projector and its health and metrics endpoint until ctx is
 // done, then flushes, writes checkpoints and leaves the group.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) error {
-	rdb, err := cfg.Redis().Open()
+	store, closeStore, err := rt.OpenStore(cfg.Redis(), cfg.RedisPrefix)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	if err := rt.InstrumentRedis(rdb); err != nil {
-		return err
-	}
-	store, err := snapshot.NewStore(rdb, cfg.RedisPrefix)
-	if err != nil {
-		return err
-	}
+	defer closeStore()
 	// No kotel consumer hooks here: a span per consumed record would cost
 	// more than the fold; the lifecycle spans continue the records' traces.
 	opts = append([]Option{WithLogger(rt.Logger()), WithKafkaOpts(rt.KafkaOpts...)}, opts...)
@@ -60,14 +52,10 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 // Reset deletes the read model under the configured prefix (snapshots,
 // indexes, checkpoints), so that projectors rebuild it from the log.
 func Reset(ctx context.Context, cfg Config) (int, error) {
-	rdb, err := cfg.Redis().Open()
+	store, closeStore, err := service.Runtime{}.OpenStore(cfg.Redis(), cfg.RedisPrefix)
 	if err != nil {
 		return 0, err
 	}
-	defer rdb.Close()
-	store, err := snapshot.NewStore(rdb, cfg.RedisPrefix)
-	if err != nil {
-		return 0, err
-	}
+	defer closeStore()
 	return store.Reset(ctx)
 }

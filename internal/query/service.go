@@ -11,7 +11,6 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
-	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // Config configures the query service.
@@ -81,18 +80,11 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		return fmt.Errorf("query: %w", err)
 	}
 	guard.Watch(ctx)
-	rdb, err := cfg.Redis().Open()
+	store, closeStore, err := rt.OpenStore(cfg.Redis(), cfg.RedisPrefix)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	if err := rt.InstrumentRedis(rdb); err != nil {
-		return err
-	}
-	store, err := snapshot.NewStore(rdb, cfg.RedisPrefix)
-	if err != nil {
-		return err
-	}
+	defer closeStore()
 	var replayer Replayer
 	if len(cfg.Kafka.Brokers) > 0 {
 		if cfg.Kafka.Log == nil {

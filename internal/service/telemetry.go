@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/correx/sessions/internal/redisconn"
 	correxotel "github.com/correx/sessions/otel"
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -51,4 +53,25 @@ func (rt Runtime) InstrumentRedis(rdb redis.UniversalClient) error {
 		return nil
 	}
 	return correxotel.InstrumentRedis(rdb, rt.Telemetry)
+}
+
+// OpenStore opens the Redis client the options name, instruments it when
+// telemetry is on, and returns the snapshot store over it under prefix, with
+// the function that closes the client.
+func (rt Runtime) OpenStore(opts redisconn.Options, prefix string) (*snapshot.Store, func(), error) {
+	rdb, err := opts.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	closeClient := func() { _ = rdb.Close() }
+	if err := rt.InstrumentRedis(rdb); err != nil {
+		closeClient()
+		return nil, nil, err
+	}
+	store, err := snapshot.NewStore(rdb, prefix)
+	if err != nil {
+		closeClient()
+		return nil, nil, err
+	}
+	return store, closeClient, nil
 }
