@@ -85,21 +85,6 @@ func (e *benchEnv) config(group, instance string) Config {
 		CacheSize: 100000, MaxPollRecords: 10000, SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second}
 }
 
-func (e *benchEnv) ends(b *testing.B) map[int32]int64 {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out
-}
-
 // catchUp runs a projector from its checkpoints (none: a full rebuild)
 // until every checkpoint reaches the log end, and returns the time taken.
 func (e *benchEnv) catchUp(b *testing.B, prefix, group string, opts ...Option) time.Duration {
@@ -108,24 +93,15 @@ func (e *benchEnv) catchUp(b *testing.B, prefix, group string, opts ...Option) t
 	if err != nil {
 		b.Fatal(err)
 	}
-	ends := e.ends(b)
+	ends := endOffsets(b, e.brokers)
 	p := New(e.config(group, "bench-"+group), st, append([]Option{WithLogger(testLog())}, opts...)...)
 	c, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- p.Run(c) }()
 	for {
-		cps, err := st.Checkpoints(ctx, topic)
-		if err == nil {
-			caught := true
-			for part, end := range ends {
-				if end > 0 && cps[part].Offset < end {
-					caught = false
-				}
-			}
-			if caught {
-				break
-			}
+		if cps, err := st.Checkpoints(ctx, topic); err == nil && caughtUp(cps, ends) {
+			break
 		}
 		select {
 		case err := <-done:

@@ -121,37 +121,44 @@ func (r *running) halt() error {
 	return <-r.done
 }
 
-// endOffsets returns the end offset of every partition.
-func (e *env) endOffsets() map[int32]int64 {
-	cl := e.client()
+// endOffsets returns the end offset of every partition of the topic.
+func endOffsets(tb testing.TB, brokers []string) map[int32]int64 {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	defer cl.Close()
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 	if err != nil {
-		e.t.Fatal(err)
+		tb.Fatal(err)
 	}
 	out := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
 	return out
 }
 
+// caughtUp reports whether every non-empty partition's checkpoint has
+// reached its end offset.
+func caughtUp(cps map[int32]snapshot.Checkpoint, ends map[int32]int64) bool {
+	for p, end := range ends {
+		if end > 0 && cps[p].Offset < end {
+			return false
+		}
+	}
+	return true
+}
+
 // waitCaughtUp waits until every partition's checkpoint under prefix has
 // reached the end of the log.
 func (e *env) waitCaughtUp(prefix string, timeout time.Duration) {
 	e.t.Helper()
-	ends := e.endOffsets()
+	ends := endOffsets(e.t, e.brokers)
 	deadline := time.Now().Add(timeout)
 	for {
 		cps, err := e.store(prefix).Checkpoints(ctx, topic)
-		if err == nil {
-			done := true
-			for p, end := range ends {
-				if end > 0 && cps[p].Offset < end {
-					done = false
-				}
-			}
-			if done {
-				return
-			}
+		if err == nil && caughtUp(cps, ends) {
+			return
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("not caught up after %v: checkpoints %v, ends %v", timeout, cps, ends)

@@ -544,6 +544,9 @@ func TestStoreErrorsWhenRedisIsDown(t *testing.T) {
 	if err := st.Ping(ctx); err == nil {
 		t.Error("ping succeeded against a stopped server")
 	}
+	if _, err := st.DeletePartition(ctx, 0); !errors.As(err, &se) || se.Op != "delete" {
+		t.Errorf("delete partition: %v", err)
+	}
 	if _, err := st.PutBatch(ctx, []snapshot.Entry{{SessionID: "s", Data: []byte("junk")}}); !errors.Is(err, snapshot.ErrCorrupt) {
 		t.Errorf("junk entry: %v", err)
 	}
