@@ -232,10 +232,10 @@ func (h *Handler) read(ctx context.Context, id string, minPos *snapshot.Position
 			return nil, cerr
 		}
 		if cp, ok := cps[minPos.Partition]; ok && cp.Offset > minPos.Offset {
-			if snap == nil { // read again: the checkpoint came after the snapshot
-				return h.store.Get(ctx, id)
-			}
-			return snap, nil
+			// Read again: the projector may have written the newer snapshot
+			// (and then this checkpoint) after the read above, and only a
+			// read after the checkpoint is sure to see it.
+			return h.store.Get(ctx, id)
 		}
 		if !time.Now().Before(deadline) {
 			return nil, errNotReached

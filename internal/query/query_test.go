@@ -352,3 +352,39 @@ func TestReplaysAreBounded(t *testing.T) {
 		t.Fatalf("after the others finished: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestWaitReturnsWhatTheCheckpointCovers races the projector's two writes
+// (the newer snapshot, then the checkpoint past it) against waiting reads:
+// a read that learns from the checkpoint that the position is reached must
+// answer the snapshot written before that checkpoint, never the older one it
+// read first.
+func TestWaitReturnsWhatTheCheckpointCovers(t *testing.T) {
+	f := newFixture(t)
+	types := []fsm.EventType{fsm.SessionCreated, fsm.SessionStarted}
+	for round := range 150 {
+		id := fmt.Sprintf("race-%d", round)
+		base := int64(round * 100)   // each round past the previous rounds' checkpoints
+		f.put(id, 2, base, types...) // at 2:base+1, version 2
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(time.Duration(round%7) * time.Millisecond)
+			// The newer snapshot first, then a checkpoint past it (another
+			// session's later event moved it), as the projector writes them.
+			f.put(id, 2, base, fsm.SessionCreated, fsm.SessionStarted, fsm.SessionPaused) // at 2:base+2, version 3
+			if _, err := f.store.SaveCheckpoints(ctx, topic, []snapshot.Checkpoint{{Partition: 2, Offset: base + 10}}, time.Now()); err != nil {
+				t.Error(err)
+			}
+		}()
+		resp, body := f.get(fmt.Sprintf("/v1/sessions/%s?minPosition=2:%d&wait=5s", id, base+2))
+		<-done
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		var got struct{ Version int }
+		_ = json.Unmarshal(body, &got)
+		if got.Version != 3 {
+			t.Fatalf("round %d: answered version %d although the position was reached", round, got.Version)
+		}
+	}
+}
