@@ -70,6 +70,10 @@ type Projector struct {
 
 	cl  *kgo.Client
 	adm *kadm.Client
+	// clientsSet is closed once cl and adm are set: franz-go joins the
+	// group as soon as the client exists, so its callbacks can run before
+	// NewClient has even returned to Run.
+	clientsSet chan struct{}
 
 	mu        sync.Mutex // guards everything below; held while folding and in rebalance callbacks
 	parts     map[int32]*partState
@@ -115,7 +119,8 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 // New returns a projector writing to store.
 func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
-		parts: map[int32]*partState{}, stalled: map[int32]string{}, rebuiltNow: map[int32]bool{}, jobs: make(chan *flushJob, 1)}
+		parts: map[int32]*partState{}, stalled: map[int32]string{}, rebuiltNow: map[int32]bool{}, jobs: make(chan *flushJob, 1),
+		clientsSet: make(chan struct{})}
 	for _, o := range opts {
 		o(p)
 	}
@@ -185,6 +190,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		return fmt.Errorf("projector: kafka client: %w", err)
 	}
 	p.cl, p.adm = cl, kadm.NewClient(cl)
+	close(p.clientsSet)
 	defer cl.CloseAllowingRebalance()
 
 	if err := p.ensureTopics(ctx); err != nil {

@@ -33,6 +33,11 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 	if len(parts) == 0 {
 		return offsets, nil
 	}
+	select {
+	case <-p.clientsSet:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	var ids []int32
 	for id := range parts {
 		ids = append(ids, id)
