@@ -132,6 +132,12 @@ const (
 	MaxSessionIDLen     = 128
 	MaxCorrelationIDLen = 128
 	MaxPayloadBytes     = 64 << 10
+	// MaxGoalBytes and MaxReasonBytes bound the text a session keeps
+	// (DESIGN §10.1): ingest refuses longer values, and the fold cuts longer
+	// values written by other producers at that size on a UTF-8 boundary,
+	// so that a snapshot stays small whatever reaches the topic.
+	MaxGoalBytes   = 4 << 10
+	MaxReasonBytes = 1 << 10
 	// RecordVersion is the version of the record value format this build
 	// writes; DecodeRecord reads it and refuses others.
 	RecordVersion = 1
