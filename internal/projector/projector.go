@@ -191,13 +191,15 @@ func (p *Projector) Run(ctx context.Context) error {
 	}
 	p.cl, p.adm = cl, kadm.NewClient(cl)
 	close(p.clientsSet)
+	// The flush context exists before anything can fail: closing the
+	// client runs the group's revoke callbacks, which flush under it.
+	p.flushCtx, p.stopFlushing = context.WithCancel(context.WithoutCancel(ctx))
+	defer p.stopFlushing()
 	defer cl.CloseAllowingRebalance()
 
 	if err := p.ensureTopics(ctx); err != nil {
 		return err
 	}
-	p.flushCtx, p.stopFlushing = context.WithCancel(context.WithoutCancel(ctx))
-	defer p.stopFlushing()
 	flusherDone := make(chan struct{})
 	go func() { defer close(flusherDone); p.flusher() }()
 	defer func() { close(p.jobs); <-flusherDone }()
