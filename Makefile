@@ -47,7 +47,8 @@ bench: deps ## every benchmark with its same-run baseline (about 10 minutes; fig
 	$(GO) test -run='^$$' -bench='CatchUp|Recovery|TracingOverhead' -benchtime=1x -timeout 60m ./internal/projector
 
 run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it)
-	$(GO) run ./cmd/devstack $(ARGS)
+	@$(GO) build -o .devstack/bin/devstack ./cmd/devstack
+	@exec .devstack/bin/devstack $(ARGS)
 
 loadgen: ## a verified workload against a running stack (ARGS="-sessions 5000 -rate 2000")
 	$(GO) run ./cmd/loadgen $(ARGS)

@@ -33,9 +33,12 @@ import (
 )
 
 func main() {
+	restore := takeTerminal()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	restore()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "devstack:", err)
 		os.Exit(1)
 	}
