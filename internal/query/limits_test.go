@@ -2,10 +2,12 @@ package query_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -38,6 +40,60 @@ func TestJSONIsNotHTMLEscaped(t *testing.T) {
 		}
 		if !json.Valid(body) {
 			t.Errorf("%s: not JSON: %s", path, body)
+		}
+	}
+}
+
+// A listing page stops at query.MaxListBytes of JSON, whatever the limit,
+// and its cursor continues exactly after the last session it holds.
+func TestListingPagesAreBoundedInBytes(t *testing.T) {
+	f := newFixture(t)
+	const n = 100
+	goal := strings.Repeat("g", 64<<10)
+	for i := range n {
+		f.putGoal(fmt.Sprintf("big-%03d", i), 0, int64(i), goal)
+	}
+	seen := map[string]int{}
+	next, pages := "", 0
+	for {
+		path := "/v1/sessions?limit=1000"
+		if next != "" {
+			path += "&cursor=" + next
+		}
+		resp, body := f.get(path)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		if len(body) > query.MaxListBytes {
+			t.Errorf("page %d is %d bytes, more than %d", pages, len(body), query.MaxListBytes)
+		}
+		var page struct {
+			Sessions []struct {
+				SessionID string `json:"sessionId"`
+			} `json:"sessions"`
+			Next *string `json:"next"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if pages == 1 && (len(page.Sessions) == n || page.Next == nil) {
+			t.Fatalf("the first page holds %d sessions (%d bytes) and next %v: no byte cap", len(page.Sessions), len(body), page.Next)
+		}
+		for _, s := range page.Sessions {
+			seen[s.SessionID]++
+		}
+		if page.Next == nil || pages > n {
+			break
+		}
+		next = *page.Next
+	}
+	if len(seen) != n {
+		t.Errorf("listed %d distinct sessions over %d pages, want %d", len(seen), pages, n)
+	}
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("%s listed %d times", id, c)
 		}
 	}
 }

@@ -26,6 +26,10 @@ const (
 	MaxWait      = 10 * time.Second
 	DefaultLimit = 100
 	MaxLimit     = 1000
+	// MaxListBytes bounds a listing page's JSON: the page stops before the
+	// session that would take it past this size (it always holds one
+	// session, whatever its size), and its cursor continues from there.
+	MaxListBytes = 4 << 20
 )
 
 // Replayer rebuilds a session from the log, up to the stored snapshot's
@@ -257,7 +261,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// ListResponse is the body of GET /v1/sessions.
+// ListResponse is the body of GET /v1/sessions (written piecewise by
+// listPage, within MaxListBytes).
 type ListResponse struct {
 	Sessions []*snapshot.Snapshot `json:"sessions"`
 	Next     *string              `json:"next"`
@@ -287,7 +292,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
-	page, err := h.store.ListPrefix(r.Context(), state, prefix, q.Get("cursor"), limit)
+	body, err := h.listPage(r.Context(), state, prefix, q.Get("cursor"), limit)
 	if errors.Is(err, snapshot.ErrBadCursor) {
 		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
 		return
@@ -296,14 +301,72 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, err)
 		return
 	}
-	resp := ListResponse{Sessions: page.Snapshots}
-	if resp.Sessions == nil {
-		resp.Sessions = []*snapshot.Snapshot{}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// Listing reads in chunks: the first of minListChunk sessions, the next
+// ones sized by the page's remaining bytes over the mean size so far, never
+// more than maxListChunk, so that memory stays near MaxListBytes plus one
+// chunk of snapshots while small snapshots still take few round trips.
+const (
+	minListChunk = 32
+	maxListChunk = 256
+	// listTail is room kept for `],"next":"CURSOR"}` (a cursor is the
+	// base64 of a bucket and a session id of at most 128 bytes).
+	listTail = 256
+)
+
+// listPage encodes the ListResponse of at most limit index entries from
+// cursor, stopping before the session that would take the page past
+// MaxListBytes (the first session is always taken, so paging advances
+// whatever the sizes stored). Next then continues right after the last
+// session of the page: none is skipped or repeated.
+func (h *Handler) listPage(ctx context.Context, state fsm.State, prefix, cursor string, limit int) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(`{"sessions":[`)
+	n, next, chunk := 0, "", min(limit, minListChunk)
+fill:
+	for limit > 0 {
+		page, err := h.store.ListPrefix(ctx, state, prefix, cursor, chunk)
+		if err != nil {
+			return nil, err
+		}
+		for i, snap := range page.Snapshots {
+			b, err := snap.MarshalJSON()
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 && buf.Len()+1+len(b)+listTail > MaxListBytes {
+				break fill // next is the cursor after the last session taken
+			}
+			if n > 0 {
+				buf.WriteByte(',')
+			}
+			buf.Write(b)
+			n++
+			next = page.After[i]
+		}
+		limit -= chunk
+		cursor, next = page.Next, page.Next
+		if cursor == "" {
+			break
+		}
+		chunk = min(limit, minListChunk)
+		if n > 0 {
+			mean := buf.Len() / n
+			chunk = min(limit, max(chunk, min(maxListChunk, (MaxListBytes-buf.Len())/mean+1)))
+		}
 	}
-	if page.Next != "" {
-		resp.Next = &page.Next
+	buf.WriteString(`],"next":`)
+	if next == "" {
+		buf.WriteString("null")
+	} else {
+		buf.WriteString(`"` + next + `"`)
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	buf.WriteString("}\n")
+	return buf.Bytes(), nil
 }
 
 // Stats is the body of GET /v1/stats. For a token bound to a session-id
