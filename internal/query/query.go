@@ -46,7 +46,8 @@ type Handler struct {
 	log      *slog.Logger
 	// Poll is how often a waiting read checks the projector's progress.
 	Poll    time.Duration
-	waits   chan struct{}
+	waits   *waitSlots
+	parts   *partitionCount
 	replays chan struct{}
 	api     http.Handler
 }
@@ -58,6 +59,19 @@ type Options struct {
 	Log         *slog.Logger
 	PollEvery   time.Duration // default 20ms
 	ReplayLimit time.Duration // longest a replay may take (default 30s)
+	// MaxWaitingPerPrincipal bounds the reads one token (or, without
+	// authentication, one client address) may have waiting at once
+	// (default a quarter of MaxWaiting), so that no caller takes every
+	// waiting slot from the others.
+	MaxWaitingPerPrincipal int
+	// Partitions tells how many partitions the topic has, to refuse a
+	// minPosition on a partition that does not exist (400); nil accepts
+	// every partition.
+	Partitions PartitionCounter
+	// PartitionsEvery is the shortest time between two questions to
+	// Partitions, asked when a position names a partition beyond the known
+	// count (default 1s).
+	PartitionsEvery time.Duration
 	// Guard authenticates and rate-limits every request; nil serves
 	// without authentication (auth.Open), as the tests of the handler do.
 	// Serve always passes the guard of its settings.
@@ -79,11 +93,19 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.MaxWaitingPerPrincipal <= 0 {
+		o.MaxWaitingPerPrincipal = max(1, o.MaxWaiting/4)
+	}
+	if o.PartitionsEvery <= 0 {
+		o.PartitionsEvery = time.Second
+	}
 	if o.Guard == nil {
 		o.Guard = auth.Open()
 	}
 	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, Poll: o.PollEvery,
-		waits: make(chan struct{}, o.MaxWaiting), replays: make(chan struct{}, o.MaxReplays)}
+		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
+		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
+		replays: make(chan struct{}, o.MaxReplays)}
 	// Scopes: sessions:read for reads and listings, admin for replays and
 	// statistics (admin implies sessions:read). A token bound to a
 	// session-id prefix sees only the sessions under it.
@@ -166,6 +188,10 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 			badRequest(w, "minPosition", "must be PARTITION:OFFSET, as returned by ingest's position")
 			return
 		}
+		if ok, n := h.parts.exists(r.Context(), p.Partition); !ok {
+			badRequest(w, "minPosition", fmt.Sprintf("partition %d does not exist: the topic has %d partitions (0 to %d)", p.Partition, n, n-1))
+			return
+		}
 		minPos = &p
 	} else if wait > 0 {
 		badRequest(w, "wait", "needs minPosition: the position to wait for")
@@ -175,7 +201,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	snap, err := h.read(r.Context(), id, minPos, wait)
+	snap, err := h.read(r.Context(), auth.PrincipalFrom(r.Context()).Key(), id, minPos, wait)
 	switch {
 	case errors.Is(err, errNotReached):
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeTimeout, Status: http.StatusGatewayTimeout,
@@ -212,16 +238,14 @@ var (
 // folded up to offset O when minPos is set. The position counts as reached
 // when the partition's checkpoint is past O, or when the snapshot itself is
 // at or past it (snapshots are written before checkpoints).
-func (h *Handler) read(ctx context.Context, id string, minPos *snapshot.Position, wait time.Duration) (*snapshot.Snapshot, error) {
+func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Position, wait time.Duration) (*snapshot.Snapshot, error) {
 	if minPos == nil {
 		return h.store.Get(ctx, id)
 	}
-	select {
-	case h.waits <- struct{}{}:
-		defer func() { <-h.waits }()
-	default:
+	if !h.waits.take(who) {
 		return nil, errBusy
 	}
+	defer h.waits.give(who)
 	deadline := time.Now().Add(wait)
 	for {
 		snap, err := h.store.Get(ctx, id)
