@@ -30,6 +30,10 @@ const (
 	// session that would take it past this size (it always holds one
 	// session, whatever its size), and its cursor continues from there.
 	MaxListBytes = 4 << 20
+	// RedisTimeout bounds the Redis work of a request (of each round of
+	// a waiting read): a hung Redis gets a 503 with Retry-After in time,
+	// not a request held until the client gives up.
+	RedisTimeout = 2 * time.Second
 )
 
 // Replayer rebuilds a session from the log, up to the stored snapshot's
@@ -150,6 +154,20 @@ func notFound(w http.ResponseWriter) {
 // visible reports whether the request's principal may see the session.
 func visible(r *http.Request, id string) bool { return auth.PrincipalFrom(r.Context()).Owns(id) }
 
+// get reads a snapshot within RedisTimeout.
+func (h *Handler) get(ctx context.Context, id string) (*snapshot.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, RedisTimeout)
+	defer cancel()
+	return h.store.Get(ctx, id)
+}
+
+// checkpoints reads the topic's checkpoints within RedisTimeout.
+func (h *Handler) checkpoints(ctx context.Context) (map[int32]snapshot.Checkpoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, RedisTimeout)
+	defer cancel()
+	return h.store.Checkpoints(ctx, h.topic)
+}
+
 func (h *Handler) storeError(w http.ResponseWriter, err error) {
 	h.log.Error("store", "err", err)
 	httpx.Unavailable(w, time.Second, "the read model is unavailable", nil)
@@ -240,7 +258,7 @@ var (
 // at or past it (snapshots are written before checkpoints).
 func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Position, wait time.Duration) (*snapshot.Snapshot, error) {
 	if minPos == nil {
-		return h.store.Get(ctx, id)
+		return h.get(ctx, id)
 	}
 	if !h.waits.take(who) {
 		return nil, errBusy
@@ -248,14 +266,14 @@ func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Pos
 	defer h.waits.give(who)
 	deadline := time.Now().Add(wait)
 	for {
-		snap, err := h.store.Get(ctx, id)
+		snap, err := h.get(ctx, id)
 		if err != nil && !errors.Is(err, snapshot.ErrNotFound) {
 			return nil, err
 		}
 		if snap != nil && snap.Position.Partition == minPos.Partition && snap.Position.Offset >= minPos.Offset {
 			return snap, nil
 		}
-		cps, cerr := h.store.Checkpoints(ctx, h.topic)
+		cps, cerr := h.checkpoints(ctx)
 		if cerr != nil {
 			return nil, cerr
 		}
@@ -263,7 +281,7 @@ func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Pos
 			// Read again: the projector may have written the newer snapshot
 			// (and then this checkpoint) after the read above, and only a
 			// read after the checkpoint is sure to see it.
-			return h.store.Get(ctx, id)
+			return h.get(ctx, id)
 		}
 		if !time.Now().Before(deadline) {
 			return nil, errNotReached
@@ -316,7 +334,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
-	body, err := h.listPage(r.Context(), state, prefix, q.Get("cursor"), limit)
+	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
+	defer cancel()
+	body, err := h.listPage(ctx, state, prefix, q.Get("cursor"), limit)
 	if errors.Is(err, snapshot.ErrBadCursor) {
 		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
 		return
@@ -422,7 +442,9 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
-	counts, err := h.store.CountPrefix(r.Context(), prefix)
+	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
+	defer cancel()
+	counts, err := h.store.CountPrefix(ctx, prefix)
 	if err != nil {
 		h.storeError(w, err)
 		return
@@ -438,7 +460,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, st)
 		return
 	}
-	cps, err := h.store.Checkpoints(r.Context(), h.topic)
+	cps, err := h.store.Checkpoints(ctx, h.topic)
 	if err != nil {
 		h.storeError(w, err)
 		return
@@ -491,7 +513,7 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 		httpx.Unavailable(w, 5*time.Second, "too many replays are running; retry", nil)
 		return
 	}
-	stored, err := h.store.Get(r.Context(), id)
+	stored, err := h.get(r.Context(), id)
 	if errors.Is(err, snapshot.ErrNotFound) {
 		notFound(w)
 		return
