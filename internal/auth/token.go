@@ -88,6 +88,19 @@ func (p *Principal) SessionPrefix() string {
 	return p.Prefix
 }
 
+// Key identifies the principal for per-caller limits: its token (by hash),
+// or the client address when authentication is disabled. Two requests with
+// the same token share a key; "" for a nil principal.
+func (p *Principal) Key() string {
+	if p == nil {
+		return ""
+	}
+	if p.limitKey == "" {
+		return "name:" + p.Name
+	}
+	return p.limitKey
+}
+
 // Owns reports whether the principal may touch the session id.
 func (p *Principal) Owns(sessionID string) bool {
 	return strings.HasPrefix(sessionID, p.SessionPrefix())

@@ -4,6 +4,7 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -41,7 +42,7 @@ const (
 // MarshalJSON writes the standard members and the extension members.
 func (p Problem) MarshalJSON() ([]byte, error) {
 	type plain Problem
-	b, err := json.Marshal(plain(p))
+	b, err := Marshal(plain(p))
 	if err != nil || len(p.Extra) == 0 {
 		return b, err
 	}
@@ -54,7 +55,26 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 			m[k] = v
 		}
 	}
-	return json.Marshal(m)
+	return Marshal(m)
+}
+
+// Marshal is json.Marshal without HTML escaping: API JSON is not embedded in
+// HTML, and escaping would turn each "<", ">" and "&" of a stored text into
+// six bytes (\u003c). Every JSON answer of the services goes through it.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := EncodeJSON(&buf, v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// EncodeJSON writes v to buf as JSON without HTML escaping, followed by a
+// newline.
+func EncodeJSON(buf *bytes.Buffer, v any) error {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 // WriteProblem writes p as application/problem+json with its status.
@@ -62,7 +82,7 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 	if p.Title == "" {
 		p.Title = http.StatusText(p.Status)
 	}
-	b, err := json.Marshal(p)
+	b, err := Marshal(p)
 	if err != nil {
 		b = []byte(`{"type":"` + TypeInternal + `","title":"Internal Server Error","status":500}`)
 		p.Status = http.StatusInternalServerError
@@ -81,7 +101,7 @@ func Unavailable(w http.ResponseWriter, retryAfter time.Duration, detail string,
 
 // WriteJSON writes v as application/json with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := Marshal(v)
 	if err != nil {
 		WriteProblem(w, Problem{Type: TypeInternal, Status: http.StatusInternalServerError, Detail: "encoding the response failed"})
 		return

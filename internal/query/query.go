@@ -26,6 +26,14 @@ const (
 	MaxWait      = 10 * time.Second
 	DefaultLimit = 100
 	MaxLimit     = 1000
+	// MaxListBytes bounds a listing page's JSON: the page stops before the
+	// session that would take it past this size (it always holds one
+	// session, whatever its size), and its cursor continues from there.
+	MaxListBytes = 4 << 20
+	// RedisTimeout bounds the Redis work of a request (of each round of
+	// a waiting read): a hung Redis gets a 503 with Retry-After in time,
+	// not a request held until the client gives up.
+	RedisTimeout = 2 * time.Second
 )
 
 // Replayer rebuilds a session from the log, up to the stored snapshot's
@@ -42,7 +50,8 @@ type Handler struct {
 	log      *slog.Logger
 	// Poll is how often a waiting read checks the projector's progress.
 	Poll    time.Duration
-	waits   chan struct{}
+	waits   *waitSlots
+	parts   *partitionCount
 	replays chan struct{}
 	api     http.Handler
 }
@@ -54,6 +63,19 @@ type Options struct {
 	Log         *slog.Logger
 	PollEvery   time.Duration // default 20ms
 	ReplayLimit time.Duration // longest a replay may take (default 30s)
+	// MaxWaitingPerPrincipal bounds the reads one token (or, without
+	// authentication, one client address) may have waiting at once
+	// (default a quarter of MaxWaiting), so that no caller takes every
+	// waiting slot from the others.
+	MaxWaitingPerPrincipal int
+	// Partitions tells how many partitions the topic has, to refuse a
+	// minPosition on a partition that does not exist (400); nil accepts
+	// every partition.
+	Partitions PartitionCounter
+	// PartitionsEvery is the shortest time between two questions to
+	// Partitions, asked when a position names a partition beyond the known
+	// count (default 1s).
+	PartitionsEvery time.Duration
 	// Guard authenticates and rate-limits every request; nil serves
 	// without authentication (auth.Open), as the tests of the handler do.
 	// Serve always passes the guard of its settings.
@@ -75,11 +97,19 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.MaxWaitingPerPrincipal <= 0 {
+		o.MaxWaitingPerPrincipal = max(1, o.MaxWaiting/4)
+	}
+	if o.PartitionsEvery <= 0 {
+		o.PartitionsEvery = time.Second
+	}
 	if o.Guard == nil {
 		o.Guard = auth.Open()
 	}
 	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, Poll: o.PollEvery,
-		waits: make(chan struct{}, o.MaxWaiting), replays: make(chan struct{}, o.MaxReplays)}
+		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
+		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
+		replays: make(chan struct{}, o.MaxReplays)}
 	// Scopes: sessions:read for reads and listings, admin for replays and
 	// statistics (admin implies sessions:read). A token bound to a
 	// session-id prefix sees only the sessions under it.
@@ -124,6 +154,20 @@ func notFound(w http.ResponseWriter) {
 // visible reports whether the request's principal may see the session.
 func visible(r *http.Request, id string) bool { return auth.PrincipalFrom(r.Context()).Owns(id) }
 
+// get reads a snapshot within RedisTimeout.
+func (h *Handler) get(ctx context.Context, id string) (*snapshot.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, RedisTimeout)
+	defer cancel()
+	return h.store.Get(ctx, id)
+}
+
+// checkpoints reads the topic's checkpoints within RedisTimeout.
+func (h *Handler) checkpoints(ctx context.Context) (map[int32]snapshot.Checkpoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, RedisTimeout)
+	defer cancel()
+	return h.store.Checkpoints(ctx, h.topic)
+}
+
 func (h *Handler) storeError(w http.ResponseWriter, err error) {
 	h.log.Error("store", "err", err)
 	httpx.Unavailable(w, time.Second, "the read model is unavailable", nil)
@@ -162,6 +206,10 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 			badRequest(w, "minPosition", "must be PARTITION:OFFSET, as returned by ingest's position")
 			return
 		}
+		if ok, n := h.parts.exists(r.Context(), p.Partition); !ok {
+			badRequest(w, "minPosition", fmt.Sprintf("partition %d does not exist: the topic has %d partitions (0 to %d)", p.Partition, n, n-1))
+			return
+		}
 		minPos = &p
 	} else if wait > 0 {
 		badRequest(w, "wait", "needs minPosition: the position to wait for")
@@ -171,7 +219,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	snap, err := h.read(r.Context(), id, minPos, wait)
+	snap, err := h.read(r.Context(), auth.PrincipalFrom(r.Context()).Key(), id, minPos, wait)
 	switch {
 	case errors.Is(err, errNotReached):
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeTimeout, Status: http.StatusGatewayTimeout,
@@ -208,26 +256,24 @@ var (
 // folded up to offset O when minPos is set. The position counts as reached
 // when the partition's checkpoint is past O, or when the snapshot itself is
 // at or past it (snapshots are written before checkpoints).
-func (h *Handler) read(ctx context.Context, id string, minPos *snapshot.Position, wait time.Duration) (*snapshot.Snapshot, error) {
+func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Position, wait time.Duration) (*snapshot.Snapshot, error) {
 	if minPos == nil {
-		return h.store.Get(ctx, id)
+		return h.get(ctx, id)
 	}
-	select {
-	case h.waits <- struct{}{}:
-		defer func() { <-h.waits }()
-	default:
+	if !h.waits.take(who) {
 		return nil, errBusy
 	}
+	defer h.waits.give(who)
 	deadline := time.Now().Add(wait)
 	for {
-		snap, err := h.store.Get(ctx, id)
+		snap, err := h.get(ctx, id)
 		if err != nil && !errors.Is(err, snapshot.ErrNotFound) {
 			return nil, err
 		}
 		if snap != nil && snap.Position.Partition == minPos.Partition && snap.Position.Offset >= minPos.Offset {
 			return snap, nil
 		}
-		cps, cerr := h.store.Checkpoints(ctx, h.topic)
+		cps, cerr := h.checkpoints(ctx)
 		if cerr != nil {
 			return nil, cerr
 		}
@@ -235,7 +281,7 @@ func (h *Handler) read(ctx context.Context, id string, minPos *snapshot.Position
 			// Read again: the projector may have written the newer snapshot
 			// (and then this checkpoint) after the read above, and only a
 			// read after the checkpoint is sure to see it.
-			return h.store.Get(ctx, id)
+			return h.get(ctx, id)
 		}
 		if !time.Now().Before(deadline) {
 			return nil, errNotReached
@@ -257,7 +303,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// ListResponse is the body of GET /v1/sessions.
+// ListResponse is the body of GET /v1/sessions (written piecewise by
+// listPage, within MaxListBytes).
 type ListResponse struct {
 	Sessions []*snapshot.Snapshot `json:"sessions"`
 	Next     *string              `json:"next"`
@@ -287,7 +334,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
-	page, err := h.store.ListPrefix(r.Context(), state, prefix, q.Get("cursor"), limit)
+	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
+	defer cancel()
+	body, err := h.listPage(ctx, state, prefix, q.Get("cursor"), limit)
 	if errors.Is(err, snapshot.ErrBadCursor) {
 		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
 		return
@@ -296,14 +345,72 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, err)
 		return
 	}
-	resp := ListResponse{Sessions: page.Snapshots}
-	if resp.Sessions == nil {
-		resp.Sessions = []*snapshot.Snapshot{}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// Listing reads in chunks: the first of minListChunk sessions, the next
+// ones sized by the page's remaining bytes over the mean size so far, never
+// more than maxListChunk, so that memory stays near MaxListBytes plus one
+// chunk of snapshots while small snapshots still take few round trips.
+const (
+	minListChunk = 32
+	maxListChunk = 256
+	// listTail is room kept for `],"next":"CURSOR"}` (a cursor is the
+	// base64 of a bucket and a session id of at most 128 bytes).
+	listTail = 256
+)
+
+// listPage encodes the ListResponse of at most limit index entries from
+// cursor, stopping before the session that would take the page past
+// MaxListBytes (the first session is always taken, so paging advances
+// whatever the sizes stored). Next then continues right after the last
+// session of the page: none is skipped or repeated.
+func (h *Handler) listPage(ctx context.Context, state fsm.State, prefix, cursor string, limit int) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(`{"sessions":[`)
+	n, next, chunk := 0, "", min(limit, minListChunk)
+fill:
+	for limit > 0 {
+		page, err := h.store.ListPrefix(ctx, state, prefix, cursor, chunk)
+		if err != nil {
+			return nil, err
+		}
+		for i, snap := range page.Snapshots {
+			b, err := snap.MarshalJSON()
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 && buf.Len()+1+len(b)+listTail > MaxListBytes {
+				break fill // next is the cursor after the last session taken
+			}
+			if n > 0 {
+				buf.WriteByte(',')
+			}
+			buf.Write(b)
+			n++
+			next = page.After[i]
+		}
+		limit -= chunk
+		cursor, next = page.Next, page.Next
+		if cursor == "" {
+			break
+		}
+		chunk = min(limit, minListChunk)
+		if n > 0 {
+			mean := buf.Len() / n
+			chunk = min(limit, max(chunk, min(maxListChunk, (MaxListBytes-buf.Len())/mean+1)))
+		}
 	}
-	if page.Next != "" {
-		resp.Next = &page.Next
+	buf.WriteString(`],"next":`)
+	if next == "" {
+		buf.WriteString("null")
+	} else {
+		buf.WriteString(`"` + next + `"`)
 	}
-	httpx.WriteJSON(w, http.StatusOK, resp)
+	buf.WriteString("}\n")
+	return buf.Bytes(), nil
 }
 
 // Stats is the body of GET /v1/stats. For a token bound to a session-id
@@ -335,7 +442,9 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
-	counts, err := h.store.CountPrefix(r.Context(), prefix)
+	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
+	defer cancel()
+	counts, err := h.store.CountPrefix(ctx, prefix)
 	if err != nil {
 		h.storeError(w, err)
 		return
@@ -351,7 +460,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, st)
 		return
 	}
-	cps, err := h.store.Checkpoints(r.Context(), h.topic)
+	cps, err := h.store.Checkpoints(ctx, h.topic)
 	if err != nil {
 		h.storeError(w, err)
 		return
@@ -404,7 +513,7 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 		httpx.Unavailable(w, 5*time.Second, "too many replays are running; retry", nil)
 		return
 	}
-	stored, err := h.store.Get(r.Context(), id)
+	stored, err := h.get(r.Context(), id)
 	if errors.Is(err, snapshot.ErrNotFound) {
 		notFound(w)
 		return

@@ -33,7 +33,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := query.NewHandler(store, topic, nil, query.Options{MaxWaiting: 2, PollEvery: 5 * time.Millisecond})
+	h := query.NewHandler(store, topic, nil, query.Options{MaxWaiting: 2, MaxWaitingPerPrincipal: 2, PollEvery: 5 * time.Millisecond})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, store: store, srv: srv}

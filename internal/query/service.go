@@ -85,14 +85,21 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		return err
 	}
 	defer closeStore()
+	opts := Options{Log: rt.Logger(), Guard: guard}
 	var replayer Replayer
 	if len(cfg.Kafka.Brokers) > 0 {
 		if cfg.Kafka.Log == nil {
 			cfg.Kafka.Log = rt.Logger()
 		}
 		replayer = &KafkaReplayer{Kafka: cfg.Kafka, Topic: cfg.Topic, Opts: append(rt.KafkaOpts, rt.KafkaTracing()...)}
+		parts, err := NewKafkaPartitions(cfg.Kafka, cfg.Topic, rt.KafkaOpts...)
+		if err != nil {
+			return fmt.Errorf("query: %w", err)
+		}
+		defer parts.Close()
+		opts.Partitions = parts
 	}
-	h := NewHandler(store, cfg.Topic, replayer, Options{Log: rt.Logger(), Guard: guard})
+	h := NewHandler(store, cfg.Topic, replayer, opts)
 	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, Ready: store.Ping, TLS: cfg.TLS})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("query: %w", err)

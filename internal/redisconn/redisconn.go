@@ -58,6 +58,12 @@ func Open(url string, cluster bool) (redis.UniversalClient, error) {
 }
 
 // Open returns a client for the options; it does not contact Redis.
+//
+// The client honours the deadlines of the contexts it is given, on the
+// socket and between retries (ContextTimeoutEnabled): without it go-redis
+// waits out its read timeout (3s) and retries (3 times) whatever the
+// context says, and a hung server held a request for 20 s. Calls whose
+// context has no deadline still end after the read and write timeouts.
 func (o Options) Open() (redis.UniversalClient, error) {
 	var tc *tls.Config
 	if o.TLSCAFile != "" {
@@ -78,6 +84,7 @@ func (o Options) Open() (redis.UniversalClient, error) {
 		if o.PasswordFile != "" {
 			opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opt), nil
 	}
 	opt, err := redis.ParseURL(o.URL)
@@ -90,6 +97,7 @@ func (o Options) Open() (redis.UniversalClient, error) {
 	if o.PasswordFile != "" {
 		opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
 	}
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
 }
 

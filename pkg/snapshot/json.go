@@ -205,8 +205,17 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 }
 
 // MarshalJSON returns the snapshot as the query API serves it (DESIGN §4),
-// without the internal fold state.
-func (s *Snapshot) MarshalJSON() ([]byte, error) { return json.Marshal(s.view(false)) }
+// without the internal fold state. Text is not HTML-escaped: "<" stays one
+// byte rather than six (\u003c), so a goal's size in the API is its size.
+func (s *Snapshot) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s.view(false)); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
 
 // EncodeJSON returns the complete JSON form, internal fold state included,
 // which Decode and UnmarshalJSON read back exactly.

@@ -334,10 +334,12 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, topic string) error {
 var ErrBadCursor = errors.New("bad cursor")
 
 // Page is one page of a listing. Next is the cursor of the following page, or
-// "" when this is the last one.
+// "" when this is the last one. After[i] is the cursor that continues right
+// after Snapshots[i], for a reader that stops within the page.
 type Page struct {
 	Snapshots []*Snapshot
 	Next      string
+	After     []string
 }
 
 // listChunk is how many buckets List asks for in one round trip.
@@ -419,9 +421,10 @@ func (s *Store) ListPrefix(ctx context.Context, state fsm.State, idPrefix, curso
 	if err != nil {
 		return Page{}, err
 	}
-	for _, snap := range snaps {
+	for i, snap := range snaps {
 		if snap != nil && (state == fsm.StateNone || snap.State == state) {
 			page.Snapshots = append(page.Snapshots, snap)
+			page.After = append(page.After, encodeCursor(hits[i].bucket, hits[i].id))
 		}
 	}
 	return page, nil
