@@ -1,0 +1,358 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/devstack"
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/workload"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// BenchmarkFreshness measures how long an accepted event takes to become
+// visible: from ingest's 202 to the first read of the query API that shows
+// it (a client reading the session every millisecond), for 200 events on an
+// idle pipeline and 200 events while a background load of 20,000 events/s
+// goes through ingest (batches of 100), with the projector at its defaults.
+// Run it once: go test -run='^$' -bench=Freshness -benchtime=1x ./internal/e2e.
+func BenchmarkFreshness(b *testing.B) {
+	srv := redistest.Start(b)
+	st, err := devstack.Start(context.Background(), devstack.Options{RedisURL: srv.URL(), Partitions: 12, Log: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Stop() })
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
+	waitHTTPB(b, hc, st.QueryURL+"/readyz")
+	for b.Loop() {
+		idle := freshness(b, hc, st, "idle", 200)
+		ctx, cancel := context.WithCancel(context.Background())
+		var sent atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); backgroundLoad(ctx, b, hc, st.IngestURL, 20_000, &sent) }()
+		time.Sleep(time.Second) // let the load settle
+		began, before := time.Now(), sent.Load()
+		loaded := freshness(b, hc, st, "loaded", 200)
+		rate := float64(sent.Load()-before) / time.Since(began).Seconds()
+		cancel()
+		wg.Wait()
+		b.ReportMetric(pct(idle, 0.50), "idle-p50-ms")
+		b.ReportMetric(pct(idle, 0.99), "idle-p99-ms")
+		b.ReportMetric(pct(loaded, 0.50), "loaded-p50-ms")
+		b.ReportMetric(pct(loaded, 0.99), "loaded-p99-ms")
+		b.ReportMetric(rate, "background-events/s")
+	}
+}
+
+// freshness sends n events one at a time, each creating a session, and
+// returns, for each, the time from the 202 to the first read that shows it.
+func freshness(b *testing.B, hc *http.Client, st *devstack.Stack, label string, n int) []time.Duration {
+	b.Helper()
+	var out []time.Duration
+	for i := range n {
+		id := fmt.Sprintf("fresh-%s-%d-%d", label, time.Now().UnixNano(), i)
+		body := fmt.Sprintf(`{"sessionId":%q,"type":"SessionCreated"}`, id)
+		resp, err := hc.Post(st.IngestURL+"/v1/events", "application/json", bytes.NewReader([]byte(body)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			b.Fatalf("ingest: %d", resp.StatusCode)
+		}
+		accepted := time.Now()
+		for {
+			r, err := hc.Get(st.QueryURL + "/v1/sessions/" + id)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				out = append(out, time.Since(accepted))
+				break
+			}
+			if time.Since(accepted) > 10*time.Second {
+				b.Fatalf("%s not visible after 10s", id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return out
+}
+
+// backgroundLoad sends rate events per second through ingest in batches of
+// 100 realistic session events until ctx ends.
+func backgroundLoad(ctx context.Context, b *testing.B, hc *http.Client, ingestURL string, rate int, sent *atomic.Int64) {
+	g := workload.New(5, workload.Options{})
+	stream := g.Interleave(g.Sessions("bg-"+strconv.FormatInt(time.Now().UnixNano(), 36), 20_000, time.Now()))
+	const perBatch = 100
+	tick := time.NewTicker(time.Second * perBatch / time.Duration(rate))
+	defer tick.Stop()
+	var buf bytes.Buffer
+	for i := 0; i+perBatch <= len(stream); i += perBatch {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		buf.Reset()
+		for j := i; j < i+perBatch; j++ {
+			buf.Write(envelopeJSON(&stream[j]))
+			buf.WriteByte('\n')
+		}
+		resp, err := hc.Post(ingestURL+"/v1/events", "application/x-ndjson", bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			if ctx.Err() == nil {
+				b.Error(err)
+			}
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			b.Errorf("background load: %d", resp.StatusCode)
+			return
+		}
+		sent.Add(perBatch)
+	}
+}
+
+// BenchmarkReadsUnderWrites reads snapshots through the query API at 500
+// requests/s (open loop) while a projector catches up on a pre-filled
+// topic (BENCH_SESSIONS sessions, default 25,000, about 500,000 events),
+// and, in the same moments, reads one snapshot key with a plain Redis GET;
+// then the same reads on the idle pipeline. It reports query p50 and p99
+// under load and idle, and Redis GET p99 under load.
+func BenchmarkReadsUnderWrites(b *testing.B) {
+	sessions := 25000
+	if v, err := strconv.Atoi(envOr("BENCH_SESSIONS", "")); err == nil {
+		sessions = v
+	}
+	c := kafkatest.Start(b)
+	srv := redistest.Start(b)
+	events := prefill(b, c.ListenAddrs(), sessions)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { _ = rdb.Close() })
+	// A few sessions to read, stored before the load begins.
+	store, err := snapshot.NewStore(rdb, "correx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ids []string
+	var entries []snapshot.Entry
+	g := workload.New(3, workload.Options{})
+	var r fsm.Reducer
+	for i, evs := range g.Sessions("read", 500, time.Now()) {
+		var s snapshot.Snapshot
+		for j := range evs {
+			s.Fold(&r, &evs[j], snapshot.Position{Partition: 99, Offset: int64(i*100 + j)})
+		}
+		entries = append(entries, snapshot.NewEntry(&s))
+		ids = append(ids, s.ID)
+	}
+	if _, err := store.PutBatch(context.Background(), entries); err != nil {
+		b.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
+	for b.Loop() {
+		st, err := devstack.Start(context.Background(), devstack.Options{Brokers: c.ListenAddrs(), RedisURL: srv.URL(),
+			Partitions: 12, Log: quietLog()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitHTTPB(b, hc, st.QueryURL+"/readyz")
+		began := time.Now()
+		caughtUp := make(chan struct{})
+		go func() {
+			defer close(caughtUp)
+			for {
+				if cps, err := store.Checkpoints(context.Background(), "correx.session-events"); err == nil && len(cps) == 12 {
+					var next int64
+					for _, cp := range cps {
+						next += cp.Offset
+					}
+					if next >= int64(events) {
+						return
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		loadQ, loadR := readLatencies(b, hc, rdb, st.QueryURL, ids, caughtUp)
+		catchUp := time.Since(began)
+		idleQ, _ := readLatencies(b, hc, rdb, st.QueryURL, ids, timeAfter(3*time.Second))
+		_ = st.Stop()
+		b.ReportMetric(float64(events)/catchUp.Seconds(), "catchup-events/s")
+		b.ReportMetric(pct(idleQ, 0.50), "idle-query-p50-ms")
+		b.ReportMetric(pct(idleQ, 0.99), "idle-query-p99-ms")
+		b.ReportMetric(pct(loadQ, 0.50), "load-query-p50-ms")
+		b.ReportMetric(pct(loadQ, 0.99), "load-query-p99-ms")
+		b.ReportMetric(pct(loadR, 0.99), "load-redis-get-p99-ms")
+		b.ReportMetric(pct(loadQ, 0.99)/pct(idleQ, 0.99), "load/idle-p99")
+		// The next round catches up from nothing again.
+		if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := store.PutBatch(context.Background(), entries); err != nil {
+			b.Fatal(err)
+		}
+		deleteGroup(b, c.ListenAddrs())
+	}
+}
+
+func timeAfter(d time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(d, func() { close(ch) })
+	return ch
+}
+
+// readLatencies reads at 500/s through the API, and with a plain GET of one
+// snapshot key in the same ticks, until stop is closed.
+func readLatencies(b *testing.B, hc *http.Client, rdb *redis.Client, queryURL string, ids []string, stop <-chan struct{}) (q, r []time.Duration) {
+	b.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	key := "correx:s:{" + strconv.Itoa(snapshot.Bucket(ids[0])) + "}:" + ids[0]
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			wg.Wait()
+			return q, r
+		case <-tick.C:
+		}
+		id := ids[n%len(ids)]
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			resp, err := hc.Get(queryURL + "/v1/sessions/" + id)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			d := time.Since(start)
+			if resp.StatusCode != 200 {
+				b.Errorf("read %s: %d", id, resp.StatusCode)
+				return
+			}
+			mu.Lock()
+			q = append(q, d)
+			mu.Unlock()
+		}()
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_ = rdb.Get(context.Background(), key).Err()
+			d := time.Since(start)
+			mu.Lock()
+			r = append(r, d)
+			mu.Unlock()
+		}()
+	}
+}
+
+// prefill produces about 20 events for each of n sessions to a 12-partition
+// topic and returns how many.
+func prefill(b *testing.B, brokers []string, n int) int {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("correx.session-events"),
+		kgo.RecordPartitioner(kafka.Partitioner()), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(200_000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	for _, t := range []string{"correx.session-events", kafka.DLQTopic("correx.session-events")} {
+		if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), t, 12); err != nil {
+			b.Fatal(err)
+		}
+	}
+	g := workload.New(11, workload.Options{})
+	stream := g.Interleave(g.Sessions("w", n, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)))
+	for i := range stream {
+		cl.Produce(ctx, &kgo.Record{Key: []byte(stream[i].SessionID), Value: fsm.AppendRecord(nil, &stream[i])}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return len(stream)
+}
+
+func deleteGroup(b *testing.B, brokers []string) {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	_, _ = kadm.NewClient(cl).DeleteGroups(context.Background(), "correx-projector")
+}
+
+func waitHTTPB(b *testing.B, hc *http.Client, u string) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := hc.Get(u); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s not ready", u)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pct(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[int(q*float64(len(s)-1))].Microseconds()) / 1000
+}
+
+func envOr(k, def string) string {
+	if v, ok := os.LookupEnv(k); ok {
+		return v
+	}
+	return def
+}
+
+// envelopeJSON is e as a client sends it to ingest.
+func envelopeJSON(e *fsm.Event) []byte {
+	m := map[string]any{"eventId": e.ID.String(), "sessionId": e.SessionID, "type": e.Type.String(),
+		"occurredAt": e.OccurredAt.Format(time.RFC3339Nano)}
+	if len(e.Payload) > 0 {
+		m["payload"] = json.RawMessage(e.Payload)
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
