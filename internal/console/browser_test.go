@@ -374,7 +374,18 @@ func TestBoard(t *testing.T) {
 	}
 	want["AWAITING_APPROVAL"], want["ACTIVE"] = 1, 2
 	b.waitJS(t, "the counts after a transition", wantCountsExpr(want))
-	b.waitJS(t, "the waiting list after a transition", `document.querySelectorAll('#waiting tbody tr[data-session]').length === 2`)
+	// The waiting list follows the prefix filter (acme:wait) and the change.
+	b.waitJS(t, "the waiting list after a transition", `Array.from(document.querySelectorAll('#waiting tbody tr[data-session]')).map((r) => r.dataset.session).join(' ') === 'acme:wait-new'`)
+
+	// At 390 px wide the board does not scroll sideways.
+	b.do(t, "narrow", chromedp.EmulateViewport(390, 800), chromedp.Reload())
+	b.waitJS(t, "the narrow board", wantCountsExpr(want))
+	var scrollW int
+	b.eval(t, `document.documentElement.scrollWidth`, &scrollW)
+	if scrollW > 390 {
+		t.Errorf("at 390 px the board is %d px wide", scrollW)
+	}
+	b.screenshot(t, "console-board-narrow")
 	b.checkClean(t)
 }
 
