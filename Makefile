@@ -1,6 +1,6 @@
 # correx-sessions: `make help` lists the targets. The two that matter:
 #   make run    the whole pipeline on embedded defaults
-#   make test   the tests (installs redis-server first if it is missing)
+#   make test   the tests (installs redis-server and chromium first if they are missing)
 
 GO                  ?= go
 STATICCHECK_VERSION := v0.8.2
@@ -14,7 +14,7 @@ INTEGRATION_FLAGS   ?=
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-deps: ## install what the tests need (redis-server) when it is missing
+deps: ## install what the tests need (redis-server, chromium) when it is missing
 	@scripts/deps.sh
 
 build: ## compile every package and binary

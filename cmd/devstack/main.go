@@ -155,6 +155,7 @@ func printBanner(w io.Writer, st *devstack.Stack, settings []string, o options) 
   Redis:     %s
   ingest:    %s/v1/events
   query:     %s/v1/sessions   %s/v1/stats
+  console:   %s/ui/
   projector: %s/metrics
   WARNING: authentication is OFF in devstack; do not expose these ports.
 
@@ -164,7 +165,7 @@ Try:
   curl -s '%s/v1/sessions/demo:1?minPosition=<position from the answer>&wait=2s'
 
 Ctrl-C stops it. Settings: %s
-`, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL, strings.Join(settings, ", "))
+`, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL, strings.Join(settings, ", "))
 }
 
 // demo runs rounds of realistic sessions against the stack until ctx ends.

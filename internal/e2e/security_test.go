@@ -219,7 +219,7 @@ func TestEndpointAuthorization(t *testing.T) {
 		}
 		wantProblem(t, "read with events:write only", c.do(http.MethodGet, q+"/v1/sessions/acme:1", tok["writer"], "", nil), 403)
 		wantProblem(t, "list with events:write only", c.do(http.MethodGet, q+"/v1/sessions", tok["writer"], "", nil), 403)
-		wantProblem(t, "stats with sessions:read only", c.do(http.MethodGet, q+"/v1/stats", tok["reader"], "", nil), 403)
+		wantProblem(t, "stats with events:write only", c.do(http.MethodGet, q+"/v1/stats", tok["writer"], "", nil), 403)
 		wantProblem(t, "replay with sessions:read only", c.do(http.MethodGet, q+"/v1/sessions/acme:1/replay", tok["reader"], "", nil), 403)
 		if a := c.do(http.MethodGet, q+"/v1/sessions/globex:1", tok["reader"], "", nil); a.status != 200 {
 			t.Fatalf("reader: %d %s", a.status, a.body)
@@ -263,6 +263,14 @@ func TestEndpointAuthorization(t *testing.T) {
 		if got := fmt.Sprint(list.Sessions); got != "[{acme:1} {acme:2}]" && got != "[{acme:2} {acme:1}]" {
 			t.Fatalf("acme's listing: %s", got)
 		}
+		// A prefix filter narrows within the tenant and never widens it.
+		for filter, want := range map[string]string{"prefix=acme:2": "[{acme:2}]", "prefix=globex:": "[]", "prefix=glo": "[]"} {
+			list.Sessions = nil
+			a := c.do(http.MethodGet, q+"/v1/sessions?"+filter, tok["acme"], "", nil)
+			if err := json.Unmarshal(a.body, &list); err != nil || a.status != 200 || fmt.Sprint(list.Sessions) != want {
+				t.Fatalf("acme's listing with %s: %d %s", filter, a.status, a.body)
+			}
+		}
 		var stats struct {
 			Prefix   string `json:"prefix"`
 			Sessions struct {
@@ -280,6 +288,19 @@ func TestEndpointAuthorization(t *testing.T) {
 		a = c.do(http.MethodGet, q+"/v1/stats", tok["admin"], "", nil)
 		if err := json.Unmarshal(a.body, &stats); err != nil || stats.Sessions.Total != 4 || len(stats.Partitions) == 0 {
 			t.Fatalf("global stats: %s", a.body)
+		}
+		// sessions:read gives the counts (the console's board), never the
+		// partitions' progress, which stays admin-only.
+		for _, who := range []struct {
+			token, prefix string
+			total         int
+		}{{"reader", "", 4}, {"acme", "acme:", 2}} {
+			stats.Prefix, stats.Partitions = "", nil
+			a = c.do(http.MethodGet, q+"/v1/stats", tok[who.token], "", nil)
+			if err := json.Unmarshal(a.body, &stats); err != nil || a.status != 200 || stats.Prefix != who.prefix ||
+				stats.Sessions.Total != who.total || strings.Contains(string(a.body), "partitions") {
+				t.Fatalf("%s's stats: %d %s", who.token, a.status, a.body)
+			}
 		}
 	})
 

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/correx/sessions/internal/auth"
@@ -110,14 +111,15 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
 		replays: make(chan struct{}, o.MaxReplays)}
-	// Scopes: sessions:read for reads and listings, admin for replays and
-	// statistics (admin implies sessions:read). A token bound to a
+	// Scopes: sessions:read for reads, listings and the counts of
+	// /v1/stats, admin for replays and the partitions' progress in
+	// /v1/stats (admin implies sessions:read). A token bound to a
 	// session-id prefix sees only the sessions under it.
 	mux := http.NewServeMux()
 	mux.Handle("/v1/sessions/{id}", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.getSession)))
 	mux.Handle("/v1/sessions/{id}/replay", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.replay)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
-	mux.Handle("/v1/stats", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.stats)))
+	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
 	})
@@ -333,7 +335,23 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	// prefix narrows the listing to ids that start with it, within the
+	// token's own prefix: a wider one lists the token's sessions, one
+	// outside it lists none.
 	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
+	if v := q.Get("prefix"); v != "" {
+		if !fsm.ValidSessionID(v) {
+			badRequest(w, "prefix", "must be 1-128 characters of [A-Za-z0-9._:-]")
+			return
+		}
+		switch {
+		case strings.HasPrefix(v, prefix):
+			prefix = v
+		case !strings.HasPrefix(prefix, v):
+			httpx.WriteJSON(w, http.StatusOK, ListResponse{Sessions: []*snapshot.Snapshot{}})
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
 	defer cancel()
 	body, err := h.listPage(ctx, state, prefix, q.Get("cursor"), limit)
@@ -415,7 +433,8 @@ fill:
 
 // Stats is the body of GET /v1/stats. For a token bound to a session-id
 // prefix, Prefix is set, the counts are of that prefix's sessions, and
-// Partitions is left out: checkpoints and lag are global.
+// Partitions is left out: checkpoints and lag are global. Partitions is
+// left out for a token without the admin scope too.
 type Stats struct {
 	Topic    string `json:"topic"`
 	Prefix   string `json:"prefix,omitempty"`
@@ -441,7 +460,8 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 	if !onlyGET(w, r) {
 		return
 	}
-	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
+	p := auth.PrincipalFrom(r.Context())
+	prefix := p.SessionPrefix()
 	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
 	defer cancel()
 	counts, err := h.store.CountPrefix(ctx, prefix)
@@ -456,7 +476,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 	for _, s := range fsm.States() {
 		st.Sessions.ByState[s.String()] = counts.ByState[s]
 	}
-	if prefix != "" {
+	if prefix != "" || !p.Has(auth.ScopeAdmin) {
 		httpx.WriteJSON(w, http.StatusOK, st)
 		return
 	}

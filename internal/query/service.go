@@ -7,6 +7,7 @@ import (
 
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/console"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
@@ -100,7 +101,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		opts.Partitions = parts
 	}
 	h := NewHandler(store, cfg.Topic, replayer, opts)
-	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, Ready: store.Ping, TLS: cfg.TLS})
+	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, UI: console.New(), Ready: store.Ping, TLS: cfg.TLS})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("query: %w", err)
 	}

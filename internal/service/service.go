@@ -56,6 +56,10 @@ type Endpoint struct {
 	// API is served under /v1/; nil for none (the projector). The service
 	// puts its own authentication in front of it.
 	API http.Handler
+	// UI is served under /ui/ without a token (the query service's
+	// console: static files that read the API with the user's token); nil
+	// for none. A client certificate, when required, is required here too.
+	UI http.Handler
 	// Ready answers /readyz.
 	Ready func(context.Context) error
 	// TLS serves HTTPS when set. With a client CA, /v1/ requires a
@@ -96,6 +100,15 @@ func (rt Runtime) HTTP(ctx context.Context, ep Endpoint) error {
 			api = rt.WrapHTTP("api", api)
 		}
 		mux.Handle("/v1/", api)
+	}
+	if ui := ep.UI; ui != nil {
+		if serverTLS != nil && serverTLS.RequireClientCert() {
+			ui = httpx.RequireVerifiedClient(ui)
+		}
+		if rt.WrapHTTP != nil {
+			ui = rt.WrapHTTP("ui", ui)
+		}
+		mux.Handle("/ui/", ui)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound,

@@ -1,0 +1,562 @@
+// correx sessions console: plain JavaScript, no framework, no build step.
+//
+// Safety rules this file keeps:
+// - every text that comes from the API (ids, goals, reasons, labels,
+//   metadata) goes into the page through text nodes (textContent), never
+//   through a property or call that parses HTML;
+// - links to sessions are built as "/ui/sessions/" + encodeURIComponent(id);
+// - the bearer token lives in sessionStorage (this tab only) and is sent
+//   only in the Authorization header of same-origin fetch() calls, never in
+//   a URL or a cookie.
+'use strict';
+
+(function () {
+  const STATES = ['CREATED', 'INITIALIZING', 'ACTIVE', 'PAUSED', 'AWAITING_APPROVAL',
+    'CANCELLING', 'CANCELLED', 'FAILED', 'COMPLETED', 'RECOVERING'];
+  const WAITING = ['AWAITING_APPROVAL', 'PAUSED', 'CANCELLING'];
+  const TOKEN_KEY = 'correx.console.token';
+  const POLL_MS = 2000; // counts and the open session
+  const LIST_POLL_MS = 5000; // listings, which cost more
+  const WAITING_READ = 100; // sessions read per waiting state
+  const WAITING_SHOWN = 15;
+  const PAGE = 50;
+  const OPEN_SHARE = 15; // percent of the timeline the open state takes
+  // Fields the session page knows; any other top-level member of a
+  // snapshot is shown generically under "Labels, metadata and links".
+  const KNOWN = new Set(['sessionId', 'state', 'terminal', 'correlationId', 'goal', 'predecessorSessionId',
+    'createdAt', 'updatedAt', 'stateEnteredAt', 'version', 'lastEventId', 'position', 'firstOffset',
+    'counters', 'durationsMs', 'transitions', 'rejections', 'approval', 'failure', 'cancellation',
+    'recovery', 'digest']);
+  const LINK_FIELDS = new Set(['parentSessionId', 'successorSessionId', 'predecessorSessionId']);
+  const EXTRAS_FIRST = ['labels', 'metadata', 'parentSessionId', 'deadline', 'successorSessionId', 'replacement'];
+
+  const $ = (id) => document.getElementById(id);
+
+  // el builds an element; string and number children become text nodes.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = String(v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children) {
+      if (c === undefined || c === null || c === false) continue;
+      e.append(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
+    }
+    return e;
+  }
+
+  function clear(node) { node.replaceChildren(); }
+
+  function sessionHref(id) { return '/ui/sessions/' + encodeURIComponent(id); }
+  function sessionLink(id) { return el('a', { href: sessionHref(id), class: 'mono' }, id); }
+
+  function badge(state) {
+    const known = STATES.includes(state);
+    return el('span', { class: 'badge', 'data-state': known ? state : null },
+      el('span', { class: 'swatch' + (known ? ' st-' + state : ''), 'aria-hidden': 'true' }), String(state));
+  }
+
+  // fmtMs: 850 ms, 12.3 s, 4 m 05 s, 2 h 10 m, 3 d 4 h.
+  function fmtMs(ms) {
+    if (!(ms >= 0)) return '–';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    const s = ms / 1000;
+    if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + ' s';
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + ' m ' + String(Math.floor(s % 60)).padStart(2, '0') + ' s';
+    const h = Math.floor(m / 60);
+    if (h < 48) return h + ' h ' + String(m % 60).padStart(2, '0') + ' m';
+    return Math.floor(h / 24) + ' d ' + (h % 24) + ' h';
+  }
+
+  function ms(t) { const v = Date.parse(t); return Number.isNaN(v) ? NaN : v; }
+
+  function fmtTime(t) {
+    const v = ms(t);
+    if (Number.isNaN(v)) return t ? String(t) : '–';
+    return new Date(v).toISOString().replace('T', ' ').replace('Z', ' UTC');
+  }
+
+  function timeEl(t) { return el('time', { datetime: t || null, title: t || null }, fmtTime(t)); }
+
+  // ---- token and fetch ----
+
+  function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } }
+
+  function showTokenStatus() {
+    $('token-status').textContent = token()
+      ? 'token set (kept in this tab only)'
+      : 'no token: works when the service runs without authentication';
+  }
+
+  function alertBox(msg) {
+    const a = $('alert');
+    if (!msg) { a.hidden = true; a.textContent = ''; return; }
+    a.textContent = msg;
+    a.hidden = false;
+  }
+
+  class APIError extends Error {
+    constructor(status, detail) { super(detail || ('HTTP ' + status)); this.status = status; }
+  }
+
+  // api GETs a path of the query API. It answers {status, etag, body};
+  // 304 has no body. Errors other than 304 throw APIError.
+  async function api(path, etag) {
+    const headers = { Accept: 'application/json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    if (etag) headers['If-None-Match'] = etag;
+    let resp;
+    try {
+      resp = await fetch(path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+    } catch (e) {
+      throw new APIError(0, 'the query service does not answer; retrying');
+    }
+    if (resp.status === 304) return { status: 304, etag: etag, body: null };
+    let body = null;
+    try { body = await resp.json(); } catch (e) { body = null; }
+    if (!resp.ok) {
+      const detail = body && typeof body.detail === 'string' ? body.detail : '';
+      if (resp.status === 401) {
+        alertBox('The query service needs a valid token: enter it above. (' + detail + ')');
+      } else if (resp.status === 429) {
+        alertBox('Rate limited by the query service; slowing down.');
+      }
+      throw new APIError(resp.status, detail);
+    }
+    alertBox('');
+    return { status: resp.status, etag: resp.headers.get('ETag'), body };
+  }
+
+  // poll runs fn now and then every interval while the page is visible.
+  function poll(fn, interval) {
+    let timer = 0;
+    async function tick() {
+      clearTimeout(timer);
+      if (!document.hidden) {
+        try { await fn(); } catch (e) { /* fn shows its own errors */ }
+      }
+      timer = setTimeout(tick, interval);
+    }
+    document.addEventListener('visibilitychange', () => { if (!document.hidden) tick(); });
+    tick();
+    return tick;
+  }
+
+  // ---- legend ----
+
+  function renderLegend() {
+    const ul = $('legend');
+    clear(ul);
+    for (const s of STATES) ul.append(el('li', {}, badge(s)));
+    ul.append(el('li', {}, el('span', { class: 'muted' }, 'Striped bar: the current state, still open.')));
+  }
+
+  // ---- board ----
+
+  function boardFilters() {
+    const q = new URLSearchParams(location.search);
+    const state = q.get('state') || '';
+    return { state: STATES.includes(state) ? state : '', prefix: (q.get('prefix') || '').slice(0, 128) };
+  }
+
+  function setBoardFilters(f) {
+    const q = new URLSearchParams();
+    if (f.state) q.set('state', f.state);
+    if (f.prefix) q.set('prefix', f.prefix);
+    const s = q.toString();
+    history.replaceState(null, '', '/ui/' + (s ? '?' + s : ''));
+  }
+
+  function listQuery(state, prefix, limit, cursor) {
+    const q = new URLSearchParams();
+    if (state) q.set('state', state);
+    if (prefix) q.set('prefix', prefix);
+    q.set('limit', String(limit));
+    if (cursor) q.set('cursor', cursor);
+    return '/v1/sessions?' + q.toString();
+  }
+
+  function startBoard() {
+    $('board-view').hidden = false;
+    document.title = 'Sessions · correx';
+    const sel = $('filter-state');
+    for (const s of STATES) sel.append(el('option', { value: s }, s));
+    let filters = boardFilters();
+    sel.value = filters.state;
+    $('filter-prefix').value = filters.prefix;
+
+    // Counts: one button per state; pressing it filters the list.
+    const counts = $('counts');
+    const countEls = {};
+    const totalBtn = el('button', { type: 'button', class: 'count', 'data-count': 'TOTAL', 'aria-pressed': 'false' },
+      el('span', { class: 'swatch', 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, 'all states'));
+    totalBtn.addEventListener('click', () => applyFilters({ state: '', prefix: filters.prefix }));
+    counts.append(el('li', {}, totalBtn));
+    countEls.TOTAL = totalBtn;
+    for (const s of STATES) {
+      const b = el('button', { type: 'button', class: 'count', 'data-count': s, 'aria-pressed': 'false' },
+        el('span', { class: 'swatch st-' + s, 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, s));
+      b.addEventListener('click', () => applyFilters({ state: s, prefix: filters.prefix }));
+      counts.append(el('li', {}, b));
+      countEls[s] = b;
+    }
+    function markPressed() {
+      for (const [k, b] of Object.entries(countEls)) {
+        b.setAttribute('aria-pressed', String(k === (filters.state || 'TOTAL')));
+      }
+    }
+    markPressed();
+
+    async function refreshCounts() {
+      try {
+        const { body } = await api('/v1/stats');
+        const by = (body.sessions && body.sessions.byState) || {};
+        for (const s of STATES) countEls[s].querySelector('.n').textContent = String(by[s] || 0);
+        countEls.TOTAL.querySelector('.n').textContent = String((body.sessions && body.sessions.total) || 0);
+        $('counts-scope').textContent = body.prefix ? '(sessions under ' + body.prefix + ')' : '';
+        $('counts-updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+      } catch (e) {
+        $('counts-updated').textContent = 'counts unavailable: ' + e.message;
+      }
+    }
+
+    async function refreshWaiting() {
+      const tbody = $('waiting').tBodies[0];
+      const rows = [];
+      const more = [];
+      try {
+        const pages = await Promise.all(WAITING.map((s) => api(listQuery(s, filters.prefix, WAITING_READ, ''))));
+        pages.forEach((p, i) => {
+          rows.push(...p.body.sessions);
+          if (p.body.next) more.push(WAITING[i]);
+        });
+      } catch (e) {
+        $('waiting-note').textContent = 'unavailable: ' + e.message;
+        return;
+      }
+      rows.sort((a, b) => ms(a.stateEnteredAt) - ms(b.stateEnteredAt) || (a.sessionId < b.sessionId ? -1 : 1));
+      const now = Date.now();
+      clear(tbody);
+      for (const s of rows.slice(0, WAITING_SHOWN)) {
+        tbody.append(el('tr', { 'data-session': s.sessionId },
+          el('td', {}, sessionLink(s.sessionId)), el('td', {}, badge(s.state)),
+          el('td', {}, fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.stateEnteredAt)),
+          el('td', { class: 'goal-cell', title: s.goal || null }, s.goal || '')));
+      }
+      if (rows.length === 0) tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '5' }, 'No session is waiting.')));
+      $('waiting-note').textContent = more.length
+        ? 'Ordered among the first ' + WAITING_READ + ' sessions the API lists in ' + more.join(', ') + '; more exist.'
+        : '';
+    }
+
+    // Paging: the cursors of the pages before the current one.
+    let cursors = [];
+    let cursor = '';
+    let next = null;
+    async function refreshList() {
+      const tbody = $('list').tBodies[0];
+      let page;
+      try {
+        page = (await api(listQuery(filters.state, filters.prefix, PAGE, cursor))).body;
+      } catch (e) {
+        clear(tbody);
+        tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'Listing unavailable: ' + e.message)));
+        return;
+      }
+      const now = Date.now();
+      clear(tbody);
+      for (const s of page.sessions) {
+        tbody.append(el('tr', { 'data-session': s.sessionId },
+          el('td', {}, sessionLink(s.sessionId)), el('td', {}, badge(s.state)),
+          el('td', {}, s.terminal ? '–' : fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.updatedAt)),
+          el('td', {}, String((s.counters && s.counters.events) || 0)),
+          el('td', { class: 'goal-cell', title: s.goal || null }, s.goal || '')));
+      }
+      if (page.sessions.length === 0) tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'No session matches.')));
+      next = page.next;
+      $('page-next').disabled = !next;
+      $('page-prev').disabled = cursors.length === 0;
+      $('page-first').disabled = cursors.length === 0;
+      $('page-info').textContent = 'page ' + (cursors.length + 1) + ' · ' + page.sessions.length + ' sessions';
+    }
+    $('page-next').addEventListener('click', () => { if (next) { cursors.push(cursor); cursor = next; refreshList(); } });
+    $('page-prev').addEventListener('click', () => { if (cursors.length) { cursor = cursors.pop(); refreshList(); } });
+    $('page-first').addEventListener('click', () => { cursors = []; cursor = ''; refreshList(); });
+
+    function applyFilters(f) {
+      filters = f;
+      sel.value = f.state;
+      $('filter-prefix').value = f.prefix;
+      setBoardFilters(f);
+      markPressed();
+      cursors = []; cursor = '';
+      refreshList();
+      refreshWaiting();
+    }
+    $('filters').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      applyFilters({ state: sel.value, prefix: $('filter-prefix').value.trim() });
+    });
+
+    poll(refreshCounts, POLL_MS);
+    poll(async () => { await Promise.all([refreshWaiting(), refreshList()]); }, LIST_POLL_MS);
+    return () => { refreshCounts(); refreshWaiting(); refreshList(); };
+  }
+
+  // ---- session page ----
+
+  // intervals returns the closed state intervals from the transitions:
+  // the i-th transition closes the interval of its "from" state, which
+  // began at the previous transition (or at createdAt for the first, unless
+  // older transitions were dropped from the kept window).
+  function intervals(s) {
+    const tr = s.transitions || [];
+    const out = [];
+    // Nothing returns to CREATED, so a kept window that does not start by
+    // leaving CREATED has lost its oldest transitions.
+    const truncated = tr.length > 0 && tr[0].from !== 'CREATED';
+    for (let i = 0; i < tr.length; i++) {
+      const start = i === 0 ? (truncated ? null : s.createdAt) : tr[i - 1].at;
+      if (start === null) continue;
+      const d = Math.max(0, ms(tr[i].at) - ms(start));
+      out.push({ state: tr[i].from, start, end: tr[i].at, ms: d });
+    }
+    return { list: out, truncated };
+  }
+
+  function renderTimeline(s) {
+    const ol = $('timeline');
+    clear(ol);
+    const { list, truncated } = intervals(s);
+    const total = list.reduce((a, iv) => a + iv.ms, 0);
+    const open = !s.terminal;
+    const closedShare = open ? (list.length ? 100 - OPEN_SHARE : 0) : 100;
+    list.forEach((iv, i) => {
+      const w = total > 0 ? (iv.ms / total) * closedShare : closedShare / list.length;
+      const li = el('li', {
+        class: 'bar closed st-' + iv.state, 'data-state': iv.state, 'data-ms': String(iv.ms), 'data-index': String(i),
+        title: iv.state + ' · ' + fmtMs(iv.ms) + ' · ' + fmtTime(iv.start) + ' → ' + fmtTime(iv.end),
+      }, el('span', { class: 'bar-state' }, iv.state), el('span', { class: 'bar-dur' }, fmtMs(iv.ms)));
+      // CSSOM, not a style attribute: allowed by the page's CSP.
+      li.style.width = w + '%';
+      ol.append(li);
+    });
+    if (open) {
+      const so = Math.max(0, Date.now() - ms(s.stateEnteredAt));
+      const li = el('li', { class: 'bar open st-' + s.state, 'data-state': s.state, title: s.state + ' since ' + fmtTime(s.stateEnteredAt) + ' (ongoing)' },
+        el('span', { class: 'bar-state' }, s.state), el('span', { class: 'bar-dur' }, fmtMs(so) + ' so far'));
+      li.style.width = (list.length ? OPEN_SHARE : 100) + '%';
+      ol.append(li);
+    }
+    const axis = $('axis');
+    clear(axis);
+    axis.append(el('span', {}, (truncated ? 'earlier intervals not kept · ' : '') + 'start ' + fmtTime(list.length ? list[0].start : s.createdAt)));
+    axis.append(el('span', {}, 'closed intervals: ' + fmtMs(total)));
+    axis.append(el('span', {}, open ? 'now: in ' + s.state + ' since ' + fmtTime(s.stateEnteredAt)
+      : 'ended ' + s.state + ' at ' + fmtTime(s.stateEnteredAt)));
+
+    const tbody = $('intervals').tBodies[0];
+    clear(tbody);
+    for (const iv of list) {
+      tbody.append(el('tr', {}, el('td', {}, badge(iv.state)), el('td', {}, timeEl(iv.start)), el('td', {}, timeEl(iv.end)), el('td', {}, fmtMs(iv.ms))));
+    }
+    if (open) tbody.append(el('tr', {}, el('td', {}, badge(s.state)), el('td', {}, timeEl(s.stateEnteredAt)), el('td', {}, 'now'), el('td', {}, 'ongoing')));
+  }
+
+  function dl(target, pairs) {
+    clear(target);
+    for (const [k, v] of pairs) {
+      if (v === undefined) continue;
+      target.append(el('dt', {}, k), el('dd', {}, v === null ? '–' : v));
+    }
+  }
+
+  // value renders any JSON value as text: objects as key/value lists,
+  // arrays as lists, session ids under known link fields as links.
+  function value(v, key) {
+    if (v === null || v === undefined) return el('span', { class: 'muted' }, 'none');
+    if (typeof v === 'string') {
+      if (LINK_FIELDS.has(key) && v) return sessionLink(v);
+      if (/At$/.test(key || '') || key === 'at') return timeEl(v);
+      return el('span', {}, v);
+    }
+    if (typeof v !== 'object') return el('span', {}, String(v));
+    if (Array.isArray(v)) {
+      const ul = el('ul', { class: 'chips' });
+      for (const x of v) ul.append(el('li', {}, value(x, key)));
+      return ul;
+    }
+    if (key === 'labels') {
+      const ul = el('ul', { class: 'chips' });
+      for (const [k, x] of Object.entries(v)) ul.append(el('li', { class: 'mono' }, k + '=' + (typeof x === 'string' ? x : JSON.stringify(x))));
+      return ul;
+    }
+    if (key === 'metadata') return el('pre', { class: 'mono' }, JSON.stringify(v, null, 2));
+    const d = el('dl', { class: 'facts' });
+    for (const [k, x] of Object.entries(v)) d.append(el('dt', {}, k), el('dd', {}, value(x, k)));
+    return d;
+  }
+
+  function renderSession(s) {
+    document.title = s.sessionId + ' · correx';
+    $('s-id').textContent = s.sessionId;
+    const st = $('s-state');
+    clear(st);
+    st.append(badge(s.state));
+    if (s.terminal) st.append(' ', el('span', { class: 'muted small' }, 'terminal'));
+    $('s-goal').textContent = s.goal || '';
+    $('s-body').hidden = false;
+    renderTimeline(s);
+
+    const pos = s.position ? s.position.partition + ':' + s.position.offset : null;
+    dl($('facts'), [
+      ['state', badge(s.state)],
+      ['in state since', timeEl(s.stateEnteredAt)],
+      ['created', timeEl(s.createdAt)],
+      ['updated', timeEl(s.updatedAt)],
+      ['correlation id', el('span', { class: 'mono' }, s.correlationId || '')],
+      ['predecessor', s.predecessorSessionId ? sessionLink(s.predecessorSessionId) : null],
+      ['version', String(s.version)],
+      ['position', pos ? el('span', { class: 'mono' }, pos) : null],
+      ['first offset', String(s.firstOffset)],
+      ['last event id', el('span', { class: 'mono' }, s.lastEventId || '')],
+      ['digest', el('span', { class: 'mono' }, s.digest || '')],
+    ]);
+    const durs = Object.entries(s.durationsMs || {}).sort((a, b) => STATES.indexOf(a[0]) - STATES.indexOf(b[0]));
+    dl($('durations'), durs.length ? durs.map(([k, v]) => [k, el('span', { 'data-duration': k }, fmtMs(v))]) : [['none closed yet', null]]);
+    dl($('counters'), Object.entries(s.counters || {}).map(([k, v]) => [k, typeof v === 'object' ? value(v, k) : String(v)]));
+
+    const det = $('details-body');
+    clear(det);
+    const blocks = [['approval', s.approval], ['cancellation', s.cancellation], ['recovery', s.recovery], ['failure', s.failure]];
+    for (const [name, v] of blocks) {
+      const box = el('section', { 'data-detail': name }, el('h3', { class: 'small' }, name));
+      if (v === null || v === undefined) box.append(el('p', { class: 'muted small' }, 'none'));
+      else box.append(value(v, name));
+      det.append(box);
+    }
+
+    // Fields the console does not know yet (labels, metadata, parent,
+    // deadline, successor, replacement, and any later one).
+    const extras = Object.keys(s).filter((k) => !KNOWN.has(k) && s[k] !== null && s[k] !== undefined);
+    extras.sort((a, b) => {
+      const ia = EXTRAS_FIRST.indexOf(a), ib = EXTRAS_FIRST.indexOf(b);
+      return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || (a < b ? -1 : 1);
+    });
+    $('extras').hidden = extras.length === 0;
+    dl($('extras-body'), extras.map((k) => [k, value(s[k], k)]));
+
+    const tt = $('transitions').tBodies[0];
+    clear(tt);
+    for (const t of (s.transitions || []).slice().reverse()) {
+      tt.append(el('tr', {}, el('td', {}, timeEl(t.at)), el('td', {}, badge(t.from)), el('td', {}, badge(t.to)),
+        el('td', { class: 'mono' }, t.type), el('td', { class: 'mono' }, t.eventId)));
+    }
+    if (!(s.transitions || []).length) tt.append(el('tr', { class: 'empty' }, el('td', { colspan: '5' }, 'No transition yet.')));
+    const rt = $('rejections').tBodies[0];
+    clear(rt);
+    for (const r of (s.rejections || []).slice().reverse()) {
+      rt.append(el('tr', {}, el('td', {}, timeEl(r.at)), el('td', { class: 'mono' }, r.type), el('td', {}, badge(r.state)),
+        el('td', { class: 'reason' }, r.reason), el('td', { class: 'mono' }, r.eventId)));
+    }
+    if (!(s.rejections || []).length) rt.append(el('tr', { class: 'empty' }, el('td', { colspan: '5' }, 'No rejected event.')));
+  }
+
+  function startSession(id) {
+    $('session-view').hidden = false;
+    $('s-id').textContent = id;
+    document.title = id + ' · correx';
+    const path = '/v1/sessions/' + encodeURIComponent(id);
+    let etag = null;
+    let last = null;
+    async function refresh() {
+      try {
+        const r = await api(path, etag);
+        if (r.status === 200) {
+          etag = r.etag;
+          last = r.body;
+          renderSession(last);
+        } else if (last) {
+          renderTimeline(last); // the open state's "so far" moves on
+        }
+        $('s-message').textContent = 'live: checked ' + new Date().toLocaleTimeString();
+      } catch (e) {
+        if (e.status === 404) {
+          etag = null; last = null;
+          $('s-body').hidden = true;
+          $('s-message').textContent = 'No such session, or not visible with this token.';
+        } else {
+          $('s-message').textContent = 'Could not read the session: ' + e.message;
+        }
+      }
+    }
+    $('verify').addEventListener('click', async () => {
+      const out = $('verify-result');
+      out.className = '';
+      out.textContent = 'rebuilding from the log…';
+      $('verify').disabled = true;
+      try {
+        const { body } = await api(path + '/replay');
+        if (body.matchesStored) {
+          out.className = 'ok';
+          out.textContent = 'matches the stored snapshot (rebuilt to ' + body.storedPosition.partition + ':' + body.storedPosition.offset + ')';
+        } else {
+          out.className = 'bad';
+          out.textContent = 'DIFFERS from the stored snapshot: the rebuild from the log gives version ' +
+            body.snapshot.version + ', digest ' + body.snapshot.digest;
+        }
+      } catch (e) {
+        if (e.status === 403) {
+          $('verify').hidden = true;
+          out.textContent = 'This token may not verify (needs the admin scope).';
+        } else {
+          out.className = 'bad';
+          out.textContent = 'Verification failed: ' + e.message;
+        }
+      } finally {
+        $('verify').disabled = false;
+      }
+    });
+    const tick = poll(refresh, POLL_MS);
+    return () => { etag = null; tick(); };
+  }
+
+  // ---- start ----
+
+  function start() {
+    renderLegend();
+    showTokenStatus();
+    let refresh = () => {};
+    $('token-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const v = $('token-input').value.trim();
+      $('token-input').value = '';
+      try { if (v) sessionStorage.setItem(TOKEN_KEY, v); } catch (e) { /* storage off: nothing kept */ }
+      showTokenStatus();
+      alertBox('');
+      refresh();
+    });
+    $('token-forget').addEventListener('click', () => {
+      try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* nothing kept */ }
+      showTokenStatus();
+      refresh();
+    });
+    const p = location.pathname;
+    const m = /^\/ui\/sessions\/([^/]+)$/.exec(p);
+    if (m) {
+      let id = '';
+      try { id = decodeURIComponent(m[1]); } catch (e) { id = m[1]; }
+      refresh = startSession(id);
+    } else {
+      refresh = startBoard();
+    }
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+  else start();
+})();
