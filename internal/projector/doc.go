@@ -25,6 +25,16 @@
 //   - A crash anywhere (before, during or after a batch, before the
 //     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
 //     replays from the checkpoint and skips what is already reflected.
+//   - A dead letter is produced before the checkpoint that passes its record
+//     (the flush waits for the produce): a crash before the checkpoint
+//     replays the record and produces it again, so a dead letter is written
+//     at least once (a replay can write it twice). It is a bounded excerpt
+//     of the record (deadLetterRecord), far under any broker's limit, so a
+//     record of any size is set aside. A produce error that retrying cannot
+//     cure because of what the record is (refused) is logged, counted
+//     (Observer.DeadLetterFailed) and skipped: it would fail the same way on
+//     every restart. Any other produce error fails the batch: the
+//     checkpoint is not written and a restart replays the record.
 //
 // # Shape
 //
@@ -48,4 +58,5 @@
 // invalid, keyed by another session, or for a session that was never
 // created) go to the dead-letter topic with the reason in a header; they
 // never stop the partition. A replay can send a record there twice.
+
 package projector

@@ -22,7 +22,8 @@ import (
 
 // Observer sees what the projector does; telemetry implements it. Folded,
 // Skipped, DeadLettered and FlushStarted are called from the fold goroutine,
-// Flushed and Checkpointed from the flusher; none may block.
+// Flushed and Checkpointed from the flusher, DeadLetterFailed from the Kafka
+// client; none may block.
 type Observer interface {
 	// Folded is called for every record folded into a snapshot: rec is the
 	// record, e the event, s the snapshot after the fold.
@@ -30,6 +31,10 @@ type Observer interface {
 	// Skipped is called for a record already reflected in its snapshot.
 	Skipped(rec *kgo.Record)
 	DeadLettered(rec *kgo.Record, reason string)
+	// DeadLetterFailed is called, from the Kafka client's produce callback,
+	// when the broker refused a dead letter for what the record is (too
+	// large, invalid): the record is skipped without a dead letter.
+	DeadLetterFailed(rec *kgo.Record, reason string, err error)
 	// FlushStarted is called when a batch is built; the context it returns
 	// is used for the batch's Redis calls and given back to Flushed.
 	FlushStarted(snapshots, checkpoints int) context.Context
@@ -42,6 +47,7 @@ type nopObserver struct{}
 func (nopObserver) Folded(*kgo.Record, *fsm.Event, *snapshot.Snapshot, fsm.Outcome)   {}
 func (nopObserver) Skipped(*kgo.Record)                                               {}
 func (nopObserver) DeadLettered(*kgo.Record, string)                                  {}
+func (nopObserver) DeadLetterFailed(*kgo.Record, string, error)                       {}
 func (nopObserver) FlushStarted(int, int) context.Context                             { return context.Background() }
 func (nopObserver) Flushed(context.Context, snapshot.PutResult, time.Duration, error) {}
 func (nopObserver) Checkpointed(snapshot.Checkpoint)                                  {}
@@ -394,7 +400,8 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		case decodeErr[i] != nil:
 			p.deadLetter(r, classify(decodeErr[i]), decodeErr[i].Error())
 		case string(r.Key) != events[i].SessionID:
-			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q is not the event's sessionId %q", r.Key, events[i].SessionID))
+			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q (%d bytes) is not the event's sessionId %q",
+				cutString(string(r.Key), 128), len(r.Key), events[i].SessionID))
 		default:
 			if err := p.fold(ctx, part, r, &events[i]); err != nil {
 				return err
@@ -459,16 +466,21 @@ func classify(err error) string {
 	return ReasonInvalidEvent
 }
 
+// deadLetter sets r aside: it produces a bounded excerpt of r (see
+// deadLetterRecord) to the dead-letter topic. The flush that checkpoints
+// past r waits for the produce first (runJob), so a dead letter is written
+// at least once; one the broker refuses for what it is (refused) is logged,
+// counted and given up, so that no record can stop the partition.
 func (p *Projector) deadLetter(r *kgo.Record, reason, detail string) {
-	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+3)
-	headers = append(headers, r.Headers...)
-	headers = append(headers,
-		kgo.RecordHeader{Key: kafka.HeaderDLQReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: kafka.HeaderDLQDetail, Value: []byte(detail)},
-		kgo.RecordHeader{Key: kafka.HeaderDLQSource, Value: []byte(kafka.Source(r))})
 	p.obs.DeadLettered(r, reason)
-	p.cl.Produce(p.flushCtx, &kgo.Record{Key: r.Key, Value: r.Value, Headers: headers}, func(_ *kgo.Record, err error) {
-		if err != nil && !p.crashed.Load() {
+	p.cl.Produce(p.flushCtx, deadLetterRecord(r, reason, detail), func(_ *kgo.Record, err error) {
+		switch {
+		case err == nil || p.crashed.Load():
+		case refused(err):
+			p.log.Error("the dead-letter topic refused a record; it is skipped", "source", kafka.Source(r),
+				"reason", reason, "err", err)
+			p.obs.DeadLetterFailed(r, reason, err)
+		default:
 			p.dlqErr.CompareAndSwap(nil, &err)
 		}
 	})
