@@ -60,6 +60,9 @@ const (
 	ReasonInvalidEvent       = "invalid_event"
 	ReasonKeyMismatch        = "key_mismatch"
 	ReasonUnknownSession     = "unknown_session"
+	// ReasonWrongPartition: the record is not on its key's partition (see
+	// the package doc).
+	ReasonWrongPartition = "wrong_partition"
 )
 
 // errCrashed ends Run after a test hook simulated a crash.
@@ -92,6 +95,7 @@ type Projector struct {
 	reducer   fsm.Reducer
 	events    []fsm.Event // decode buffer, reused across polls
 	stalled   map[int32]string
+	pt        partitioning
 	// rebuiltNow holds the partitions rebuilt since the current poll's
 	// records were fetched: those records are not folded.
 	rebuiltNow map[int32]bool
@@ -251,9 +255,10 @@ func (p *Projector) leave() {
 
 func (p *Projector) ensureTopics(ctx context.Context) error {
 	for {
-		_, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
+		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
 		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
 		if err := errors.Join(err1, err2); err == nil {
+			p.setPartitions(n)
 			return nil
 		} else {
 			p.log.Warn("waiting for Kafka", "err", err)
@@ -349,6 +354,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 	}
 	events := p.events[:len(recs)]
 	decodeErr := make([]error, len(recs))
+	wrongPart := make([]bool, len(recs))
 	type miss struct {
 		partition int32
 		id        string
@@ -366,6 +372,10 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 			continue
 		}
 		m := miss{r.Partition, events[i].SessionID}
+		if string(r.Key) == m.id && !p.onKeyPartition(ctx, r) {
+			wrongPart[i] = true
+			continue
+		}
 		if _, ok := part.sessions[m.id]; !ok && !seen[m] && string(r.Key) == m.id {
 			seen[m] = true
 			missing = append(missing, m)
@@ -402,6 +412,9 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		case string(r.Key) != events[i].SessionID:
 			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q (%d bytes) is not the event's sessionId %q",
 				cutString(string(r.Key), 128), len(r.Key), events[i].SessionID))
+		case wrongPart[i]:
+			p.deadLetter(r, ReasonWrongPartition, fmt.Sprintf("key %q belongs to partition %d of %d, not %d",
+				events[i].SessionID, p.pt.part.Partition(r, int(p.pt.n)), p.pt.n, r.Partition))
 		default:
 			if err := p.fold(ctx, part, r, &events[i]); err != nil {
 				return err

@@ -68,7 +68,7 @@ type Telemetry struct {
 }
 
 var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, ReasonUnknownEventType,
-	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession}
+	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession, ReasonWrongPartition}
 
 const (
 	linkLimit = 128
