@@ -80,5 +80,13 @@
 // fixed for the life of a read model: create the topic with the partitions
 // it will need, and to grow, produce the log again into a new topic and
 // rebuild from it.
-
+//
+// # Memory
+//
+// The cache is bounded by Config.CacheSize entries and Config.CacheBytes
+// estimated bytes (entry.estimate: a fixed 768 bytes plus the text and
+// history the snapshot keeps, at least its encoded size), whichever is
+// reached first. Entries not yet stored (dirty, or written by a batch still
+// in flight) are never evicted, so the cache may exceed the bounds by about
+// FlushSize of them until they are written.
 package projector

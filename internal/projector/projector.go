@@ -155,6 +155,7 @@ type entry struct {
 	dirty      bool              // changed since it was last encoded for a flush
 	durable    snapshot.Position // the stored version's position, when hasDurable
 	hasDurable bool
+	size       int    // estimate() when last counted in lru.bytes
 	prev, next *entry // LRU links
 }
 
@@ -451,6 +452,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
+	p.lru.resize(en)
 	if !en.dirty {
 		en.dirty = true
 		p.dirty = append(p.dirty, en)
@@ -814,11 +816,15 @@ func (p *Projector) dropSessions(part *partState) {
 	p.dirty = keep
 }
 
-// evict drops least recently used snapshots beyond the cache size, only
-// those whose latest state is stored.
+// evict drops least recently used snapshots beyond the cache size or its
+// bytes, only those whose latest state is stored.
 func (p *Projector) evict() {
 	steps := 0
-	for e := p.lru.tail; e != nil && p.lru.n > p.cfg.CacheSize && steps < 4*p.cfg.FlushSize; steps++ {
+	limit := p.cfg.CacheBytes
+	if limit <= 0 {
+		limit = DefaultCacheBytes
+	}
+	for e := p.lru.tail; e != nil && (p.lru.n > p.cfg.CacheSize || p.lru.bytes > limit) && steps < 4*p.cfg.FlushSize; steps++ {
 		prev := e.prev
 		if e.evictable() {
 			p.lru.remove(e)
