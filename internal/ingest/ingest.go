@@ -8,7 +8,10 @@
 // idempotent producer). If Kafka cannot take a write the answer is 503 with
 // Retry-After and the list of events that were written, if any; resending
 // the whole request is safe because the projector recognises event ids it
-// has already folded.
+// has already folded, within a bound: a resent event is a duplicate exactly
+// when fewer than 128 events of the same session (applied or rejected) were
+// folded after the original (fsm.IDWindow). A retry sent before the
+// session's next 128 events is safe; one sent later is folded again.
 package ingest
 
 import (

@@ -10,6 +10,9 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 )
 
+// DefaultCacheBytes is the default of Config.CacheBytes: 256 MiB.
+const DefaultCacheBytes = 256 << 20
+
 // Config configures a projector.
 type Config struct {
 	Kafka        kafka.Config
@@ -39,6 +42,12 @@ type Config struct {
 	FlushSize int
 	// CacheSize bounds the cached snapshots; CORREX_CACHE_SIZE, default 100000.
 	CacheSize int
+	// CacheBytes bounds the memory of the cached snapshots, estimated per
+	// snapshot from its fields (its text and history plus a fixed 768
+	// bytes, at least its encoded size); CORREX_CACHE_BYTES, default
+	// DefaultCacheBytes (256 MiB); zero means the default. Snapshots not yet
+	// stored (about FlushSize of them at most) stay beyond it until written.
+	CacheBytes int
 	// SessionTimeout is the group session timeout; CORREX_SESSION_TIMEOUT,
 	// default 30s.
 	SessionTimeout time.Duration
@@ -81,6 +90,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Bool(&c.LeaveOnShutdown, "leave-on-shutdown", "CORREX_LEAVE_ON_SHUTDOWN", true, "leave the group after the final flush on SIGTERM (static members keep their partitions otherwise)")
 	b.Int(&c.MaxPollRecords, "max-poll-records", "CORREX_MAX_POLL_RECORDS", 10000, "records folded between two flush decisions")
 	b.Int(&c.CacheSize, "cache-size", "CORREX_CACHE_SIZE", 100000, "snapshots kept in memory")
+	b.Int(&c.CacheBytes, "cache-bytes", "CORREX_CACHE_BYTES", DefaultCacheBytes, "estimated bytes of the snapshots kept in memory")
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", 30*time.Second, "consumer group session timeout")
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", 60*time.Second, "how long a rebalance may take before slow members are dropped")
 }
@@ -125,6 +135,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CacheSize < c.FlushSize {
 		p.Addf("CORREX_CACHE_SIZE (%d) must be at least CORREX_FLUSH_SIZE (%d)", c.CacheSize, c.FlushSize)
+	}
+	if c.CacheBytes < 0 {
+		p.Addf("CORREX_CACHE_BYTES: %d, must not be negative (0 is the default, %d)", c.CacheBytes, DefaultCacheBytes)
 	}
 	if c.SessionTimeout < 6*time.Second {
 		p.Addf("CORREX_SESSION_TIMEOUT: %v, must be at least 6s", c.SessionTimeout)

@@ -25,6 +25,25 @@
 //   - A crash anywhere (before, during or after a batch, before the
 //     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
 //     replays from the checkpoint and skips what is already reflected.
+//   - The skip rule compares positions within one partition, so it holds
+//     only if a session's position moves along its own partition. A record
+//     that is not on its key's partition (murmur2 of the key modulo the
+//     topic's partition count) is set aside as wrong_partition before it
+//     reaches the session: it never moves a position, so it cannot fence the
+//     session's later events, and setting it aside again on a replay changes
+//     nothing. The count is read when the topic is ensured at start, again
+//     when an assigned partition lies beyond it, and again at most every 10 s
+//     when a record looks misplaced, so a grown topic is noticed.
+//   - A dead letter is produced before the checkpoint that passes its record
+//     (the flush waits for the produce): a crash before the checkpoint
+//     replays the record and produces it again, so a dead letter is written
+//     at least once (a replay can write it twice). It is a bounded excerpt
+//     of the record (deadLetterRecord), far under any broker's limit, so a
+//     record of any size is set aside. A produce error that retrying cannot
+//     cure because of what the record is (refused) is logged, counted
+//     (Observer.DeadLetterFailed) and skipped: it would fail the same way on
+//     every restart. Any other produce error fails the batch: the
+//     checkpoint is not written and a restart replays the record.
 //
 // # Shape
 //
@@ -45,7 +64,29 @@
 // partitions back at once instead of after the session timeout.
 //
 // Records that cannot be folded (undecodable, unknown version or type,
-// invalid, keyed by another session, or for a session that was never
-// created) go to the dead-letter topic with the reason in a header; they
-// never stop the partition. A replay can send a record there twice.
+// invalid, keyed by another session, off their key's partition, or for a
+// session that was never created) go to the dead-letter topic with the
+// reason in a header; they never stop the partition. A replay can send a
+// record there twice.
+//
+// # Adding partitions
+//
+// Kafka's default partitioner moves keys when partitions are added: a
+// session's later events go to another partition than its earlier ones.
+// Once the projector sees the new count, records written under the old
+// count are wrong_partition if they are folded again (a rebuild), and a
+// moved session's new events are fenced by its old position when the new
+// partition's number is lower. The topic's partition count is therefore
+// fixed for the life of a read model: create the topic with the partitions
+// it will need, and to grow, produce the log again into a new topic and
+// rebuild from it.
+//
+// # Memory
+//
+// The cache is bounded by Config.CacheSize entries and Config.CacheBytes
+// estimated bytes (entry.estimate: a fixed 768 bytes plus the text and
+// history the snapshot keeps, at least its encoded size), whichever is
+// reached first. Entries not yet stored (dirty, or written by a batch still
+// in flight) are never evicted, so the cache may exceed the bounds by about
+// FlushSize of them until they are written.
 package projector

@@ -1,10 +1,12 @@
 package projector
 
 // lru is an intrusive doubly linked list of cached entries, most recently
-// used at the head. Owned by the fold goroutine (under Projector.mu).
+// used at the head, with their count and estimated bytes. Owned by the fold
+// goroutine (under Projector.mu).
 type lru struct {
 	head, tail *entry
 	n          int
+	bytes      int // the sum of the entries' size
 }
 
 func (l *lru) pushFront(e *entry) {
@@ -17,6 +19,8 @@ func (l *lru) pushFront(e *entry) {
 		l.tail = e
 	}
 	l.n++
+	e.size = e.estimate()
+	l.bytes += e.size
 }
 
 func (l *lru) remove(e *entry) {
@@ -34,6 +38,7 @@ func (l *lru) remove(e *entry) {
 	}
 	e.prev, e.next = nil, nil
 	l.n--
+	l.bytes -= e.size
 }
 
 func (l *lru) touch(e *entry) {
@@ -42,4 +47,26 @@ func (l *lru) touch(e *entry) {
 	}
 	l.remove(e)
 	l.pushFront(e)
+}
+
+// resize counts e (in the list) again after a fold: folds grow a
+// snapshot's history up to its bounds.
+func (l *lru) resize(e *entry) {
+	n := e.estimate()
+	l.bytes += n - e.size
+	e.size = n
+}
+
+// entryOverhead is what a cached entry costs beyond its variable parts: the
+// entry and fsm.Session structs, the cache map's slot, the ring headers.
+const entryOverhead = 768
+
+// estimate is the memory a cached entry holds: a fixed overhead, its text,
+// and its history (transitions and rejections at 32 bytes, ids at 16). It
+// is at least the snapshot's encoded size, and cheap: nothing is encoded.
+func (e *entry) estimate() int {
+	s := &e.snap
+	return entryOverhead + len(e.id) + len(s.CorrelationID) + len(s.Goal) + len(s.PredecessorSessionID) +
+		len(s.Failure.Reason) + len(s.Cancellation.Reason) +
+		32*(s.NumTransitions()+s.NumRejections()) + 16*s.NumSeenIDs()
 }

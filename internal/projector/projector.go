@@ -22,7 +22,8 @@ import (
 
 // Observer sees what the projector does; telemetry implements it. Folded,
 // Skipped, DeadLettered and FlushStarted are called from the fold goroutine,
-// Flushed and Checkpointed from the flusher; none may block.
+// Flushed and Checkpointed from the flusher, DeadLetterFailed from the Kafka
+// client; none may block.
 type Observer interface {
 	// Folded is called for every record folded into a snapshot: rec is the
 	// record, e the event, s the snapshot after the fold.
@@ -30,6 +31,10 @@ type Observer interface {
 	// Skipped is called for a record already reflected in its snapshot.
 	Skipped(rec *kgo.Record)
 	DeadLettered(rec *kgo.Record, reason string)
+	// DeadLetterFailed is called, from the Kafka client's produce callback,
+	// when the broker refused a dead letter for what the record is (too
+	// large, invalid): the record is skipped without a dead letter.
+	DeadLetterFailed(rec *kgo.Record, reason string, err error)
 	// FlushStarted is called when a batch is built; the context it returns
 	// is used for the batch's Redis calls and given back to Flushed.
 	FlushStarted(snapshots, checkpoints int) context.Context
@@ -42,6 +47,7 @@ type nopObserver struct{}
 func (nopObserver) Folded(*kgo.Record, *fsm.Event, *snapshot.Snapshot, fsm.Outcome)   {}
 func (nopObserver) Skipped(*kgo.Record)                                               {}
 func (nopObserver) DeadLettered(*kgo.Record, string)                                  {}
+func (nopObserver) DeadLetterFailed(*kgo.Record, string, error)                       {}
 func (nopObserver) FlushStarted(int, int) context.Context                             { return context.Background() }
 func (nopObserver) Flushed(context.Context, snapshot.PutResult, time.Duration, error) {}
 func (nopObserver) Checkpointed(snapshot.Checkpoint)                                  {}
@@ -54,6 +60,9 @@ const (
 	ReasonInvalidEvent       = "invalid_event"
 	ReasonKeyMismatch        = "key_mismatch"
 	ReasonUnknownSession     = "unknown_session"
+	// ReasonWrongPartition: the record is not on its key's partition (see
+	// the package doc).
+	ReasonWrongPartition = "wrong_partition"
 )
 
 // errCrashed ends Run after a test hook simulated a crash.
@@ -86,6 +95,7 @@ type Projector struct {
 	reducer   fsm.Reducer
 	events    []fsm.Event // decode buffer, reused across polls
 	stalled   map[int32]string
+	pt        partitioning
 	// rebuiltNow holds the partitions rebuilt since the current poll's
 	// records were fetched: those records are not folded.
 	rebuiltNow map[int32]bool
@@ -145,6 +155,7 @@ type entry struct {
 	dirty      bool              // changed since it was last encoded for a flush
 	durable    snapshot.Position // the stored version's position, when hasDurable
 	hasDurable bool
+	size       int    // estimate() when last counted in lru.bytes
 	prev, next *entry // LRU links
 }
 
@@ -247,9 +258,10 @@ func (p *Projector) leave() {
 
 func (p *Projector) ensureTopics(ctx context.Context) error {
 	for {
-		_, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
+		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
 		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
 		if err := errors.Join(err1, err2); err == nil {
+			p.setPartitions(n)
 			return nil
 		} else {
 			p.log.Warn("waiting for Kafka", "err", err)
@@ -345,6 +357,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 	}
 	events := p.events[:len(recs)]
 	decodeErr := make([]error, len(recs))
+	wrongPart := make([]bool, len(recs))
 	type miss struct {
 		partition int32
 		id        string
@@ -362,6 +375,10 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 			continue
 		}
 		m := miss{r.Partition, events[i].SessionID}
+		if string(r.Key) == m.id && !p.onKeyPartition(ctx, r) {
+			wrongPart[i] = true
+			continue
+		}
 		if _, ok := part.sessions[m.id]; !ok && !seen[m] && string(r.Key) == m.id {
 			seen[m] = true
 			missing = append(missing, m)
@@ -396,7 +413,11 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		case decodeErr[i] != nil:
 			p.deadLetter(r, classify(decodeErr[i]), decodeErr[i].Error())
 		case string(r.Key) != events[i].SessionID:
-			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q is not the event's sessionId %q", r.Key, events[i].SessionID))
+			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q (%d bytes) is not the event's sessionId %q",
+				cutString(string(r.Key), 128), len(r.Key), events[i].SessionID))
+		case wrongPart[i]:
+			p.deadLetter(r, ReasonWrongPartition, fmt.Sprintf("key %q belongs to partition %d of %d, not %d",
+				events[i].SessionID, p.pt.part.Partition(r, int(p.pt.n)), p.pt.n, r.Partition))
 		default:
 			if err := p.fold(ctx, part, r, &events[i]); err != nil {
 				return err
@@ -433,6 +454,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
+	p.lru.resize(en)
 	if !en.dirty {
 		en.dirty = true
 		p.dirty = append(p.dirty, en)
@@ -461,16 +483,21 @@ func classify(err error) string {
 	return ReasonInvalidEvent
 }
 
+// deadLetter sets r aside: it produces a bounded excerpt of r (see
+// deadLetterRecord) to the dead-letter topic. The flush that checkpoints
+// past r waits for the produce first (runJob), so a dead letter is written
+// at least once; one the broker refuses for what it is (refused) is logged,
+// counted and given up, so that no record can stop the partition.
 func (p *Projector) deadLetter(r *kgo.Record, reason, detail string) {
-	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+3)
-	headers = append(headers, r.Headers...)
-	headers = append(headers,
-		kgo.RecordHeader{Key: kafka.HeaderDLQReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: kafka.HeaderDLQDetail, Value: []byte(detail)},
-		kgo.RecordHeader{Key: kafka.HeaderDLQSource, Value: []byte(kafka.Source(r))})
 	p.obs.DeadLettered(r, reason)
-	p.cl.Produce(p.flushCtx, &kgo.Record{Key: r.Key, Value: r.Value, Headers: headers}, func(_ *kgo.Record, err error) {
-		if err != nil && !p.crashed.Load() {
+	p.cl.Produce(p.flushCtx, deadLetterRecord(r, reason, detail), func(_ *kgo.Record, err error) {
+		switch {
+		case err == nil || p.crashed.Load():
+		case refused(err):
+			p.log.Error("the dead-letter topic refused a record; it is skipped", "source", kafka.Source(r),
+				"reason", reason, "err", err)
+			p.obs.DeadLetterFailed(r, reason, err)
+		default:
 			p.dlqErr.CompareAndSwap(nil, &err)
 		}
 	})
@@ -791,11 +818,15 @@ func (p *Projector) dropSessions(part *partState) {
 	p.dirty = keep
 }
 
-// evict drops least recently used snapshots beyond the cache size, only
-// those whose latest state is stored.
+// evict drops least recently used snapshots beyond the cache size or its
+// bytes, only those whose latest state is stored.
 func (p *Projector) evict() {
 	steps := 0
-	for e := p.lru.tail; e != nil && p.lru.n > p.cfg.CacheSize && steps < 4*p.cfg.FlushSize; steps++ {
+	limit := p.cfg.CacheBytes
+	if limit <= 0 {
+		limit = DefaultCacheBytes
+	}
+	for e := p.lru.tail; e != nil && (p.lru.n > p.cfg.CacheSize || p.lru.bytes > limit) && steps < 4*p.cfg.FlushSize; steps++ {
 		prev := e.prev
 		if e.evictable() {
 			p.lru.remove(e)

@@ -9,11 +9,16 @@ import (
 )
 
 // onAssigned creates the state of newly assigned partitions. Offsets are set
-// by adjustOffsets, which franz-go calls right after.
+// by adjustOffsets, which franz-go calls right after. A partition beyond the
+// known count means the topic grew: the next record off its key's partition
+// reads the count again at once.
 func (p *Projector) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, id := range assigned[p.cfg.Topic] {
+		if id >= p.pt.n {
+			p.pt.refreshed = time.Time{} // the topic grew: read the count at the next doubt
+		}
 		if p.parts[id] == nil {
 			p.parts[id] = &partState{id: id, sessions: map[string]*entry{}, next: -1, hw: -1, lastHW: -1}
 		}

@@ -55,6 +55,7 @@ type Telemetry struct {
 	skipped     atomic.Int64
 	rejected    [8]atomic.Int64 // by fsm.Reason
 	deadLetters [len(dlqReasons)]atomic.Int64
+	refusedDLQ  [len(dlqReasons)]atomic.Int64 // dead letters the broker refused
 	transitions [fsm.NumStates][fsm.NumStates]atomic.Int64
 
 	sessionDuration, approvalWait, cancellation, recovery, paused metric.Float64Histogram
@@ -67,7 +68,7 @@ type Telemetry struct {
 }
 
 var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, ReasonUnknownEventType,
-	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession}
+	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession, ReasonWrongPartition}
 
 const (
 	linkLimit = 128
@@ -130,7 +131,9 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("High watermark minus checkpoint per partition, when the checkpoint was written."))
 	dropped, e8 := m.Int64ObservableCounter("correx.projector.spans.waits", metric.WithUnit("{span}"),
 		metric.WithDescription("Lifecycle spans the fold had to wait to queue, because the emitter was behind."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8)
+	refusedDLQ, e9 := m.Int64ObservableCounter("correx.projector.dead_letters.refused", metric.WithUnit("{message}"),
+		metric.WithDescription("Records set aside whose dead letter the broker refused (too large, invalid), by reason: skipped without a dead letter."))
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9)
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +150,9 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		for i, reason := range dlqReasons {
 			if n := o.deadLetters[i].Load(); n > 0 {
 				obs.ObserveInt64(dlq, n, metric.WithAttributes(attribute.String("correx.reason", reason)))
+			}
+			if n := o.refusedDLQ[i].Load(); n > 0 {
+				obs.ObserveInt64(refusedDLQ, n, metric.WithAttributes(attribute.String("correx.reason", reason)))
 			}
 		}
 		for from := range fsm.NumStates {
@@ -166,7 +172,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, dropped)
+	}, consumed, events, trans, dlq, lag, dropped, refusedDLQ)
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +299,15 @@ func (o *Telemetry) DeadLettered(_ *kgo.Record, reason string) {
 	for i, r := range dlqReasons {
 		if r == reason {
 			o.deadLetters[i].Add(1)
+		}
+	}
+}
+
+// DeadLetterFailed implements Observer.
+func (o *Telemetry) DeadLetterFailed(_ *kgo.Record, reason string, _ error) {
+	for i, r := range dlqReasons {
+		if r == reason {
+			o.refusedDLQ[i].Add(1)
 		}
 	}
 }

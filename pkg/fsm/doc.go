@@ -17,6 +17,25 @@
 //     and not discarded as a duplicate, applied or rejected: a client resending
 //     a rejected event sees it rejected once and counted as a duplicate after
 //     that, rather than rejected twice.
+//   - The window is bounded (IDWindow, 128 ids), so which resends are safe is
+//     exact: a resent event is recognised as a duplicate exactly when fewer
+//     than 128 events of the same session entered the window after the
+//     original (every event the session saw and did not discard as a
+//     duplicate, applied or rejected, enters it). A resend after 128 or
+//     more later events of that session is folded again like a new event.
+//     Events of other sessions do not count. A producer that retries a
+//     request until it gets an answer, with the same eventIds, before it
+//     sends the session's next 128 events is safe; so is ingest's own
+//     retrying. The window is not made exact on purpose: an exact record of
+//     every applied id would grow each snapshot without bound, and a
+//     probabilistic filter could drop a real event.
+//   - Text the session keeps is bounded (DESIGN §10.1): the goal is cut to
+//     MaxGoalBytes (4096) and each reason (failure, cancellation) to
+//     MaxReasonBytes (1024), at the last UTF-8 sequence boundary at or
+//     below that size, so the kept text is a prefix of the original.
+//     Ingest refuses longer text; the cut protects against other producers
+//     writing to the topic. The cut is part of the pure fold (the digest
+//     still hashes the whole event), so a rebuild keeps the same prefix.
 //   - Reason precedence: duplicate, then after_terminal (so a SessionCreated
 //     after a terminal state is after_terminal), then duplicate_create, then
 //     the execution reasons, then invalid_transition.

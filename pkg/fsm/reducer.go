@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Result says what the fold did with an event.
@@ -183,7 +184,7 @@ func (r *Reducer) create(s *Session, e *Event, at int64) {
 		ID:                   e.SessionID,
 		State:                StateCreated,
 		CorrelationID:        e.CorrelationID,
-		Goal:                 e.Fields.Goal,
+		Goal:                 cutText(e.Fields.Goal, MaxGoalBytes),
 		PredecessorSessionID: e.Fields.PredecessorSessionID,
 		CreatedAt:            at,
 		StateEnteredAt:       at,
@@ -240,7 +241,7 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 	case ApprovalDenied:
 		s.Counters.ApprovalsDenied++
 	case CancellationRequested:
-		s.Cancellation = Cancellation{Requested: true, RequestedAt: at, Reason: e.Fields.Reason, Mode: e.Fields.Mode}
+		s.Cancellation = Cancellation{Requested: true, RequestedAt: at, Reason: cutText(e.Fields.Reason, MaxReasonBytes), Mode: e.Fields.Mode}
 	case TimeoutExpired:
 		if rule.Forced {
 			s.Cancellation.Forced = true
@@ -255,7 +256,7 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 		s.Cancellation.CompletedAt = at
 		s.Cancellation.Forced = s.Cancellation.Mode == CancelForced
 	case SessionFailed:
-		s.Failure = Failure{Failed: true, Reason: e.Fields.Reason, At: at, From: from}
+		s.Failure = Failure{Failed: true, Reason: cutText(e.Fields.Reason, MaxReasonBytes), At: at, From: from}
 	case RecoveryStarted:
 		s.Counters.Recoveries++
 		s.Recovery = Recovery{Started: true, Active: true, ResumeTo: from, StartedAt: at}
@@ -287,6 +288,22 @@ func (r *Reducer) applied(s *Session, e *Event, at int64) {
 	r.buf = append(r.buf[:0], s.Digest[:]...)
 	r.buf = AppendCanonical(r.buf, e)
 	s.Digest = sha256.Sum256(r.buf)
+}
+
+// cutText returns the longest prefix of s of at most limit bytes that does
+// not split a UTF-8 sequence: ingest refuses longer text, but other
+// producers may write anything to the topic, and a snapshot must stay small.
+// The cut depends only on the bytes, so every fold of the same event keeps
+// the same prefix (the digest chain still hashes the whole event).
+func cutText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	n := limit
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // nonNegative clamps an interval at zero: occurredAt comes from producers'
