@@ -117,6 +117,9 @@ func TestBadInput(t *testing.T) {
 		{"bad event id", "application/json", `{"eventId":"42","sessionId":"s","type":"SessionCreated"}`, 400, "eventId"},
 		{"payload not an object", "application/json", `{"sessionId":"s","type":"SessionCreated","payload":[1]}`, 400, "payload"},
 		{"oversize payload", "application/json", bigPayload, 400, "payload"},
+		{"goal over 4 KiB", "application/json", `{"sessionId":"s","type":"SessionCreated","payload":{"goal":"` + strings.Repeat("g", fsm.MaxGoalBytes+1) + `"}}`, 400, "payload.goal"},
+		{"reason over 1 KiB", "application/x-ndjson", event("s", "SessionStarted") + "\n" +
+			`{"sessionId":"s","type":"SessionFailed","payload":{"reason":"` + strings.Repeat("r", fsm.MaxReasonBytes+1) + `"}}`, 400, "payload.reason"},
 		{"missing timeout kind", "application/json", event("s", "TimeoutExpired"), 400, "payload.timeout"},
 		{"one bad event spoils the batch", "application/json", `{"events":[` + event("s", "SessionCreated") + `,` + event("s", "Nope") + `]}`, 400, "type"},
 		{"empty batch", "application/json", `{"events":[]}`, 400, "events"},

@@ -172,8 +172,9 @@ func sessionIDChar(c byte) bool {
 type DecodeOptions struct {
 	// Ingest accepts envelopes from clients: eventId and occurredAt may be
 	// absent (the caller assigns them; ID stays zero and OccurredAt stays
-	// the zero time), and a payload with insignificant whitespace is copied
-	// to its compact form. Without it every field a record must carry is
+	// the zero time), a payload with insignificant whitespace is copied to
+	// its compact form, and the goal and reasons are held to MaxGoalBytes
+	// and MaxReasonBytes. Without it every field a record must carry is
 	// required and Payload aliases the input.
 	Ingest bool
 }
@@ -490,6 +491,9 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 		v := unquote(val, esc)
 		switch names[k] {
 		case "goal":
+			if !d.withinBound(field, v, MaxGoalBytes) {
+				return nil
+			}
 			e.Fields.Goal = v
 		case "predecessorSessionId":
 			if !ValidSessionID(v) {
@@ -498,6 +502,9 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 			}
 			e.Fields.PredecessorSessionID = v
 		case "reason":
+			if !d.withinBound(field, v, MaxReasonBytes) {
+				return nil
+			}
 			e.Fields.Reason = v
 		case "mode":
 			switch v {
@@ -518,6 +525,18 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 		}
 		return nil
 	})
+}
+
+// withinBound reports whether text kept by the snapshot fits its bound,
+// counted in bytes of the decoded UTF-8, and records a field error when it
+// does not. Only envelopes from clients are held to it: a record written by
+// another producer still decodes, and the fold cuts the text (DESIGN §10.1).
+func (d *envelopeDecoder) withinBound(field, v string, limit int) bool {
+	if !d.opts.Ingest || len(v) <= limit {
+		return true
+	}
+	d.add(field, fmt.Sprintf("is %d bytes; the limit is %d", len(v), limit))
+	return false
 }
 
 // readsPayloadField reports whether the fold reads payload field name for
