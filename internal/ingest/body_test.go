@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -182,3 +185,79 @@ func TestLargeNDJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordHeadersBounded sends a request with a trace context and an
+// 8 KB baggage header: every record carries the trace, and its headers stay
+// small, since a record would otherwise repeat the client's baggage for
+// each of its events.
+func TestRecordHeadersBounded(t *testing.T) {
+	tel, _, _ := correxotel.NewForTest()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	f := newTracedFixture(t, 10*time.Second, tel)
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	members := []string{"a.tenant=acme"}
+	for i := 0; len(strings.Join(members, ",")) < 8000; i++ {
+		members = append(members, fmt.Sprintf("k%02d=%s", i, strings.Repeat("v", 380)))
+	}
+	header := http.Header{
+		"Traceparent": {"00-" + traceID + "-00f067aa0ba902b7-01"},
+		"Tracestate":  {"vendor=" + strings.Repeat("t", 200)},
+		"Baggage":     {strings.Join(members, ",")},
+	}
+	var body strings.Builder
+	const n = 200
+	for i := range n {
+		body.WriteString(event(fmt.Sprintf("s-%d", i%5), "SessionCreated") + "\n")
+	}
+	resp, raw := f.postWith("application/x-ndjson", []byte(body.String()), header)
+	if resp.StatusCode != 202 {
+		t.Fatalf("status %d: %.300s", resp.StatusCode, raw)
+	}
+	sentMembers := map[string]bool{}
+	for _, m := range members {
+		sentMembers[m] = true
+	}
+	total := 0
+	for _, recs := range f.readTopic() {
+		for _, r := range recs {
+			size := 0
+			var parent, bag string
+			for _, h := range r.Headers {
+				size += len(h.Key) + len(h.Value)
+				switch h.Key {
+				case "traceparent":
+					parent = string(h.Value)
+				case "baggage":
+					bag = string(h.Value)
+				}
+			}
+			if size > maxRecordHeaderBytes {
+				t.Fatalf("offset %d: headers of %d bytes, want at most %d (baggage %d bytes)", r.Offset, size, maxRecordHeaderBytes, len(bag))
+			}
+			if len(bag) > correxotel.MaxRecordBaggageBytes {
+				t.Fatalf("offset %d: baggage of %d bytes, want at most %d", r.Offset, len(bag), correxotel.MaxRecordBaggageBytes)
+			}
+			if !strings.Contains(parent, traceID) {
+				t.Fatalf("offset %d: traceparent %q does not continue trace %s", r.Offset, parent, traceID)
+			}
+			kept := strings.Split(bag, ",")
+			for _, m := range kept {
+				if !sentMembers[m] {
+					t.Fatalf("offset %d: baggage member %.40q was not sent whole", r.Offset, m)
+				}
+			}
+			if !slices.Contains(kept, "a.tenant=acme") {
+				t.Fatalf("offset %d: baggage %.60q lost the small member", r.Offset, bag)
+			}
+			total++
+		}
+	}
+	if total != n {
+		t.Fatalf("%d records, want %d", total, n)
+	}
+}
+
+// maxRecordHeaderBytes bounds what any record's headers may hold: the
+// bounded baggage and tracestate, a traceparent and the event type.
+const maxRecordHeaderBytes = correxotel.MaxRecordBaggageBytes + correxotel.MaxRecordTraceStateBytes + 256
