@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -281,6 +282,15 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 		_, esc, _ := (&scanner{b: val}).str(0)
 		return unquote(val, esc), true
 	}
+	// text is the content of a string value that is parsed further: the
+	// span between the quotes, or its unescaped copy when it has escapes,
+	// so that any JSON spelling means what encoding/json reads.
+	text := func() []byte {
+		if bytes.IndexByte(val, '\\') < 0 {
+			return val[1 : len(val)-1]
+		}
+		return []byte(unquote(val, true))
+	}
 	switch string(name) { // converted without allocating
 	case "v":
 		if !d.once(seenV, "v") {
@@ -302,7 +312,7 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("eventId", "must be a string, got "+kind.String())
 			return nil
 		}
-		id, ok := ParseEventID(val[1 : len(val)-1])
+		id, ok := ParseEventID(text())
 		switch {
 		case !ok:
 			d.add("eventId", "must be a UUID in canonical form (8-4-4-4-12 hex digits)")
@@ -330,7 +340,7 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("type", "must be a string, got "+kind.String())
 			return nil
 		}
-		t, ok := ParseEventType(val[1 : len(val)-1])
+		t, ok := ParseEventType(text())
 		if !ok {
 			d.add("type", fmt.Sprintf("unknown event type %s", truncate(string(val), 80)))
 			return nil
@@ -344,7 +354,7 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("occurredAt", "must be a string, got "+kind.String())
 			return nil
 		}
-		t, ok := parseRFC3339(val[1 : len(val)-1])
+		t, ok := parseRFC3339(text())
 		switch {
 		case !ok:
 			d.add("occurredAt", "must be an RFC 3339 timestamp with a zone, such as 2026-11-29T06:00:00.25Z")

@@ -201,3 +201,24 @@ func TestNewEventIDIsV7(t *testing.T) {
 		t.Fatalf("parse(%s) = %v %v", a, p, ok)
 	}
 }
+
+// TestDecodeEscapedSpellings: a string member spelled with JSON escapes
+// means what encoding/json reads from it, for every member the decoder
+// parses, so a client's JSON library may escape as it likes.
+func TestDecodeEscapedSpellings(t *testing.T) {
+	in := `{"eventId":"0190f2a4-5b6c-7d8e-9f00-11223344556\u0036","sessionId":"s\u002d1","type":"Tool\u0043ompleted",` +
+		`"occurredAt":"2026-11-29T06:00:00\u005a","payload":{"ok":false}}`
+	plain := `{"eventId":"` + validID + `","sessionId":"s-1","type":"ToolCompleted","occurredAt":"2026-11-29T06:00:00Z","payload":{"ok":false}}`
+	for _, ingest := range []bool{true, false} {
+		var got, want fsm.Event
+		if err := fsm.DecodeEnvelope([]byte(in), &got, fsm.DecodeOptions{Ingest: ingest}); err != nil {
+			t.Fatalf("ingest=%v: %v", ingest, err)
+		}
+		if err := fsm.DecodeEnvelope([]byte(plain), &want, fsm.DecodeOptions{Ingest: ingest}); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ingest=%v: got %+v, want %+v", ingest, got, want)
+		}
+	}
+}
