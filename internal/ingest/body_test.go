@@ -1,6 +1,7 @@
 package ingest_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/ingest"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -261,3 +263,54 @@ func TestRecordHeadersBounded(t *testing.T) {
 // maxRecordHeaderBytes bounds what any record's headers may hold: the
 // bounded baggage and tracestate, a traceparent and the event type.
 const maxRecordHeaderBytes = correxotel.MaxRecordBaggageBytes + correxotel.MaxRecordTraceStateBytes + 256
+
+// TestLargeRandomBodies sends batches of up to 1000 varied events (the
+// generator of FuzzBodyForms), as {"events": [...]}, as NDJSON with padded
+// lines, CRLF and blank lines, and as one envelope, through the handler to
+// Kafka, and reads the topic back: exactly the events encoding/json reads
+// from each body, in order per partition.
+func TestLargeRandomBodies(t *testing.T) {
+	for _, c := range []struct {
+		seed uint64
+		n    int
+	}{{1, ingest.MaxEvents}, {2, ingest.MaxEvents}, {3, 300}, {4, 1}} {
+		forms := ingest.GenerateForms(c.seed, c.n)
+		for _, form := range []struct {
+			name, mt string
+			body     []byte
+		}{{"batch", "application/json", forms.Batch}, {"ndjson", "application/x-ndjson", forms.NDJSON}, {"single", "application/json", forms.Single}} {
+			if form.body == nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("seed %d %s %d bytes", c.seed, form.name, len(form.body)), func(t *testing.T) {
+				wire, err := ingest.ReferenceDecode(form.mt, form.body)
+				if err != nil || len(wire) != forms.Events {
+					t.Fatalf("encoding/json reads %d events (%v), %d were generated", len(wire), err, forms.Events)
+				}
+				f := newFixture(t, 10*time.Second)
+				resp, raw := f.post(form.mt, form.body)
+				if resp.StatusCode != 202 {
+					t.Fatalf("status %d: %.300s", resp.StatusCode, raw)
+				}
+				want := make([]sent, len(wire))
+				acceptedIDs(t, raw, want)
+				for i, w := range wire {
+					if w.EventID != nil && !strings.EqualFold(*w.EventID, want[i].id) {
+						t.Fatalf("event %d: accepted as %s, sent as %s", i, want[i].id, *w.EventID)
+					}
+					var p bytes.Buffer
+					if len(w.Payload) > 0 {
+						if err := json.Compact(&p, w.Payload); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if p.String() == "{}" {
+						p.Reset()
+					}
+					want[i].session, want[i].typ, want[i].payload = w.SessionID, w.Type, p.String()
+				}
+				checkTopic(t, f.readTopic(), want)
+			})
+		}
+	}
+}
