@@ -8,8 +8,11 @@
 //     (Telemetry.MetricsHandler), always on, on a registry private to the
 //     Telemetry;
 //   - W3C Trace Context and Baggage propagation, over HTTP (HTTPHandler) and
-//     Kafka record headers (InjectRecord, ExtractRecord, KafkaHooks), and
-//     Redis client instrumentation (InstrumentRedis);
+//     Kafka record headers (InjectRecord, ExtractRecord, KafkaHooks; a
+//     record carries at most MaxRecordBaggageBytes of baggage and
+//     MaxRecordTraceStateBytes of tracestate, so a client's headers are not
+//     repeated in full for every event), and Redis client instrumentation
+//     (InstrumentRedis);
 //   - deterministic span and trace IDs for lifecycle spans (DeriveSpanID,
 //     DeriveTraceID, WithSpanID, WithTraceID), so that replaying a
 //     transition after a crash re-emits the same span rather than a second,

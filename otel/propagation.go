@@ -50,10 +50,12 @@ func (c recordCarrier) Keys() []string {
 
 // InjectRecord writes the span context and baggage of ctx into r's headers
 // with prop (normally Telemetry.Propagator), replacing headers of the same
-// keys. A client with KafkaHooks installed need not call it: the hooks
-// inject the context set in r.Context when the record is produced.
+// keys; baggage and tracestate are bounded by MaxRecordBaggageBytes and
+// MaxRecordTraceStateBytes. A client with KafkaHooks installed need not
+// call it: the hooks inject the context set in r.Context when the record is
+// produced, with the same bounds.
 func InjectRecord(ctx context.Context, prop propagation.TextMapPropagator, r *kgo.Record) {
-	prop.Inject(ctx, recordCarrier{r})
+	recordPropagator{prop}.Inject(ctx, recordCarrier{r})
 }
 
 // ExtractRecord returns ctx extended with the remote span context and
@@ -67,7 +69,8 @@ func ExtractRecord(ctx context.Context, prop propagation.TextMapPropagator, r *k
 // KafkaHooks returns a kgo option installing franz-go's kotel hooks with t's
 // providers and propagator (never the globals). Producing a record starts a
 // "<topic> publish" producer span as a child of r.Context and injects it into
-// the record's headers; fetching one starts a "<topic> receive" span that
+// the record's headers (baggage and tracestate bounded as InjectRecord
+// bounds them); fetching one starts a "<topic> receive" span that
 // continues the trace found in the headers and leaves it in r.Context for
 // the consumer's own spans. kotel also records the client's connection,
 // byte and batch metrics. opts (such as kotel.ClientID or
@@ -75,7 +78,7 @@ func ExtractRecord(ctx context.Context, prop propagation.TextMapPropagator, r *k
 func KafkaHooks(t *Telemetry, opts ...kotel.TracerOpt) kgo.Opt {
 	tracerOpts := append([]kotel.TracerOpt{
 		kotel.TracerProvider(t.TracerProvider),
-		kotel.TracerPropagator(t.Propagator),
+		kotel.TracerPropagator(recordPropagator{t.Propagator}),
 	}, opts...)
 	k := kotel.NewKotel(
 		kotel.WithTracer(kotel.NewTracer(tracerOpts...)),

@@ -15,7 +15,6 @@
 package ingest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -273,18 +272,17 @@ func (h *Handler) parse(w http.ResponseWriter, r *http.Request) ([]fsm.Event, *h
 		}
 		return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: "reading the body failed: " + err.Error()}
 	}
+	return decodeBody(mt, body)
+}
+
+// decodeBody splits a body of media type mt (application/json or
+// application/x-ndjson) into its events and validates each, reporting every
+// problem at once. The events own their memory: nothing they hold aliases
+// body.
+func decodeBody(mt string, body []byte) ([]fsm.Event, *httpx.Problem) {
 	var raws [][]byte
 	if mt == "application/x-ndjson" {
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(make([]byte, 0, 64<<10), MaxBodyBytes)
-		for sc.Scan() {
-			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-				raws = append(raws, line)
-			}
-		}
-		if err := sc.Err(); err != nil {
-			return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: "reading NDJSON failed: " + err.Error()}
-		}
+		raws = splitNDJSON(body)
 	} else {
 		var perr *httpx.Problem
 		if raws, perr = splitJSON(body); perr != nil {
@@ -316,6 +314,44 @@ func (h *Handler) parse(w http.ResponseWriter, r *http.Request) ([]fsm.Event, *h
 			Detail: fmt.Sprintf("%d problem(s) in %d event(s); nothing was produced", len(problems), len(raws)), Errors: problems}
 	}
 	return events, nil
+}
+
+// splitNDJSON returns the lines of an NDJSON body that hold something
+// other than JSON whitespace, each trimmed of it, as slices of body. Lines
+// end with LF or CRLF, and the last may lack its newline. A JSON text never
+// holds a raw LF (strings escape it), so every LF ends a line.
+//
+// The slices alias body and stay valid as long as body does: the body is
+// read whole (at most MaxBodyBytes) and split in place, never through a
+// reused buffer.
+func splitNDJSON(body []byte) [][]byte {
+	var lines [][]byte
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if line = trimJSONSpace(line); len(line) > 0 {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// trimJSONSpace trims the whitespace JSON allows around a value (space,
+// tab, CR, LF) and nothing else, so that a line is valid exactly when
+// encoding/json finds it valid.
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 // splitJSON returns the events of a JSON body: the body itself when it is

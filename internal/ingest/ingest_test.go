@@ -15,6 +15,7 @@ import (
 	"github.com/correx/sessions/internal/ingest"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -31,10 +32,21 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, timeout time.Duration) *fixture {
+	return newTracedFixture(t, timeout, nil)
+}
+
+// newTracedFixture is newFixture with telemetry wired as the service wires
+// it (otelhttp around the handler, kotel hooks on the producer) when tel is
+// not nil.
+func newTracedFixture(t *testing.T, timeout time.Duration, tel *correxotel.Telemetry) *fixture {
 	t.Helper()
 	c := kafkatest.Start(t)
 	cfg := ingest.Config{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "test"}, Topic: topic, ProduceTimeout: timeout}
-	cl, err := kgo.NewClient(append(ingest.ProducerOpts(cfg), kgo.RetryTimeout(timeout))...)
+	opts := append(ingest.ProducerOpts(cfg), kgo.RetryTimeout(timeout))
+	if tel != nil {
+		opts = append(opts, correxotel.KafkaHooks(tel))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,14 +58,26 @@ func newFixture(t *testing.T, timeout time.Duration) *fixture {
 		Now: func() time.Time { return time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC) }}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/events", h)
-	srv := httptest.NewServer(mux)
+	var api http.Handler = mux
+	if tel != nil {
+		api = correxotel.HTTPHandler(tel, "ingest", mux)
+	}
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, cluster: c, cl: cl, srv: srv}
 }
 
 func (f *fixture) post(ct string, body []byte) (*http.Response, []byte) {
 	f.t.Helper()
+	return f.postWith(ct, body, nil)
+}
+
+func (f *fixture) postWith(ct string, body []byte, header http.Header) (*http.Response, []byte) {
+	f.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/events", bytes.NewReader(body))
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	if ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
@@ -117,6 +141,9 @@ func TestBadInput(t *testing.T) {
 		{"bad event id", "application/json", `{"eventId":"42","sessionId":"s","type":"SessionCreated"}`, 400, "eventId"},
 		{"payload not an object", "application/json", `{"sessionId":"s","type":"SessionCreated","payload":[1]}`, 400, "payload"},
 		{"oversize payload", "application/json", bigPayload, 400, "payload"},
+		{"goal over 4 KiB", "application/json", `{"sessionId":"s","type":"SessionCreated","payload":{"goal":"` + strings.Repeat("g", fsm.MaxGoalBytes+1) + `"}}`, 400, "payload.goal"},
+		{"reason over 1 KiB", "application/x-ndjson", event("s", "SessionStarted") + "\n" +
+			`{"sessionId":"s","type":"SessionFailed","payload":{"reason":"` + strings.Repeat("r", fsm.MaxReasonBytes+1) + `"}}`, 400, "payload.reason"},
 		{"missing timeout kind", "application/json", event("s", "TimeoutExpired"), 400, "payload.timeout"},
 		{"one bad event spoils the batch", "application/json", `{"events":[` + event("s", "SessionCreated") + `,` + event("s", "Nope") + `]}`, 400, "type"},
 		{"empty batch", "application/json", `{"events":[]}`, 400, "events"},

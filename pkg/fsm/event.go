@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -172,8 +173,9 @@ func sessionIDChar(c byte) bool {
 type DecodeOptions struct {
 	// Ingest accepts envelopes from clients: eventId and occurredAt may be
 	// absent (the caller assigns them; ID stays zero and OccurredAt stays
-	// the zero time), and a payload with insignificant whitespace is copied
-	// to its compact form. Without it every field a record must carry is
+	// the zero time), a payload with insignificant whitespace is copied to
+	// its compact form, and the goal and reasons are held to MaxGoalBytes
+	// and MaxReasonBytes. Without it every field a record must carry is
 	// required and Payload aliases the input.
 	Ingest bool
 }
@@ -280,6 +282,15 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 		_, esc, _ := (&scanner{b: val}).str(0)
 		return unquote(val, esc), true
 	}
+	// text is the content of a string value that is parsed further: the
+	// span between the quotes, or its unescaped copy when it has escapes,
+	// so that any JSON spelling means what encoding/json reads.
+	text := func() []byte {
+		if bytes.IndexByte(val, '\\') < 0 {
+			return val[1 : len(val)-1]
+		}
+		return []byte(unquote(val, true))
+	}
 	switch string(name) { // converted without allocating
 	case "v":
 		if !d.once(seenV, "v") {
@@ -301,7 +312,7 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("eventId", "must be a string, got "+kind.String())
 			return nil
 		}
-		id, ok := ParseEventID(val[1 : len(val)-1])
+		id, ok := ParseEventID(text())
 		switch {
 		case !ok:
 			d.add("eventId", "must be a UUID in canonical form (8-4-4-4-12 hex digits)")
@@ -329,7 +340,7 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("type", "must be a string, got "+kind.String())
 			return nil
 		}
-		t, ok := ParseEventType(val[1 : len(val)-1])
+		t, ok := ParseEventType(text())
 		if !ok {
 			d.add("type", fmt.Sprintf("unknown event type %s", truncate(string(val), 80)))
 			return nil
@@ -343,7 +354,7 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("occurredAt", "must be a string, got "+kind.String())
 			return nil
 		}
-		t, ok := parseRFC3339(val[1 : len(val)-1])
+		t, ok := parseRFC3339(text())
 		switch {
 		case !ok:
 			d.add("occurredAt", "must be an RFC 3339 timestamp with a zone, such as 2026-11-29T06:00:00.25Z")
@@ -490,6 +501,9 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 		v := unquote(val, esc)
 		switch names[k] {
 		case "goal":
+			if !d.withinBound(field, v, MaxGoalBytes) {
+				return nil
+			}
 			e.Fields.Goal = v
 		case "predecessorSessionId":
 			if !ValidSessionID(v) {
@@ -498,6 +512,9 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 			}
 			e.Fields.PredecessorSessionID = v
 		case "reason":
+			if !d.withinBound(field, v, MaxReasonBytes) {
+				return nil
+			}
 			e.Fields.Reason = v
 		case "mode":
 			switch v {
@@ -518,6 +535,18 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 		}
 		return nil
 	})
+}
+
+// withinBound reports whether text kept by the snapshot fits its bound,
+// counted in bytes of the decoded UTF-8, and records a field error when it
+// does not. Only envelopes from clients are held to it: a record written by
+// another producer still decodes, and the fold cuts the text (DESIGN §10.1).
+func (d *envelopeDecoder) withinBound(field, v string, limit int) bool {
+	if !d.opts.Ingest || len(v) <= limit {
+		return true
+	}
+	d.add(field, fmt.Sprintf("is %d bytes; the limit is %d", len(v), limit))
+	return false
 }
 
 // readsPayloadField reports whether the fold reads payload field name for

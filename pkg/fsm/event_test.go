@@ -56,6 +56,13 @@ func TestDecodeEnvelopeErrors(t *testing.T) {
 		{"goal not string", `{"sessionId":"s","type":"SessionCreated","payload":{"goal":7}}`, true, []string{"payload.goal: must be a string"}},
 		{"bad predecessor", `{"sessionId":"s","type":"SessionCreated","payload":{"predecessorSessionId":"a b"}}`, true, []string{"payload.predecessorSessionId: must be"}},
 		{"duplicate payload field", `{"sessionId":"s","type":"SessionFailed","payload":{"reason":"a","reason":"b"}}`, true, []string{"payload.reason: duplicate field"}},
+		{"goal over 4 KiB", `{"sessionId":"s","type":"SessionCreated","payload":{"goal":"` + strings.Repeat("g", fsm.MaxGoalBytes+1) + `"}}`, true,
+			[]string{"payload.goal: is 4097 bytes; the limit is 4096"}},
+		{"failure reason over 1 KiB", `{"sessionId":"s","type":"SessionFailed","payload":{"reason":"` + strings.Repeat("r", fsm.MaxReasonBytes+1) + `"}}`, true,
+			[]string{"payload.reason: is 1025 bytes; the limit is 1024"}},
+		{"long reason beside other errors", `{"sessionId":"s s","type":"CancellationRequested","payload":{"reason":"` +
+			strings.Repeat("é", fsm.MaxReasonBytes/2) + `\u00e9","mode":"gently"}}`, true,
+			[]string{"sessionId: must be 1-128", "payload.reason: is 1026 bytes; the limit is 1024", "payload.mode: must be graceful or forced"}},
 		{"deep nesting", `{"sessionId":"s","type":"SessionStarted","payload":{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, true, []string{": malformed JSON"}},
 	}
 	for _, tt := range tests {
@@ -74,6 +81,44 @@ func TestDecodeEnvelopeErrors(t *testing.T) {
 				got := ve.Errors[i]
 				if got.Field != field || !strings.Contains(got.Message, msg) {
 					t.Errorf("error %d: got %q: %q, want %q: %q", i, got.Field, got.Message, field, msg)
+				}
+			}
+		})
+	}
+}
+
+// TestTextBounds: ingest takes goal and reason up to their bounds, counted
+// in bytes of the decoded text, and refuses longer; records from other
+// producers still decode with the long text (the fold cuts it).
+func TestTextBounds(t *testing.T) {
+	created := func(goal string) string {
+		return `{"eventId":"` + validID + `","sessionId":"s","type":"SessionCreated","occurredAt":"2026-11-29T06:00:00Z","payload":{"goal":"` + goal + `"}}`
+	}
+	failed := func(reason string) string {
+		return `{"eventId":"` + validID + `","sessionId":"s","type":"SessionFailed","occurredAt":"2026-11-29T06:00:00Z","payload":{"reason":"` + reason + `"}}`
+	}
+	tests := []struct {
+		name     string
+		in       string
+		ingestOK bool
+	}{
+		{"goal at the bound", created(strings.Repeat("g", fsm.MaxGoalBytes)), true},
+		{"goal at the bound, escaped", created(strings.Repeat(`\u00e9`, fsm.MaxGoalBytes/2)), true},
+		{"goal one byte over", created(strings.Repeat("g", fsm.MaxGoalBytes-1) + "é"), false},
+		{"reason at the bound", failed(strings.Repeat("r", fsm.MaxReasonBytes)), true},
+		{"reason one byte over", failed(strings.Repeat("r", fsm.MaxReasonBytes+1)), false},
+		{"reason of another type is not read", `{"sessionId":"s","type":"SessionPaused","payload":{"reason":"` + strings.Repeat("r", 2*fsm.MaxReasonBytes) + `"}}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e fsm.Event
+			err := fsm.DecodeEnvelope([]byte(tt.in), &e, fsm.DecodeOptions{Ingest: true})
+			if (err == nil) != tt.ingestOK {
+				t.Fatalf("ingest decode: got %v, want ok=%v", err, tt.ingestOK)
+			}
+			if strings.Contains(tt.in, `"eventId"`) {
+				if err := fsm.DecodeRecord([]byte(tt.in), &e); err != nil {
+					t.Fatalf("record decode refused the text of another producer: %v", err)
 				}
 			}
 		})
@@ -154,5 +199,26 @@ func TestNewEventIDIsV7(t *testing.T) {
 	}
 	if p, ok := fsm.ParseEventID([]byte(a.String())); !ok || p != a {
 		t.Fatalf("parse(%s) = %v %v", a, p, ok)
+	}
+}
+
+// TestDecodeEscapedSpellings: a string member spelled with JSON escapes
+// means what encoding/json reads from it, for every member the decoder
+// parses, so a client's JSON library may escape as it likes.
+func TestDecodeEscapedSpellings(t *testing.T) {
+	in := `{"eventId":"0190f2a4-5b6c-7d8e-9f00-11223344556\u0036","sessionId":"s\u002d1","type":"Tool\u0043ompleted",` +
+		`"occurredAt":"2026-11-29T06:00:00\u005a","payload":{"ok":false}}`
+	plain := `{"eventId":"` + validID + `","sessionId":"s-1","type":"ToolCompleted","occurredAt":"2026-11-29T06:00:00Z","payload":{"ok":false}}`
+	for _, ingest := range []bool{true, false} {
+		var got, want fsm.Event
+		if err := fsm.DecodeEnvelope([]byte(in), &got, fsm.DecodeOptions{Ingest: ingest}); err != nil {
+			t.Fatalf("ingest=%v: %v", ingest, err)
+		}
+		if err := fsm.DecodeEnvelope([]byte(plain), &want, fsm.DecodeOptions{Ingest: ingest}); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ingest=%v: got %+v, want %+v", ingest, got, want)
+		}
 	}
 }
