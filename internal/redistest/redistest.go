@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -203,6 +204,18 @@ func (s *Server) Stop() {
 		<-s.exited
 		s.cmd = nil
 	}
+}
+
+// Signal sends sig to the running server: SIGSTOP hangs it (connections
+// stay open, nothing answers) until SIGCONT. A stopped server is resumed
+// before Stop kills it.
+func (s *Server) Signal(sig os.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("redis-server is not running")
+	}
+	return s.cmd.Process.Signal(sig)
 }
 
 // Restart stops the server and starts it again on the same port and
