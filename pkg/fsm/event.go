@@ -108,13 +108,30 @@ func unhex(c byte) (byte, bool) {
 // holds what the fold reads from it; the decoders fill both, and code that
 // builds an Event by hand must keep them consistent (NewEvent does).
 type Event struct {
-	ID            EventID
-	SessionID     string
-	Type          EventType
+	ID        EventID
+	SessionID string
+	Type      EventType
+	// Custom is the type name x.<vendor>.<Name> when Type is EventCustom,
+	// and empty otherwise.
+	Custom        string
 	OccurredAt    time.Time // always UTC
 	CorrelationID string    // defaults to SessionID
-	Payload       []byte
-	Fields        Fields
+	// ExpectedVersion, when HasExpectedVersion is set, is the session
+	// version the producer expects (DESIGN §10.6): the fold rejects the
+	// event version_conflict when the session's version differs.
+	ExpectedVersion    uint64
+	HasExpectedVersion bool
+	Payload            []byte
+	Fields             Fields
+}
+
+// TypeName returns the wire spelling of the event's type: Custom for a
+// custom event, Type.String() otherwise.
+func (e *Event) TypeName() string {
+	if e.Type == EventCustom {
+		return e.Custom
+	}
+	return e.Type.String()
 }
 
 // Fields are the payload fields the fold reads. Each is meaningful only for
@@ -122,10 +139,56 @@ type Event struct {
 type Fields struct {
 	Goal                 string      // SessionCreated.goal
 	PredecessorSessionID string      // SessionCreated.predecessorSessionId
-	Reason               string      // SessionFailed.reason, CancellationRequested.reason
+	Reason               string      // SessionFailed.reason, CancellationRequested.reason, ReplacementRefused.reason
 	Mode                 CancelMode  // CancellationRequested.mode
 	Timeout              TimeoutKind // TimeoutExpired.timeout
 	ToolFailed           bool        // ToolCompleted with ok == false
+
+	// ArmedVersion (when HasArmedVersion) is TimeoutExpired.armedVersion,
+	// the version at which the deadline was armed (DESIGN §10.2), and
+	// Deadline is TimeoutExpired.deadline (zero when absent).
+	ArmedVersion    uint64
+	HasArmedVersion bool
+	Deadline        time.Time
+
+	// SessionCreated additions (DESIGN §10.1).
+	Labels            []Label           // payload.labels, in document order
+	Metadata          []byte            // payload.metadata, compact JSON object
+	ParentSessionID   string            // payload.parentSessionId
+	ParentClosePolicy ParentClosePolicy // payload.parentClosePolicy
+	Timeouts          Timeouts          // payload.timeouts
+
+	SuccessorSessionID string   // SessionReplaced.successorSessionId
+	PredecessorDigest  [32]byte // ReplacementLinked.predecessorDigest
+}
+
+// Label is one labels pair of a SessionCreated payload.
+type Label struct {
+	Key   string
+	Value string
+}
+
+// Timeouts holds a session's own timeout durations by kind (index
+// TimeoutExecution..TimeoutCancellation; index 0 is unused). Zero means the
+// session names none for that kind.
+type Timeouts [numTimeoutKinds]time.Duration
+
+// ParentClosePolicy says what happens to a child when its parent ends
+// (DESIGN §10.3).
+type ParentClosePolicy uint8
+
+// Parent close policies. ParentCloseCancel is the default.
+const (
+	ParentCloseCancel ParentClosePolicy = iota
+	ParentCloseAbandon
+)
+
+// String returns "cancel" or "abandon".
+func (p ParentClosePolicy) String() string {
+	if p == ParentCloseAbandon {
+		return "abandon"
+	}
+	return "cancel"
 }
 
 // Limits of the envelope (DESIGN §3).
@@ -139,6 +202,14 @@ const (
 	// so that a snapshot stays small whatever reaches the topic.
 	MaxGoalBytes   = 4 << 10
 	MaxReasonBytes = 1 << 10
+	// Bounds of the SessionCreated additions (DESIGN §10.1), enforced like
+	// the text bounds: ingest refuses, the fold cuts or drops.
+	MaxLabels          = 16
+	MaxLabelKeyLen     = 63
+	MaxLabelValueBytes = 256
+	MaxMetadataBytes   = 4 << 10
+	MinTimeout         = time.Second
+	MaxTimeout         = 720 * time.Hour
 	// RecordVersion is the version of the record value format this build
 	// writes; DecodeRecord reads it and refuses others.
 	RecordVersion = 1
@@ -220,7 +291,27 @@ const (
 	seenTime
 	seenCorrelation
 	seenPayload
+	seenExpected
 )
+
+// maxCount is the largest version or count an envelope may carry: 2^53-1,
+// the largest integer every JSON reader holds exactly.
+const maxCount = 1<<53 - 1
+
+// count reads a non-negative integer member (a version), recording a field
+// error when val is anything else.
+func (d *envelopeDecoder) count(field string, val []byte, kind jsonKind) (uint64, bool) {
+	if kind != kindNumber {
+		d.add(field, "must be a non-negative integer, got "+kind.String())
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(val), 10, 64)
+	if err != nil || v > maxCount {
+		d.add(field, "must be a non-negative integer of at most 2^53-1")
+		return 0, false
+	}
+	return v, true
+}
 
 func (d *envelopeDecoder) add(field, msg string) {
 	d.errs = append(d.errs, FieldError{Field: field, Message: msg})
@@ -340,12 +431,19 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("type", "must be a string, got "+kind.String())
 			return nil
 		}
-		t, ok := ParseEventType(text())
-		if !ok {
-			d.add("type", fmt.Sprintf("unknown event type %s", truncate(string(val), 80)))
+		name := text()
+		t, ok := ParseEventType(name)
+		switch {
+		case ok && t.System() && d.opts.Ingest:
+			d.add("type", t.String()+" is produced by the system only")
 			return nil
+		case ok:
+			e.Type = t
+		case ValidCustomType(name):
+			e.Type, e.Custom = EventCustom, string(name)
+		default:
+			d.add("type", fmt.Sprintf("unknown event type %s", truncate(string(val), 80)))
 		}
-		e.Type = t
 	case "occurredAt":
 		if !d.once(seenTime, "occurredAt") {
 			return nil
@@ -376,6 +474,13 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			} else {
 				e.CorrelationID = v
 			}
+		}
+	case "expectedVersion":
+		if !d.once(seenExpected, "expectedVersion") || kind == kindNull {
+			return nil
+		}
+		if v, ok := d.count("expectedVersion", val, kind); ok {
+			e.ExpectedVersion, e.HasExpectedVersion = v, true
 		}
 	case "payload":
 		if !d.once(seenPayload, "payload") {
@@ -458,39 +563,106 @@ func (d *envelopeDecoder) hasError(field string) bool {
 	return false
 }
 
+// payloadNames are the payload members the fold reads, by index; a
+// payloadField's bit in fieldsOf says which event types read it.
+var payloadNames = [...]string{"goal", "predecessorSessionId", "reason", "mode", "timeout", "ok",
+	"armedVersion", "deadline", "labels", "metadata", "parentSessionId", "parentClosePolicy", "timeouts",
+	"successorSessionId", "predecessorDigest"}
+
+const (
+	pfGoal = iota
+	pfPredecessor
+	pfReason
+	pfMode
+	pfTimeout
+	pfOK
+	pfArmedVersion
+	pfDeadline
+	pfLabels
+	pfMetadata
+	pfParent
+	pfParentClosePolicy
+	pfTimeouts
+	pfSuccessor
+	pfPredecessorDigest
+	numPayloadFields
+)
+
+// fieldsOf is, per event type, the set of payload members the fold reads
+// (bit i for payloadNames[i]); a type with none skips the payload scan.
+var fieldsOf = [numEventTypes]uint16{
+	SessionCreated: 1<<pfGoal | 1<<pfPredecessor | 1<<pfLabels | 1<<pfMetadata | 1<<pfParent |
+		1<<pfParentClosePolicy | 1<<pfTimeouts,
+	SessionFailed:         1 << pfReason,
+	CancellationRequested: 1<<pfReason | 1<<pfMode,
+	TimeoutExpired:        1<<pfTimeout | 1<<pfArmedVersion | 1<<pfDeadline,
+	ToolCompleted:         1 << pfOK,
+	SessionReplaced:       1 << pfSuccessor,
+	ReplacementLinked:     1 << pfPredecessorDigest,
+	ReplacementRefused:    1 << pfReason,
+}
+
 // payloadFields reads the payload members the fold uses for the event's type
 // and checks their types. Members the fold does not read are not inspected.
 func (d *envelopeDecoder) payloadFields(p []byte) {
 	e := d.ev
-	var seen [6]bool
-	names := [6]string{"goal", "predecessorSessionId", "reason", "mode", "timeout", "ok"}
+	want := fieldsOf[e.Type]
+	if want == 0 {
+		return
+	}
+	var seen uint16
 	s := scanner{b: p}
 	_, _, _ = s.object(0, 1, func(key []byte, keyEsc bool, val []byte, kind jsonKind) error {
 		k := -1
-		for i, n := range names {
-			if keyIs(key, keyEsc, n) {
+		for i, n := range payloadNames {
+			if want&(1<<i) != 0 && keyIs(key, keyEsc, n) {
 				k = i
 				break
 			}
 		}
-		if k < 0 || !readsPayloadField(e.Type, names[k]) {
+		if k < 0 {
 			return nil
 		}
-		field := "payload." + names[k]
-		if seen[k] {
+		field := "payload." + payloadNames[k]
+		if seen&(1<<k) != 0 {
 			d.add(field, "duplicate field")
 			return nil
 		}
-		seen[k] = true
+		seen |= 1 << k
 		if kind == kindNull {
 			return nil
 		}
-		if names[k] == "ok" {
+		switch k {
+		case pfOK:
 			if kind != kindBool {
 				d.add(field, "must be a boolean, got "+kind.String())
 				return nil
 			}
 			e.Fields.ToolFailed = string(val) == "false"
+			return nil
+		case pfArmedVersion:
+			if v, ok := d.count(field, val, kind); ok {
+				e.Fields.ArmedVersion, e.Fields.HasArmedVersion = v, true
+			}
+			return nil
+		case pfLabels:
+			d.labels(field, val, kind)
+			return nil
+		case pfMetadata:
+			if kind != kindObject {
+				d.add(field, "must be an object, got "+kind.String())
+				return nil
+			}
+			if len(val) > MaxMetadataBytes {
+				if d.opts.Ingest {
+					d.add(field, fmt.Sprintf("is %d bytes encoded; the limit is %d", len(val), MaxMetadataBytes))
+				}
+				return nil // dropped: see the package doc
+			}
+			e.Fields.Metadata = val
+			return nil
+		case pfTimeouts:
+			d.timeouts(field, val, kind)
 			return nil
 		}
 		if kind != kindString {
@@ -499,24 +671,31 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 		}
 		_, esc, _ := (&scanner{b: val}).str(0)
 		v := unquote(val, esc)
-		switch names[k] {
-		case "goal":
+		switch k {
+		case pfGoal:
 			if !d.withinBound(field, v, MaxGoalBytes) {
 				return nil
 			}
 			e.Fields.Goal = v
-		case "predecessorSessionId":
+		case pfPredecessor, pfParent, pfSuccessor:
 			if !ValidSessionID(v) {
 				d.add(field, "must be 1-128 characters of [A-Za-z0-9._:-]")
 				return nil
 			}
-			e.Fields.PredecessorSessionID = v
-		case "reason":
+			switch k {
+			case pfPredecessor:
+				e.Fields.PredecessorSessionID = v
+			case pfParent:
+				e.Fields.ParentSessionID = v
+			default:
+				e.Fields.SuccessorSessionID = v
+			}
+		case pfReason:
 			if !d.withinBound(field, v, MaxReasonBytes) {
 				return nil
 			}
 			e.Fields.Reason = v
-		case "mode":
+		case pfMode:
 			switch v {
 			case "graceful":
 				e.Fields.Mode = CancelGraceful
@@ -525,13 +704,132 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 			default:
 				d.add(field, "must be graceful or forced")
 			}
-		case "timeout":
+		case pfParentClosePolicy:
+			switch v {
+			case "cancel":
+				e.Fields.ParentClosePolicy = ParentCloseCancel
+			case "abandon":
+				e.Fields.ParentClosePolicy = ParentCloseAbandon
+			default:
+				d.add(field, "must be cancel or abandon")
+			}
+		case pfTimeout:
 			t, ok := ParseTimeoutKind([]byte(v))
 			if !ok {
 				d.add(field, "must be one of execution, inactivity, approval, recovery, cancellation")
 				return nil
 			}
 			e.Fields.Timeout = t
+		case pfDeadline:
+			t, ok := parseRFC3339([]byte(v))
+			if !ok || t.Before(minOccurredAt) || !t.Before(maxOccurredAt) {
+				d.add(field, "must be an RFC 3339 timestamp with a zone between 1970 and 2262")
+				return nil
+			}
+			e.Fields.Deadline = t
+		case pfPredecessorDigest:
+			if len(v) != 64 {
+				d.add(field, "must be 64 hex digits (a SHA-256 digest)")
+				return nil
+			}
+			if _, err := hex.Decode(e.Fields.PredecessorDigest[:], []byte(v)); err != nil {
+				d.add(field, "must be 64 hex digits (a SHA-256 digest)")
+			}
+		}
+		return nil
+	})
+}
+
+// ValidLabelKey reports whether k is a label key: [a-z0-9][a-z0-9._/-]{0,62}.
+func ValidLabelKey(k string) bool {
+	if len(k) == 0 || len(k) > MaxLabelKeyLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '/' || c == '-')) {
+			return false
+		}
+	}
+	return true
+}
+
+// labels reads payload.labels. From clients every bound is a field error;
+// in a record the pairs are kept as written and the fold bounds them.
+func (d *envelopeDecoder) labels(field string, val []byte, kind jsonKind) {
+	if kind != kindObject {
+		d.add(field, "must be an object of string values, got "+kind.String())
+		return
+	}
+	var out []Label
+	s := scanner{b: val}
+	_, _, _ = s.object(0, 1, func(key []byte, keyEsc bool, v []byte, vk jsonKind) error {
+		k := unquote(key, keyEsc)
+		f := field + "." + truncate(k, 64)
+		if vk != kindString {
+			d.add(f, "must be a string, got "+vk.String())
+			return nil
+		}
+		_, esc, _ := (&scanner{b: v}).str(0)
+		value := unquote(v, esc)
+		if d.opts.Ingest {
+			switch {
+			case !ValidLabelKey(k):
+				d.add(f, "key must match [a-z0-9][a-z0-9._/-]{0,62}")
+				return nil
+			case len(value) > MaxLabelValueBytes:
+				d.add(f, fmt.Sprintf("is %d bytes; the limit is %d", len(value), MaxLabelValueBytes))
+				return nil
+			}
+			for _, l := range out {
+				if l.Key == k {
+					d.add(f, "duplicate label")
+					return nil
+				}
+			}
+		}
+		out = append(out, Label{Key: k, Value: value})
+		return nil
+	})
+	if d.opts.Ingest && len(out) > MaxLabels {
+		d.add(field, fmt.Sprintf("has %d labels; the limit is %d", len(out), MaxLabels))
+		return
+	}
+	d.ev.Fields.Labels = out
+}
+
+// timeouts reads payload.timeouts: an object of Go duration strings by kind.
+// A kind that is not one of the five or a string that is not a duration is
+// an error in a record too; a duration outside MinTimeout..MaxTimeout is
+// refused from clients and dropped from a record.
+func (d *envelopeDecoder) timeouts(field string, val []byte, kind jsonKind) {
+	if kind != kindObject {
+		d.add(field, "must be an object of durations by kind, got "+kind.String())
+		return
+	}
+	s := scanner{b: val}
+	_, _, _ = s.object(0, 1, func(key []byte, keyEsc bool, v []byte, vk jsonKind) error {
+		name := unquote(key, keyEsc)
+		f := field + "." + truncate(name, 64)
+		k, ok := ParseTimeoutKind([]byte(name))
+		if !ok {
+			d.add(f, "unknown timeout kind: want execution, inactivity, approval, recovery or cancellation")
+			return nil
+		}
+		if vk != kindString {
+			d.add(f, "must be a duration string such as \"90s\", got "+vk.String())
+			return nil
+		}
+		dur, err := time.ParseDuration(unquote(v, true))
+		switch {
+		case err != nil:
+			d.add(f, "must be a Go duration string such as \"90s\" or \"2h\"")
+		case dur < MinTimeout || dur > MaxTimeout:
+			if d.opts.Ingest {
+				d.add(f, "must be from 1s to 720h")
+			}
+		default:
+			d.ev.Fields.Timeouts[k] = dur
 		}
 		return nil
 	})
@@ -549,24 +847,6 @@ func (d *envelopeDecoder) withinBound(field, v string, limit int) bool {
 	return false
 }
 
-// readsPayloadField reports whether the fold reads payload field name for
-// events of type t (DESIGN §3).
-func readsPayloadField(t EventType, name string) bool {
-	switch name {
-	case "goal", "predecessorSessionId":
-		return t == SessionCreated
-	case "reason":
-		return t == SessionFailed || t == CancellationRequested
-	case "mode":
-		return t == CancellationRequested
-	case "timeout":
-		return t == TimeoutExpired
-	case "ok":
-		return t == ToolCompleted
-	}
-	return false
-}
-
 // AppendRecord appends the record value of e (format RecordVersion) to dst.
 // The output is compact JSON with members in a fixed order, so equal events
 // encode to equal bytes.
@@ -578,11 +858,15 @@ func AppendRecord(dst []byte, e *Event) []byte {
 	dst = append(dst, `","sessionId":`...)
 	dst = appendQuoted(dst, e.SessionID)
 	dst = append(dst, `,"type":"`...)
-	dst = append(dst, e.Type.String()...)
+	dst = append(dst, e.TypeName()...)
 	dst = append(dst, `","occurredAt":"`...)
 	dst = e.OccurredAt.UTC().AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, `","correlationId":`...)
 	dst = appendQuoted(dst, e.CorrelationID)
+	if e.HasExpectedVersion {
+		dst = append(dst, `,"expectedVersion":`...)
+		dst = strconv.AppendUint(dst, e.ExpectedVersion, 10)
+	}
 	if len(e.Payload) > 0 {
 		dst = append(dst, `,"payload":`...)
 		dst = append(dst, e.Payload...)
@@ -596,17 +880,32 @@ func AppendRecord(dst []byte, e *Event) []byte {
 // by its length. Two events have equal canonical bytes exactly when they have
 // equal fields, whatever the JSON spelling they arrived in (the payload is
 // compact JSON, as ingest writes it and as the record carries it).
+//
+// Fields added later extend the bytes only when present, so the canonical
+// bytes (and the digest chain) of an event without them never change: a
+// custom type's name follows the type byte, and an expected version follows
+// the payload as a marker byte 1 and its uvarint (the payload is length
+// prefixed, so the tail is unambiguous).
 func AppendCanonical(dst []byte, e *Event) []byte {
 	dst = append(dst, 1)
 	dst = append(dst, e.ID[:]...)
 	dst = binary.AppendUvarint(dst, uint64(len(e.SessionID)))
 	dst = append(dst, e.SessionID...)
 	dst = append(dst, byte(e.Type))
+	if e.Type == EventCustom {
+		dst = binary.AppendUvarint(dst, uint64(len(e.Custom)))
+		dst = append(dst, e.Custom...)
+	}
 	dst = binary.AppendVarint(dst, e.OccurredAt.UnixNano())
 	dst = binary.AppendUvarint(dst, uint64(len(e.CorrelationID)))
 	dst = append(dst, e.CorrelationID...)
 	dst = binary.AppendUvarint(dst, uint64(len(e.Payload)))
-	return append(dst, e.Payload...)
+	dst = append(dst, e.Payload...)
+	if e.HasExpectedVersion {
+		dst = append(dst, 1)
+		dst = binary.AppendUvarint(dst, e.ExpectedVersion)
+	}
+	return dst
 }
 
 // NewEvent builds an event of type t whose payload carries f. Only the fields
@@ -635,7 +934,61 @@ func NewEvent(id EventID, sessionID string, t EventType, at time.Time, f Fields)
 			member("predecessorSessionId")
 			p = appendQuoted(p, f.PredecessorSessionID)
 		}
-	case SessionFailed, CancellationRequested:
+		if len(f.Labels) > 0 {
+			e.Fields.Labels = f.Labels
+			member("labels")
+			for i, l := range f.Labels {
+				if i == 0 {
+					p = append(p, '{')
+				} else {
+					p = append(p, ',')
+				}
+				p = appendQuoted(p, l.Key)
+				p = append(p, ':')
+				p = appendQuoted(p, l.Value)
+			}
+			p = append(p, '}')
+		}
+		if len(f.Metadata) > 0 {
+			member("metadata")
+			n := len(p)
+			p = appendCompact(p, f.Metadata)
+			e.Fields.Metadata = p[n:len(p):len(p)]
+		}
+		if f.ParentSessionID != "" {
+			e.Fields.ParentSessionID = f.ParentSessionID
+			member("parentSessionId")
+			p = appendQuoted(p, f.ParentSessionID)
+		}
+		if f.ParentClosePolicy != ParentCloseCancel {
+			e.Fields.ParentClosePolicy = f.ParentClosePolicy
+			member("parentClosePolicy")
+			p = appendQuoted(p, f.ParentClosePolicy.String())
+		}
+		if f.Timeouts != (Timeouts{}) {
+			e.Fields.Timeouts = f.Timeouts
+			member("timeouts")
+			sep := byte('{')
+			for k := TimeoutExecution; int(k) < numTimeoutKinds; k++ {
+				if f.Timeouts[k] != 0 {
+					p = append(p, sep)
+					sep = ','
+					p = appendQuoted(p, k.String())
+					p = append(p, ':')
+					p = appendQuoted(p, f.Timeouts[k].String())
+				}
+			}
+			p = append(p, '}')
+		}
+	case SessionReplaced:
+		e.Fields.SuccessorSessionID = f.SuccessorSessionID
+		member("successorSessionId")
+		p = appendQuoted(p, f.SuccessorSessionID)
+	case ReplacementLinked:
+		e.Fields.PredecessorDigest = f.PredecessorDigest
+		member("predecessorDigest")
+		p = appendQuoted(p, hex.EncodeToString(f.PredecessorDigest[:]))
+	case SessionFailed, CancellationRequested, ReplacementRefused:
 		e.Fields.Reason = f.Reason
 		if t == CancellationRequested {
 			e.Fields.Mode = f.Mode
@@ -648,6 +1001,18 @@ func NewEvent(id EventID, sessionID string, t EventType, at time.Time, f Fields)
 		}
 	case TimeoutExpired:
 		e.Fields.Timeout = f.Timeout
+		if f.HasArmedVersion {
+			e.Fields.ArmedVersion, e.Fields.HasArmedVersion = f.ArmedVersion, true
+			member("armedVersion")
+			p = strconv.AppendUint(p, f.ArmedVersion, 10)
+		}
+		if !f.Deadline.IsZero() {
+			e.Fields.Deadline = f.Deadline.UTC()
+			member("deadline")
+			p = append(p, '"')
+			p = e.Fields.Deadline.AppendFormat(p, time.RFC3339Nano)
+			p = append(p, '"')
+		}
 		member("timeout")
 		p = appendQuoted(p, f.Timeout.String())
 	case ToolCompleted:
@@ -659,4 +1024,11 @@ func NewEvent(id EventID, sessionID string, t EventType, at time.Time, f Fields)
 		e.Payload = append(p, '}')
 	}
 	return e
+}
+
+// NewCustomEvent builds a custom event of type name (x.<vendor>.<Name>; see
+// ValidCustomType) with payload, a compact JSON object or nil.
+func NewCustomEvent(id EventID, sessionID, name string, at time.Time, payload []byte) Event {
+	return Event{ID: id, SessionID: sessionID, Type: EventCustom, Custom: name, OccurredAt: at.UTC(),
+		CorrelationID: sessionID, Payload: payload}
 }

@@ -1,6 +1,9 @@
 package fsm
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+)
 
 // EventType names what happened to a session. The zero value is
 // EventUnknown, which no valid event carries.
@@ -30,8 +33,18 @@ const (
 	ToolRequested
 	ToolCompleted
 	RepairStarted
+	// SessionReplaced, ReplacementLinked and ReplacementRefused are produced
+	// by the system only (DESIGN §10.3): ingest refuses them from clients.
+	SessionReplaced
+	ReplacementLinked
+	ReplacementRefused
+	// EventCustom is every custom type x.<vendor>.<Name> (DESIGN §10.6); the
+	// name itself travels in Event.Custom (and in Rejection.Custom).
+	EventCustom
 
-	numEventTypes = int(RepairStarted) + 1
+	numEventTypes = int(EventCustom) + 1
+	// numClientTypes bounds the types a client may send by name.
+	numClientTypes = int(RepairStarted) + 1
 )
 
 var eventTypeNames = [numEventTypes]string{
@@ -55,15 +68,31 @@ var eventTypeNames = [numEventTypes]string{
 	ToolRequested:         "ToolRequested",
 	ToolCompleted:         "ToolCompleted",
 	RepairStarted:         "RepairStarted",
+	SessionReplaced:       "SessionReplaced",
+	ReplacementLinked:     "ReplacementLinked",
+	ReplacementRefused:    "ReplacementRefused",
+	EventCustom:           "custom",
 }
 
-// EventTypes lists every known event type in canonical order.
+// EventTypes lists the event types a client may send, in canonical order:
+// every named type except the system-only ones (see SystemEventTypes) and
+// the custom types, which have no fixed name.
 func EventTypes() []EventType {
-	out := make([]EventType, 0, numEventTypes-1)
-	for t := SessionCreated; int(t) < numEventTypes; t++ {
+	out := make([]EventType, 0, numClientTypes-1)
+	for t := SessionCreated; int(t) < numClientTypes; t++ {
 		out = append(out, t)
 	}
 	return out
+}
+
+// SystemEventTypes lists the types only the system produces (DESIGN §10.3).
+func SystemEventTypes() []EventType {
+	return []EventType{SessionReplaced, ReplacementLinked, ReplacementRefused}
+}
+
+// System reports whether t is produced by the system only.
+func (t EventType) System() bool {
+	return t == SessionReplaced || t == ReplacementLinked || t == ReplacementRefused
 }
 
 // String returns the wire spelling of the type, for example "SessionPaused".
@@ -101,14 +130,51 @@ func (t *EventType) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// ParseEventType returns the event type spelled name. It does not allocate.
+// ParseEventType returns the named event type spelled name (lifecycle,
+// execution or system type). It does not allocate. Custom types are not
+// named types: see ValidCustomType.
 func ParseEventType(name []byte) (EventType, bool) {
-	for t := SessionCreated; int(t) < numEventTypes; t++ {
+	for t := SessionCreated; t < EventCustom; t++ {
 		if eventTypeNames[t] == string(name) {
 			return t, true
 		}
 	}
 	return EventUnknown, false
+}
+
+// Limits of custom type names (DESIGN §10.6): x.<vendor>.<Name>.
+const (
+	MaxCustomVendorLen = 32
+	MaxCustomNameLen   = 64
+)
+
+// ValidCustomType reports whether name is a custom event type
+// x.<vendor>.<Name>, vendor [a-z0-9-]{1,32}, Name [A-Za-z][A-Za-z0-9]{0,63}.
+// It does not allocate.
+func ValidCustomType(name []byte) bool {
+	if len(name) < 5 || name[0] != 'x' || name[1] != '.' {
+		return false
+	}
+	rest := name[2:]
+	dot := bytes.IndexByte(rest, '.')
+	if dot < 1 || dot > MaxCustomVendorLen {
+		return false
+	}
+	for _, c := range rest[:dot] {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	n := rest[dot+1:]
+	if len(n) < 1 || len(n) > MaxCustomNameLen || !(n[0] >= 'A' && n[0] <= 'Z' || n[0] >= 'a' && n[0] <= 'z') {
+		return false
+	}
+	for _, c := range n[1:] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // TimeoutKind is the payload.timeout of a TimeoutExpired event.

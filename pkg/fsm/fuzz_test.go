@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -87,14 +88,22 @@ func FuzzReducer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s fsm.Session
 		var r fsm.Reducer
-		types := fsm.EventTypes()
+		types := append(fsm.EventTypes(), fsm.SystemEventTypes()...)
+		types = append(types, fsm.EventCustom)
 		at := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
 		for i, c := range b {
 			et := types[int(c)%len(types)]
 			id := fsm.EventID{byte(i % 7), byte(c >> 5)} // collisions make duplicates
 			at = at.Add(time.Duration(c) * time.Millisecond)
 			e := fsm.NewEvent(id, "s", et, at, fsm.Fields{Timeout: fsm.TimeoutKind(1 + int(c>>4)%5),
-				ToolFailed: c&1 == 1, Mode: fsm.CancelMode(c >> 7)})
+				ToolFailed: c&1 == 1, Mode: fsm.CancelMode(c >> 7), PredecessorSessionID: "p",
+				SuccessorSessionID: "n", ArmedVersion: uint64(c % 8), HasArmedVersion: c&2 != 0})
+			if et == fsm.EventCustom {
+				e = fsm.NewCustomEvent(id, "s", fmt.Sprintf("x.v.T%d", c%70), at, nil)
+			}
+			if i%5 == 4 {
+				e.ExpectedVersion, e.HasExpectedVersion = uint64(c%8), true
+			}
 			before := s.State
 			o := r.Apply(&s, &e)
 			switch {
@@ -107,11 +116,13 @@ func FuzzReducer(f *testing.F) {
 			}
 			if s.Exists() {
 				c := s.Counters
-				if s.Version > c.Events || s.Version+c.Rejected+c.Duplicates != c.Events {
-					t.Fatalf("version %d rejected %d duplicates %d events %d", s.Version, c.Rejected, c.Duplicates, c.Events)
+				if s.Version > c.Events || s.Version+c.Rejected+c.Duplicates+c.SupersededTimeouts != c.Events {
+					t.Fatalf("version %d rejected %d duplicates %d superseded %d events %d", s.Version, c.Rejected,
+						c.Duplicates, c.SupersededTimeouts, c.Events)
 				}
 			}
-			if s.NumTransitions() > fsm.TransitionsKept || s.NumRejections() > fsm.RejectionsKept || s.NumSeenIDs() > fsm.IDWindow {
+			if s.NumTransitions() > fsm.TransitionsKept || s.NumRejections() > fsm.RejectionsKept || s.NumSeenIDs() > fsm.IDWindow ||
+				s.NumAnnotations() > fsm.AnnotationsKept || s.NumCustomTypes() > fsm.MaxCustomTypes {
 				t.Fatal("history over its bounds")
 			}
 		}

@@ -3,6 +3,8 @@ package fsm
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -24,6 +26,11 @@ const (
 	// session is left untouched ("no session yet"); the projector sends the
 	// event to the dead-letter topic.
 	Orphan
+	// Superseded: a TimeoutExpired armed at another version than the
+	// session's (DESIGN §10.2). Not applied and not a rejection: only
+	// counters.events, counters.supersededTimeouts and the duplicate
+	// window changed.
+	Superseded
 )
 
 func (r Result) String() string {
@@ -36,6 +43,8 @@ func (r Result) String() string {
 		return "duplicate"
 	case Orphan:
 		return "orphan"
+	case Superseded:
+		return "superseded"
 	}
 	return fmt.Sprintf("Result(%d)", uint8(r))
 }
@@ -53,8 +62,13 @@ const (
 	ReasonExecutionOutsideActive
 	ReasonDuplicateCreate
 	ReasonUnknownSession
+	// Reasons of DESIGN §10 (added after the orphan reason, so the stored
+	// values above keep their numbers).
+	ReasonVersionConflict
+	ReasonTooManyCustomTypes
+	ReasonInvalidReplacement
 
-	numReasons = int(ReasonUnknownSession) + 1
+	numReasons = int(ReasonInvalidReplacement) + 1
 )
 
 var reasonNames = [numReasons]string{
@@ -65,6 +79,9 @@ var reasonNames = [numReasons]string{
 	ReasonExecutionOutsideActive:  "execution_outside_active",
 	ReasonDuplicateCreate:         "duplicate_create",
 	ReasonUnknownSession:          "unknown_session",
+	ReasonVersionConflict:         "version_conflict",
+	ReasonTooManyCustomTypes:      "too_many_custom_types",
+	ReasonInvalidReplacement:      "invalid_replacement",
 }
 
 // String returns the reason as spelled in snapshots and metrics.
@@ -87,7 +104,9 @@ func ParseReason(name string) (Reason, bool) {
 
 // Rejection reports whether r is one of the reasons an event is rejected
 // for (every reason but ReasonNone and ReasonUnknownSession).
-func (r Reason) Rejection() bool { return r > ReasonNone && r < ReasonUnknownSession }
+func (r Reason) Rejection() bool {
+	return r != ReasonNone && r != ReasonUnknownSession && int(r) < numReasons
+}
 
 // MarshalText implements encoding.TextMarshaler.
 func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
@@ -129,11 +148,16 @@ type Reducer struct {
 // The order of checks, which decides the reason when several apply: an id
 // the session has already seen is a duplicate (whether that event was applied
 // or rejected, so a resent rejected event is counted once as rejected and
-// then as a duplicate); then any event after a terminal state is
-// after_terminal; then a second SessionCreated is duplicate_create; then
-// execution events outside ACTIVE are execution_while_suspended (PAUSED,
-// AWAITING_APPROVAL) or execution_outside_active; then the transition table
-// decides (invalid_transition).
+// then as a duplicate); then a TimeoutExpired whose armedVersion is not the
+// session's version is superseded; then any event after a terminal state is
+// after_terminal (except the replacement events, which have their own
+// rule); then an expectedVersion other than the session's version is
+// version_conflict; then a second SessionCreated is duplicate_create; then
+// custom events (too_many_custom_types) and replacement events
+// (invalid_replacement); then execution events outside ACTIVE are
+// execution_while_suspended (PAUSED, AWAITING_APPROVAL) or
+// execution_outside_active; then the transition table decides
+// (invalid_transition).
 func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 	at := e.OccurredAt.UnixNano()
 	if s.State == StateNone {
@@ -152,31 +176,77 @@ func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 	}
 	s.window.push(e.ID, IDWindow)
 
-	if reason, rule := check(s, e); reason != ReasonNone {
+	if e.Type == TimeoutExpired && e.Fields.HasArmedVersion && e.Fields.ArmedVersion != s.Version {
+		s.Counters.SupersededTimeouts++
+		return Outcome{Result: Superseded, From: from, To: from}
+	}
+
+	reason, rule := check(s, e)
+	if reason != ReasonNone {
 		s.Counters.Rejected++
-		s.rejections.push(Rejection{EventID: e.ID, Type: e.Type, State: from, Reason: reason, At: at}, RejectionsKept)
-		return Outcome{Result: Rejected, Reason: reason, From: from, To: from}
-	} else if rule == nil { // an execution event in ACTIVE
-		switch e.Type {
-		case ModelRequested:
-			s.Counters.ModelTurns++
-		case ToolRequested:
-			s.Counters.ToolCalls++
-		case ToolCompleted:
-			if e.Fields.ToolFailed {
-				s.Counters.ToolFailures++
-			}
-		case RepairStarted:
-			s.Counters.RepairCycles++
+		rj := Rejection{EventID: e.ID, Type: e.Type, State: from, Reason: reason, At: at}
+		if e.Type == EventCustom {
+			rj.Custom = e.Custom
 		}
-		r.applied(s, e, at)
-		return Outcome{Result: Applied, From: from, To: from}
-	} else {
+		s.rejections.push(rj, RejectionsKept)
+		return Outcome{Result: Rejected, Reason: reason, From: from, To: from}
+	}
+	if rule != nil {
 		waited := s.Approval.Waited
 		closed := r.transition(s, e, rule, at)
 		return Outcome{Result: Applied, From: from, To: s.State, Closed: time.Duration(closed),
 			ApprovalWait: time.Duration(s.Approval.Waited - waited)}
 	}
+	switch e.Type { // an allowed event that keeps the state
+	case ModelRequested:
+		s.Counters.ModelTurns++
+	case ToolRequested:
+		s.Counters.ToolCalls++
+	case ToolCompleted:
+		if e.Fields.ToolFailed {
+			s.Counters.ToolFailures++
+		}
+	case RepairStarted:
+		s.Counters.RepairCycles++
+	case EventCustom:
+		r.custom(s, e, at)
+	case SessionReplaced:
+		s.SuccessorSessionID = e.Fields.SuccessorSessionID
+	case ReplacementLinked:
+		s.Replacement.Status = ReplacementStatusLinked
+		s.Replacement.PredecessorDigest = e.Fields.PredecessorDigest
+	case ReplacementRefused:
+		s.Replacement.Status = ReplacementStatusRefused
+		s.Replacement.Reason = cutText(e.Fields.Reason, MaxReasonBytes)
+	}
+	r.applied(s, e, at)
+	return Outcome{Result: Applied, From: from, To: from}
+}
+
+// custom counts an allowed custom event and keeps it as an annotation. The
+// counter's type string is shared by the annotation, so a session holds one
+// copy of each type name.
+func (r *Reducer) custom(s *Session, e *Event, at int64) {
+	i := customIndex(s, e.Custom)
+	if i < 0 {
+		s.custom = append(s.custom, CustomCount{Type: e.Custom})
+		i = len(s.custom) - 1
+	}
+	s.custom[i].Count++
+	a := Annotation{EventID: e.ID, Type: s.custom[i].Type, At: at}
+	if len(e.Payload) <= MaxAnnotationPayload {
+		a.Payload = string(e.Payload)
+	}
+	s.annotations.push(a, AnnotationsKept)
+}
+
+func customIndex(s *Session, name string) int {
+	for i := range s.custom {
+		if s.custom[i].Type == name {
+			return i
+		}
+	}
+	return -1
 }
 
 func (r *Reducer) create(s *Session, e *Event, at int64) {
@@ -186,8 +256,22 @@ func (r *Reducer) create(s *Session, e *Event, at int64) {
 		CorrelationID:        e.CorrelationID,
 		Goal:                 cutText(e.Fields.Goal, MaxGoalBytes),
 		PredecessorSessionID: e.Fields.PredecessorSessionID,
+		Labels:               boundLabels(e.Fields.Labels),
+		ParentSessionID:      e.Fields.ParentSessionID,
+		ParentClosePolicy:    e.Fields.ParentClosePolicy,
 		CreatedAt:            at,
 		StateEnteredAt:       at,
+	}
+	if n := len(e.Fields.Metadata); n > 0 && n <= MaxMetadataBytes {
+		s.Metadata = string(e.Fields.Metadata)
+	}
+	for k, d := range e.Fields.Timeouts {
+		if d >= MinTimeout && d <= MaxTimeout {
+			s.Timeouts[k] = d
+		}
+	}
+	if s.PredecessorSessionID != "" {
+		s.Replacement.Status = ReplacementStatusPending
 	}
 	if s.CorrelationID == "" {
 		s.CorrelationID = e.SessionID
@@ -201,10 +285,27 @@ func (r *Reducer) create(s *Session, e *Event, at int64) {
 // table rule that allows it (nil for an allowed execution event).
 func check(s *Session, e *Event) (Reason, *Rule) {
 	switch {
+	case e.Type.System():
+		// The replacement events have their own rule, terminal states
+		// included (a FAILED session is where SessionReplaced applies).
+		if e.HasExpectedVersion && e.ExpectedVersion != s.Version {
+			return ReasonVersionConflict, nil
+		}
+		if !replacementAllowed(s, e.Type) {
+			return ReasonInvalidReplacement, nil
+		}
+		return ReasonNone, nil
 	case s.State.Terminal():
 		return ReasonAfterTerminal, nil
+	case e.HasExpectedVersion && e.ExpectedVersion != s.Version:
+		return ReasonVersionConflict, nil
 	case e.Type == SessionCreated:
 		return ReasonDuplicateCreate, nil
+	case e.Type == EventCustom:
+		if len(s.custom) >= MaxCustomTypes && customIndex(s, e.Custom) < 0 {
+			return ReasonTooManyCustomTypes, nil
+		}
+		return ReasonNone, nil
 	case e.Type.Execution():
 		switch s.State {
 		case StateActive:
@@ -219,6 +320,41 @@ func check(s *Session, e *Event) (Reason, *Rule) {
 		return ReasonInvalidTransition, nil
 	}
 	return ReasonNone, rule
+}
+
+// replacementAllowed is the fold rule of the replacement events (DESIGN
+// §10.3): SessionReplaced applies to a FAILED session that has no successor
+// yet; ReplacementLinked and ReplacementRefused apply, in any state, to a
+// successor whose replacement is still pending.
+func replacementAllowed(s *Session, t EventType) bool {
+	if t == SessionReplaced {
+		return s.State == StateFailed && s.SuccessorSessionID == ""
+	}
+	return s.Replacement.Status == ReplacementStatusPending
+}
+
+// boundLabels returns the labels a session keeps from a SessionCreated's
+// payload.labels, sorted by key. Ingest refuses labels out of bounds; for
+// records from other producers the cut is, in document order: a pair with
+// an invalid key or a key already seen is dropped, a value longer than
+// MaxLabelValueBytes is cut at a UTF-8 boundary, and pairs after the first
+// MaxLabels kept are dropped.
+func boundLabels(in []Label) []Label {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]Label, 0, min(len(in), MaxLabels))
+	for _, l := range in {
+		if len(out) == MaxLabels {
+			break
+		}
+		if !ValidLabelKey(l.Key) || slices.ContainsFunc(out, func(o Label) bool { return o.Key == l.Key }) {
+			continue
+		}
+		out = append(out, Label{Key: l.Key, Value: cutText(l.Value, MaxLabelValueBytes)})
+	}
+	slices.SortFunc(out, func(a, b Label) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 // transition applies an allowed lifecycle event and returns the closed

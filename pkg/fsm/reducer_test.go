@@ -361,3 +361,26 @@ func TestNegativeIntervalsClamp(t *testing.T) {
 		t.Fatalf("got %+v, durations %v", o, s.Durations)
 	}
 }
+
+// TestStateKeepingRules restates the replacement rules of DESIGN §10.3 for
+// every state: SessionReplaced applies only in FAILED (and only once), and
+// never changes the state.
+func TestStateKeepingRules(t *testing.T) {
+	for _, st := range fsm.States() {
+		b := reach(t, st)
+		v := b.s.Version
+		o := b.apply(fsm.SessionReplaced, fsm.Fields{SuccessorSessionID: "s-next"})
+		if st == fsm.StateFailed {
+			if o.Result != fsm.Applied || b.s.SuccessorSessionID != "s-next" || b.s.Version != v+1 || b.s.State != st {
+				t.Fatalf("%s: got %+v successor %q", st, o, b.s.SuccessorSessionID)
+			}
+			if o := b.apply(fsm.SessionReplaced, fsm.Fields{SuccessorSessionID: "s-other"}); o.Reason != fsm.ReasonInvalidReplacement {
+				t.Fatalf("%s: second replacement got %+v", st, o)
+			}
+			continue
+		}
+		if o.Result != fsm.Rejected || o.Reason != fsm.ReasonInvalidReplacement || b.s.State != st || b.s.SuccessorSessionID != "" {
+			t.Fatalf("%s: got %+v, want invalid_replacement", st, o)
+		}
+	}
+}

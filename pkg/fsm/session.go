@@ -9,6 +9,15 @@ const (
 	// IDWindow is how many of the latest event ids a session remembers to
 	// recognise duplicates.
 	IDWindow = 128
+	// AnnotationsKept is how many of the latest custom events a session
+	// keeps in its annotations (DESIGN §10.6).
+	AnnotationsKept = 16
+	// MaxCustomTypes is how many distinct custom types a session counts;
+	// an event of one more type is rejected too_many_custom_types.
+	MaxCustomTypes = 64
+	// MaxAnnotationPayload is the largest payload (compact JSON bytes) an
+	// annotation keeps; a larger one is omitted from the annotation.
+	MaxAnnotationPayload = 1 << 10
 )
 
 // Session is the folded state of one session: everything the read model
@@ -24,12 +33,29 @@ type Session struct {
 	CorrelationID        string
 	Goal                 string
 	PredecessorSessionID string
-	CreatedAt            int64 // occurredAt of SessionCreated
-	UpdatedAt            int64 // occurredAt of the last applied event
-	StateEnteredAt       int64 // occurredAt of the event that entered State
-	Version              uint64
-	LastEventID          EventID // the last applied event
-	Counters             Counters
+	// Labels are the session's labels, sorted by key (see the package doc
+	// for how the fold bounds labels written by other producers).
+	Labels []Label
+	// Metadata is SessionCreated.metadata as compact JSON ("" when absent),
+	// stored verbatim and never read by the fold.
+	Metadata          string
+	ParentSessionID   string
+	ParentClosePolicy ParentClosePolicy
+	// Timeouts are the durations the session's SessionCreated named (zero
+	// for a kind it left out). Service defaults are not applied here: the
+	// component that arms deadlines applies them.
+	Timeouts Timeouts
+	// SuccessorSessionID is set once SessionReplaced has been applied.
+	SuccessorSessionID string
+	// Replacement is the link to the predecessor, for a session created
+	// with a predecessorSessionId.
+	Replacement    Replacement
+	CreatedAt      int64 // occurredAt of SessionCreated
+	UpdatedAt      int64 // occurredAt of the last applied event
+	StateEnteredAt int64 // occurredAt of the event that entered State
+	Version        uint64
+	LastEventID    EventID // the last applied event
+	Counters       Counters
 	// Durations holds, per state, the total of the closed intervals spent in
 	// it (the current, open interval is not included).
 	Durations    [NumStates]int64
@@ -45,6 +71,67 @@ type Session struct {
 	transitions ring[Transition]
 	rejections  ring[Rejection]
 	window      ring[EventID]
+	annotations ring[Annotation]
+	custom      []CustomCount
+}
+
+// ReplacementStatus is where the link of a successor to its predecessor
+// stands (DESIGN §10.3).
+type ReplacementStatus uint8
+
+// Replacement statuses. ReplacementStatusNone: the session names no predecessor.
+const (
+	ReplacementStatusNone ReplacementStatus = iota
+	ReplacementStatusPending
+	ReplacementStatusLinked
+	ReplacementStatusRefused
+)
+
+// String returns "", "pending", "linked" or "refused".
+func (r ReplacementStatus) String() string {
+	switch r {
+	case ReplacementStatusPending:
+		return "pending"
+	case ReplacementStatusLinked:
+		return "linked"
+	case ReplacementStatusRefused:
+		return "refused"
+	}
+	return ""
+}
+
+// ParseReplacementStatus returns the status spelled name.
+func ParseReplacementStatus(name string) (ReplacementStatus, bool) {
+	for r := ReplacementStatusPending; r <= ReplacementStatusRefused; r++ {
+		if r.String() == name {
+			return r, true
+		}
+	}
+	return ReplacementStatusNone, false
+}
+
+// Replacement is the successor side of a replacement: pending from the
+// creation until ReplacementLinked or ReplacementRefused is applied.
+type Replacement struct {
+	Status            ReplacementStatus
+	PredecessorDigest [32]byte // set when linked
+	Reason            string   // set when refused, at most MaxReasonBytes
+}
+
+// CustomCount is how many events of one custom type a session applied.
+type CustomCount struct {
+	Type  string
+	Count uint64
+}
+
+// Annotation is one applied custom event, as kept in annotations.
+type Annotation struct {
+	EventID EventID
+	Type    string
+	At      int64
+	// Payload is the event's payload (compact JSON) when it is at most
+	// MaxAnnotationPayload bytes, and "" otherwise.
+	Payload string
 }
 
 // Counters count what happened to a session. Events counts every event seen
@@ -62,6 +149,9 @@ type Counters struct {
 	Recoveries         uint64
 	Rejected           uint64
 	Duplicates         uint64
+	// SupersededTimeouts counts TimeoutExpired events whose armedVersion
+	// was not the session's version (DESIGN §10.2).
+	SupersededTimeouts uint64
 }
 
 // Transition is one applied state change.
@@ -77,7 +167,8 @@ type Transition struct {
 type Rejection struct {
 	EventID EventID
 	Type    EventType
-	State   State // the state the session was in
+	Custom  string // the type name when Type is EventCustom
+	State   State  // the state the session was in
 	Reason  Reason
 	At      int64 // the event's occurredAt
 }
@@ -157,6 +248,25 @@ func (s *Session) Seen(id EventID) bool {
 	}
 	return false
 }
+
+// NumAnnotations returns how many annotations are kept (at most AnnotationsKept).
+func (s *Session) NumAnnotations() int { return s.annotations.len() }
+
+// AnnotationAt returns the i-th kept annotation, oldest first.
+func (s *Session) AnnotationAt(i int) Annotation { return s.annotations.at(i) }
+
+// NumCustomTypes returns how many custom types the session counts.
+func (s *Session) NumCustomTypes() int { return len(s.custom) }
+
+// CustomCountAt returns the i-th custom counter, in the order the types
+// were first applied.
+func (s *Session) CustomCountAt(i int) CustomCount { return s.custom[i] }
+
+// RestoreAnnotation appends a as the newest annotation (see RestoreTransition).
+func (s *Session) RestoreAnnotation(a Annotation) { s.annotations.push(a, AnnotationsKept) }
+
+// RestoreCustomCount appends a custom counter (see RestoreTransition).
+func (s *Session) RestoreCustomCount(c CustomCount) { s.custom = append(s.custom, c) }
 
 // RestoreTransition appends t as the newest kept transition. Decoders use it
 // to rebuild a session; appending in oldest-first order restores exactly what

@@ -66,6 +66,55 @@ func ExecutionEvents() []ExecutionRule {
 	}
 }
 
+// StateKeepingRule describes an event that is not an execution event and
+// never changes the state: the custom types (DESIGN §10.6) and the
+// replacement events, produced by the system only (§10.3).
+type StateKeepingRule struct {
+	Event  string // the type, or its pattern for custom types
+	From   string // where it applies
+	Effect string // what it changes
+	Reason Reason // its rejection reason where it does not apply
+}
+
+// StateKeepingEvents lists the events that never change a state, besides
+// the execution events. Reducer.Apply implements them (see check and
+// replacementAllowed); TestStateKeepingRules restates them.
+func StateKeepingEvents() []StateKeepingRule {
+	return []StateKeepingRule{
+		{Event: "x.<vendor>.<Name>", From: "any non-terminal", Reason: ReasonTooManyCustomTypes,
+			Effect: "`counters.custom[type]` + 1 (at most 64 types); kept in `annotations` (the last 16)"},
+		{Event: SessionReplaced.String(), From: "`FAILED`, once (system only)", Reason: ReasonInvalidReplacement,
+			Effect: "sets `successorSessionId`"},
+		{Event: ReplacementLinked.String(), From: "any state, while `replacement.status` is `pending` (system only)",
+			Reason: ReasonInvalidReplacement, Effect: "`replacement.status` = `linked`, sets `replacement.predecessorDigest`"},
+		{Event: ReplacementRefused.String(), From: "any state, while `replacement.status` is `pending` (system only)",
+			Reason: ReasonInvalidReplacement, Effect: "`replacement.status` = `refused`"},
+	}
+}
+
+// Check is one step of the order in which Reducer.Apply decides an event's
+// outcome; the first step that matches decides.
+type Check struct {
+	When    string
+	Outcome string
+}
+
+// Checks lists the steps of Reducer.Apply in order.
+func Checks() []Check {
+	return []Check{
+		{"no session yet and the event is not `SessionCreated`", "orphan (`unknown_session`, dead-letter topic)"},
+		{"the `eventId` is in the duplicate window", "duplicate: `counters.duplicates` + 1"},
+		{"`TimeoutExpired` with `payload.armedVersion` other than `version`", "superseded: `counters.supersededTimeouts` + 1, not a rejection"},
+		{"a replacement event (system only)", "rejected `version_conflict` on an `expectedVersion` other than `version`, else the rule in the table above, terminal states included"},
+		{"the session is terminal", "rejected `after_terminal`"},
+		{"`expectedVersion` other than `version`", "rejected `version_conflict`"},
+		{"a second `SessionCreated`", "rejected `duplicate_create`"},
+		{"a custom type beyond the 64 counted", "rejected `too_many_custom_types`"},
+		{"an execution event outside `ACTIVE`", "rejected `execution_while_suspended` (`PAUSED`, `AWAITING_APPROVAL`) or `execution_outside_active`"},
+		{"the table allows no transition", "rejected `invalid_transition`"},
+	}
+}
+
 // ruleIndex maps (event, timeout) to its row in table, or -1; built once from
 // table so the reducer's lookup is an array index.
 var ruleIndex = func() (idx [numEventTypes][numTimeoutKinds]int8) {
@@ -141,6 +190,16 @@ func MarkdownTable() string {
 			c += ", " + x.Note
 		}
 		fmt.Fprintf(&b, "| `%s` | %s |\n", x.Event, c)
+	}
+	b.WriteString("\nOther events that never change the state (applied ones count in `version`):\n\n")
+	b.WriteString("| event type | applies in | effect | else rejected |\n|---|---|---|---|\n")
+	for _, x := range StateKeepingEvents() {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | `%s` |\n", x.Event, x.From, x.Effect, x.Reason)
+	}
+	b.WriteString("\nThe fold decides each event by the first of these that holds:\n\n")
+	b.WriteString("| # | when | outcome |\n|---|---|---|\n")
+	for i, c := range Checks() {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", i+1, c.When, c.Outcome)
 	}
 	return b.String()
 }

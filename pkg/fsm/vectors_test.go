@@ -1,9 +1,11 @@
 package fsm_test
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,6 +28,19 @@ type vectorFile struct {
 			ApprovalWaitedMs   *int64           `json:"approvalWaitedMs"`
 			FailureReason      *string          `json:"failureReason"`
 			CancellationForced *bool            `json:"cancellationForced"`
+			// lifecycle-2.json (DESIGN §10)
+			CustomCounters  map[string]int `json:"customCounters"`
+			AnnotationsKept *int           `json:"annotationsKept"`
+			// lifecycle-local.json: the rules of §10.1 and §10.3 that the
+			// shared file does not cover.
+			Labels             map[string]string `json:"labels"`
+			ParentSessionID    *string           `json:"parentSessionId"`
+			ParentClosePolicy  *string           `json:"parentClosePolicy"`
+			Metadata           *string           `json:"metadata"`
+			Timeouts           map[string]string `json:"timeouts"`
+			SuccessorSessionID *string           `json:"successorSessionId"`
+			ReplacementStatus  *string           `json:"replacementStatus"`
+			PredecessorDigest  *string           `json:"predecessorDigest"`
 		} `json:"expect"`
 	} `json:"vectors"`
 }
@@ -37,7 +52,7 @@ func counterMap(c fsm.Counters) map[string]int {
 		"toolFailures": c.ToolFailures, "repairCycles": c.RepairCycles, "pauses": c.Pauses,
 		"approvalsRequested": c.ApprovalsRequested, "approvalsGranted": c.ApprovalsGranted,
 		"approvalsDenied": c.ApprovalsDenied, "recoveries": c.Recoveries, "rejected": c.Rejected,
-		"duplicates": c.Duplicates,
+		"duplicates": c.Duplicates, "supersededTimeouts": c.SupersededTimeouts,
 	}
 	out := map[string]int{}
 	for k, v := range all {
@@ -71,8 +86,19 @@ func decodeVectorEvent(t *testing.T, raw json.RawMessage, id string) fsm.Event {
 
 // TestConformanceVectors folds every vector of testdata/lifecycle.json and
 // checks each snapshot field the vector fixes.
-func TestConformanceVectors(t *testing.T) {
-	raw, err := os.ReadFile("../../testdata/lifecycle.json")
+func TestConformanceVectors(t *testing.T) { foldVectors(t, "../../testdata/lifecycle.json", 39) }
+
+// TestConformanceVectors2 folds the vectors of DESIGN §10 (superseded
+// timeouts, custom event types, expected versions).
+func TestConformanceVectors2(t *testing.T) { foldVectors(t, "../../testdata/lifecycle-2.json", 14) }
+
+// TestLocalVectors folds this project's own vectors for the rules of §10
+// the shared files leave out (labels and the other SessionCreated
+// additions, the replacement events).
+func TestLocalVectors(t *testing.T) { foldVectors(t, "../../testdata/lifecycle-local.json", -1) }
+
+func foldVectors(t *testing.T, path string, count int) {
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +106,11 @@ func TestConformanceVectors(t *testing.T) {
 	if err := json.Unmarshal(raw, &vf); err != nil {
 		t.Fatal(err)
 	}
-	if len(vf.Vectors) != 39 {
-		t.Fatalf("got %d vectors, want 39", len(vf.Vectors))
+	if count >= 0 && len(vf.Vectors) != count {
+		t.Fatalf("got %d vectors, want %d", len(vf.Vectors), count)
+	}
+	if len(vf.Vectors) == 0 {
+		t.Fatal("no vectors")
 	}
 	for _, v := range vf.Vectors {
 		t.Run(v.Name, func(t *testing.T) {
@@ -142,6 +171,76 @@ func TestConformanceVectors(t *testing.T) {
 			if want.CancellationForced != nil && s.Cancellation.Forced != *want.CancellationForced {
 				t.Errorf("cancellation forced: got %v, want %v", s.Cancellation.Forced, *want.CancellationForced)
 			}
+			checkVector2(t, &s, want.CustomCounters, want.AnnotationsKept)
+			checkLocal(t, &s, want.Labels, want.ParentSessionID, want.ParentClosePolicy, want.Metadata,
+				want.Timeouts, want.SuccessorSessionID, want.ReplacementStatus, want.PredecessorDigest)
 		})
+	}
+}
+
+// checkVector2 checks the fields of lifecycle-2.json: the custom counters
+// (always; a vector without customCounters expects none) and the number of
+// annotations kept.
+func checkVector2(t *testing.T, s *fsm.Session, custom map[string]int, annotations *int) {
+	t.Helper()
+	got := map[string]int{}
+	for i := range s.NumCustomTypes() {
+		c := s.CustomCountAt(i)
+		got[c.Type] = int(c.Count)
+	}
+	if custom == nil {
+		custom = map[string]int{}
+	}
+	if !reflect.DeepEqual(got, custom) {
+		t.Errorf("customCounters: got %v, want %v", got, custom)
+	}
+	n := 0
+	if annotations != nil {
+		n = *annotations
+	}
+	if s.NumAnnotations() != n {
+		t.Errorf("annotationsKept: got %d, want %d", s.NumAnnotations(), n)
+	}
+}
+
+// checkLocal checks the fields of lifecycle-local.json that a vector fixes.
+func checkLocal(t *testing.T, s *fsm.Session, labels map[string]string, parent, policy, metadata *string,
+	timeouts map[string]string, successor, status, digest *string) {
+	t.Helper()
+	if labels != nil {
+		got := map[string]string{}
+		var keys []string
+		for _, l := range s.Labels {
+			got[l.Key] = l.Value
+			keys = append(keys, l.Key)
+		}
+		if !reflect.DeepEqual(got, labels) {
+			t.Errorf("labels: got %v, want %v", got, labels)
+		}
+		if !slices.IsSorted(keys) {
+			t.Errorf("labels not sorted by key: %v", keys)
+		}
+	}
+	str := func(name, got string, want *string) {
+		if want != nil && got != *want {
+			t.Errorf("%s: got %q, want %q", name, got, *want)
+		}
+	}
+	str("parentSessionId", s.ParentSessionID, parent)
+	str("parentClosePolicy", s.ParentClosePolicy.String(), policy)
+	str("metadata", s.Metadata, metadata)
+	str("successorSessionId", s.SuccessorSessionID, successor)
+	str("replacement.status", s.Replacement.Status.String(), status)
+	str("replacement.predecessorDigest", hex.EncodeToString(s.Replacement.PredecessorDigest[:]), digest)
+	if timeouts != nil {
+		got := map[string]string{}
+		for k, d := range s.Timeouts {
+			if d != 0 {
+				got[fsm.TimeoutKind(k).String()] = d.String()
+			}
+		}
+		if !reflect.DeepEqual(got, timeouts) {
+			t.Errorf("timeouts: got %v, want %v", got, timeouts)
+		}
 	}
 }
