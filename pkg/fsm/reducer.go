@@ -224,13 +224,16 @@ func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 }
 
 // custom counts an allowed custom event and keeps it as an annotation. The
-// counter's type string is shared by the annotation, so a session holds one
-// copy of each type name.
+// counters stay sorted by type, so their order does not depend on the order
+// the types arrived in (and a snapshot read back from JSON, where they are
+// an object, continues byte for byte). The counter's type string is shared
+// by the annotation, so a session holds one copy of each type name.
 func (r *Reducer) custom(s *Session, e *Event, at int64) {
-	i := customIndex(s, e.Custom)
-	if i < 0 {
-		s.custom = append(s.custom, CustomCount{Type: e.Custom})
-		i = len(s.custom) - 1
+	i, found := slices.BinarySearchFunc(s.custom, e.Custom, func(c CustomCount, name string) int {
+		return strings.Compare(c.Type, name)
+	})
+	if !found {
+		s.custom = slices.Insert(s.custom, i, CustomCount{Type: e.Custom})
 	}
 	s.custom[i].Count++
 	a := Annotation{EventID: e.ID, Type: s.custom[i].Type, At: at}
@@ -241,12 +244,13 @@ func (r *Reducer) custom(s *Session, e *Event, at int64) {
 }
 
 func customIndex(s *Session, name string) int {
-	for i := range s.custom {
-		if s.custom[i].Type == name {
-			return i
-		}
+	i, found := slices.BinarySearchFunc(s.custom, name, func(c CustomCount, name string) int {
+		return strings.Compare(c.Type, name)
+	})
+	if !found {
+		return -1
 	}
-	return -1
+	return i
 }
 
 func (r *Reducer) create(s *Session, e *Event, at int64) {
@@ -352,6 +356,9 @@ func boundLabels(in []Label) []Label {
 			continue
 		}
 		out = append(out, Label{Key: l.Key, Value: cutText(l.Value, MaxLabelValueBytes)})
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	slices.SortFunc(out, func(a, b Label) int { return strings.Compare(a.Key, b.Key) })
 	return out

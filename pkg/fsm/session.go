@@ -258,14 +258,15 @@ func (s *Session) AnnotationAt(i int) Annotation { return s.annotations.at(i) }
 // NumCustomTypes returns how many custom types the session counts.
 func (s *Session) NumCustomTypes() int { return len(s.custom) }
 
-// CustomCountAt returns the i-th custom counter, in the order the types
-// were first applied.
+// CustomCountAt returns the i-th custom counter; the counters are sorted
+// by type.
 func (s *Session) CustomCountAt(i int) CustomCount { return s.custom[i] }
 
 // RestoreAnnotation appends a as the newest annotation (see RestoreTransition).
 func (s *Session) RestoreAnnotation(a Annotation) { s.annotations.push(a, AnnotationsKept) }
 
-// RestoreCustomCount appends a custom counter (see RestoreTransition).
+// RestoreCustomCount appends a custom counter (see RestoreTransition);
+// decoders restore them in the sorted order they were encoded in.
 func (s *Session) RestoreCustomCount(c CustomCount) { s.custom = append(s.custom, c) }
 
 // RestoreTransition appends t as the newest kept transition. Decoders use it

@@ -2,14 +2,15 @@ package snapshot
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
 )
 
 // The stored form of a snapshot is this compact binary encoding (chosen over
-// JSON by BenchmarkCodec; the HTTP API still speaks JSON). Layout, version 1:
+// JSON by BenchmarkCodec; the HTTP API still speaks JSON). Layout, version 2:
 //
-//	[0]     format version (1)
+//	[0]     format version (2; Decode still reads 1)
 //	[1:5]   position partition, big-endian uint32
 //	[5:13]  position offset, big-endian uint64
 //	[13]    state
@@ -17,16 +18,21 @@ import (
 //	        AppendBinary; times after createdAt are deltas from createdAt
 //
 // The fixed header lets the store's fencing script read the position and the
-// state with one GETRANGE and no parsing of the body.
+// state with one GETRANGE and no parsing of the body; it is the same in both
+// versions. Version 2 adds, for a rejection of a custom type, the type name
+// after the rejection's time, and after the duplicate window a tail with the
+// fields of DESIGN §10 (see appendV2Tail). A version 1 snapshot decodes as a
+// session without them.
 const (
 	FormatBinaryV1 = 1
+	FormatBinaryV2 = 2
 	headerLen      = 14
 )
 
 // AppendBinary appends the binary encoding of s to dst. Equal snapshots give
 // equal bytes.
 func (s *Snapshot) AppendBinary(dst []byte) []byte {
-	dst = append(dst, FormatBinaryV1)
+	dst = append(dst, FormatBinaryV2)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(s.Position.Partition))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(s.Position.Offset))
 	dst = append(dst, byte(s.State))
@@ -106,13 +112,135 @@ func (s *Snapshot) AppendBinary(dst []byte) []byte {
 		dst = append(dst, byte(rj.Type), byte(rj.State), byte(rj.Reason))
 		dst = append(dst, rj.EventID[:]...)
 		t(rj.At)
+		if rj.Type == fsm.EventCustom {
+			str(rj.Custom)
+		}
 	}
 	u(uint64(s.NumSeenIDs()))
 	for i := range s.NumSeenIDs() {
 		id := s.SeenIDAt(i)
 		dst = append(dst, id[:]...)
 	}
+	return s.appendV2Tail(dst)
+}
+
+// appendV2Tail appends the fields of DESIGN §10: supersededTimeouts, the
+// labels (count, then key and value), metadata, parentSessionId,
+// parentClosePolicy, the timeouts (a bit set of kinds, then each set
+// duration in nanoseconds), successorSessionId, the replacement (status,
+// then the digest when linked or the reason when refused), the custom
+// counters (count, then type and count) and the annotations (count, then
+// id, the index of the type among the custom counters, time and payload).
+func (s *Snapshot) appendV2Tail(dst []byte) []byte {
+	u := func(v uint64) { dst = binary.AppendUvarint(dst, v) }
+	str := func(v string) { u(uint64(len(v))); dst = append(dst, v...) }
+	u(s.Counters.SupersededTimeouts)
+	u(uint64(len(s.Labels)))
+	for _, l := range s.Labels {
+		str(l.Key)
+		str(l.Value)
+	}
+	str(s.Metadata)
+	str(s.ParentSessionID)
+	dst = append(dst, byte(s.ParentClosePolicy))
+	var set byte
+	for k := 1; k < len(s.Timeouts); k++ {
+		if s.Timeouts[k] > 0 {
+			set |= 1 << k
+		}
+	}
+	dst = append(dst, set)
+	for k := 1; k < len(s.Timeouts); k++ {
+		if s.Timeouts[k] > 0 {
+			u(uint64(s.Timeouts[k]))
+		}
+	}
+	str(s.SuccessorSessionID)
+	rp := &s.Replacement
+	dst = append(dst, byte(rp.Status))
+	switch rp.Status {
+	case fsm.ReplacementStatusLinked:
+		dst = append(dst, rp.PredecessorDigest[:]...)
+	case fsm.ReplacementStatusRefused:
+		str(rp.Reason)
+	}
+	u(uint64(s.NumCustomTypes()))
+	for i := range s.NumCustomTypes() {
+		c := s.CustomCountAt(i)
+		str(c.Type)
+		u(c.Count)
+	}
+	u(uint64(s.NumAnnotations()))
+	for i := range s.NumAnnotations() {
+		a := s.AnnotationAt(i)
+		dst = append(dst, a.EventID[:]...)
+		ti := 0
+		for j := range s.NumCustomTypes() {
+			if s.CustomCountAt(j).Type == a.Type {
+				ti = j
+				break
+			}
+		}
+		u(uint64(ti))
+		dst = binary.AppendVarint(dst, a.At-s.CreatedAt)
+		str(a.Payload)
+	}
 	return dst
+}
+
+// decodeV2Tail reads what appendV2Tail wrote.
+func (d *decoder) decodeV2Tail(s *Snapshot) {
+	s.Counters.SupersededTimeouts = d.uvarint()
+	for n := d.count(fsm.MaxLabels); n > 0 && d.err == nil; n-- {
+		s.Labels = append(s.Labels, fsm.Label{Key: d.str(), Value: d.str()})
+	}
+	s.Metadata = d.str()
+	s.ParentSessionID = d.str()
+	if s.ParentClosePolicy = fsm.ParentClosePolicy(d.byte()); s.ParentClosePolicy > fsm.ParentCloseAbandon {
+		d.fail("bad parent close policy")
+	}
+	set := d.byte()
+	if set&1 != 0 || int(set)>>len(s.Timeouts) != 0 {
+		d.fail("bad timeouts set %#x", set)
+	}
+	for k := 1; k < len(s.Timeouts); k++ {
+		if set&(1<<k) != 0 {
+			s.Timeouts[k] = time.Duration(d.nonNegative())
+		}
+	}
+	s.SuccessorSessionID = d.str()
+	rp := &s.Replacement
+	switch rp.Status = fsm.ReplacementStatus(d.byte()); rp.Status {
+	case fsm.ReplacementStatusNone, fsm.ReplacementStatusPending:
+	case fsm.ReplacementStatusLinked:
+		d.bytes(rp.PredecessorDigest[:])
+	case fsm.ReplacementStatusRefused:
+		rp.Reason = d.str()
+	default:
+		d.fail("bad replacement status %d", rp.Status)
+	}
+	types := d.count(fsm.MaxCustomTypes)
+	for i := 0; i < types && d.err == nil; i++ {
+		c := fsm.CustomCount{Type: d.str(), Count: d.uvarint()}
+		if i > 0 && c.Type <= s.CustomCountAt(i-1).Type {
+			d.fail("custom counters out of order")
+			return
+		}
+		s.RestoreCustomCount(c)
+	}
+	for n := d.count(fsm.AnnotationsKept); n > 0 && d.err == nil; n-- {
+		var a fsm.Annotation
+		d.id(&a.EventID)
+		ti := d.uvarint()
+		if ti >= uint64(types) {
+			d.fail("annotation type %d of %d", ti, types)
+			return
+		}
+		a.Type = s.CustomCountAt(int(ti)).Type
+		a.At = d.time()
+		a.Payload = d.str()
+		s.RestoreAnnotation(a)
+	}
 }
 
 func flags(bits ...bool) byte {
@@ -141,9 +269,10 @@ func Decode(b []byte, s *Snapshot) error {
 	if len(b) < headerLen {
 		return corrupt("%d bytes, shorter than the header", len(b))
 	}
-	if b[0] != FormatBinaryV1 {
+	if b[0] != FormatBinaryV1 && b[0] != FormatBinaryV2 {
 		return corrupt("unknown format version %d", b[0])
 	}
+	v2 := b[0] == FormatBinaryV2
 	*s = Snapshot{}
 	s.Position.Partition = int32(binary.BigEndian.Uint32(b[1:5]))
 	s.Position.Offset = int64(binary.BigEndian.Uint64(b[5:13]))
@@ -235,12 +364,21 @@ func Decode(b []byte, s *Snapshot) error {
 		}
 		d.id(&rj.EventID)
 		rj.At = d.time()
+		if rj.Type == fsm.EventCustom {
+			if !v2 {
+				d.fail("custom rejection in version 1")
+			}
+			rj.Custom = d.str()
+		}
 		s.RestoreRejection(rj)
 	}
 	for n := d.count(fsm.IDWindow); n > 0 && d.err == nil; n-- {
 		var id fsm.EventID
 		d.id(&id)
 		s.RestoreSeenID(id)
+	}
+	if v2 && d.err == nil {
+		d.decodeV2Tail(s)
 	}
 	if d.err == nil && d.i != len(b) {
 		d.fail("%d trailing bytes", len(b)-d.i)

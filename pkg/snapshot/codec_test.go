@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,18 +29,44 @@ func fold(events []fsm.Event, first int64) *snapshot.Snapshot {
 	return &s
 }
 
-// randomEvents is a sequence of arbitrary events (any type, any timeout),
-// after a SessionCreated, with reused ids to produce duplicates.
+// randomEvents is a sequence of arbitrary events (any type, any timeout,
+// custom and system types, armed and expected versions), after a
+// SessionCreated that uses every creation field or none, with reused ids to
+// produce duplicates.
 func randomEvents(rng *rand.Rand, id string, n int) []fsm.Event {
-	types := fsm.EventTypes()
+	types := append(fsm.EventTypes(), fsm.SystemEventTypes()...)
+	types = append(types, fsm.EventCustom, fsm.EventCustom)
 	at := t0
-	out := []fsm.Event{fsm.NewEvent(fsm.EventID{0xee}, id, fsm.SessionCreated, at, fsm.Fields{Goal: "g"})}
-	for range n {
+	created := fsm.Fields{Goal: "g"}
+	if rng.IntN(2) == 0 {
+		created = fsm.Fields{Goal: "g", PredecessorSessionID: "p-" + id, ParentSessionID: "parent",
+			ParentClosePolicy: fsm.ParentClosePolicy(rng.IntN(2)),
+			Labels:            []fsm.Label{{Key: "team", Value: "core"}, {Key: "a/b", Value: "<&>"}},
+			Metadata:          []byte(`{"k":[1,"<x>"]}`),
+			Timeouts:          fsm.Timeouts{fsm.TimeoutApproval: 90 * time.Second, fsm.TimeoutCancellation: 5 * time.Minute}}
+	}
+	out := []fsm.Event{fsm.NewEvent(fsm.EventID{0xee}, id, fsm.SessionCreated, at, created)}
+	for i := range n {
 		at = at.Add(time.Duration(rng.IntN(5000)-500) * time.Millisecond)
 		et := types[rng.IntN(len(types))]
 		eid := fsm.EventID{byte(rng.IntN(40)), byte(rng.IntN(4))}
-		out = append(out, fsm.NewEvent(eid, id, et, at, fsm.Fields{Timeout: fsm.TimeoutKind(1 + rng.IntN(5)),
-			Reason: "r", Mode: fsm.CancelMode(rng.IntN(2)), ToolFailed: rng.IntN(2) == 0}))
+		var digest [32]byte
+		digest[0] = byte(i)
+		e := fsm.NewEvent(eid, id, et, at, fsm.Fields{Timeout: fsm.TimeoutKind(1 + rng.IntN(5)),
+			Reason: "r", Mode: fsm.CancelMode(rng.IntN(2)), ToolFailed: rng.IntN(2) == 0,
+			ArmedVersion: uint64(rng.IntN(i + 2)), HasArmedVersion: rng.IntN(3) == 0,
+			SuccessorSessionID: "next", PredecessorDigest: digest})
+		if et == fsm.EventCustom {
+			var payload []byte
+			if rng.IntN(2) == 0 {
+				payload = []byte(`{"n":"` + strings.Repeat("x", rng.IntN(1100)) + `"}`)
+			}
+			e = fsm.NewCustomEvent(eid, id, fmt.Sprintf("x.acme.T%d", rng.IntN(70)), at, payload)
+		}
+		if rng.IntN(8) == 0 {
+			e.ExpectedVersion, e.HasExpectedVersion = uint64(rng.IntN(i+2)), true
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -145,14 +173,15 @@ func TestAPIShape(t *testing.T) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"approval", "cancellation", "correlationId", "counters", "createdAt", "digest", "durationsMs",
-		"failure", "firstOffset", "goal", "lastEventId", "position", "predecessorSessionId", "recovery",
-		"rejections", "sessionId", "state", "stateEnteredAt", "terminal", "transitions", "updatedAt", "version"}
+	want := []string{"annotations", "approval", "cancellation", "correlationId", "counters", "createdAt", "digest", "durationsMs",
+		"failure", "firstOffset", "goal", "labels", "lastEventId", "metadata", "parentClosePolicy", "parentSessionId",
+		"position", "predecessorSessionId", "recovery", "rejections", "replacement", "sessionId", "state",
+		"stateEnteredAt", "successorSessionId", "terminal", "timeouts", "transitions", "updatedAt", "version"}
 	if got := keysOf(m); !reflect.DeepEqual(got, want) {
 		t.Fatalf("top-level fields\n got %v\nwant %v", got, want)
 	}
-	wantCounters := []string{"approvalsDenied", "approvalsGranted", "approvalsRequested", "duplicates", "events",
-		"modelTurns", "pauses", "recoveries", "rejected", "repairCycles", "toolCalls", "toolFailures"}
+	wantCounters := []string{"approvalsDenied", "approvalsGranted", "approvalsRequested", "custom", "duplicates", "events",
+		"modelTurns", "pauses", "recoveries", "rejected", "repairCycles", "supersededTimeouts", "toolCalls", "toolFailures"}
 	if got := keysOf(m["counters"].(map[string]any)); !reflect.DeepEqual(got, wantCounters) {
 		t.Fatalf("counters\n got %v\nwant %v", got, wantCounters)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
@@ -23,6 +25,13 @@ type jsonSnapshot struct {
 	CorrelationID        string            `json:"correlationId"`
 	Goal                 string            `json:"goal"`
 	PredecessorSessionID *string           `json:"predecessorSessionId"`
+	Labels               map[string]string `json:"labels"`
+	Metadata             json.RawMessage   `json:"metadata"`
+	ParentSessionID      *string           `json:"parentSessionId"`
+	ParentClosePolicy    string            `json:"parentClosePolicy"`
+	Timeouts             map[string]string `json:"timeouts"`
+	SuccessorSessionID   *string           `json:"successorSessionId"`
+	Replacement          *jsonReplacement  `json:"replacement"`
 	CreatedAt            jsonTime          `json:"createdAt"`
 	UpdatedAt            jsonTime          `json:"updatedAt"`
 	StateEnteredAt       jsonTime          `json:"stateEnteredAt"`
@@ -38,23 +47,40 @@ type jsonSnapshot struct {
 	Failure              *jsonFailure      `json:"failure"`
 	Cancellation         *jsonCancellation `json:"cancellation"`
 	Recovery             *jsonRecovery     `json:"recovery"`
+	Annotations          []jsonAnnotation  `json:"annotations"`
 	Digest               string            `json:"digest"`
 	Internal             *jsonInternal     `json:"internal,omitempty"`
 }
 
 type jsonCounters struct {
-	Events             uint64 `json:"events"`
-	ModelTurns         uint64 `json:"modelTurns"`
-	ToolCalls          uint64 `json:"toolCalls"`
-	ToolFailures       uint64 `json:"toolFailures"`
-	RepairCycles       uint64 `json:"repairCycles"`
-	Pauses             uint64 `json:"pauses"`
-	ApprovalsRequested uint64 `json:"approvalsRequested"`
-	ApprovalsGranted   uint64 `json:"approvalsGranted"`
-	ApprovalsDenied    uint64 `json:"approvalsDenied"`
-	Recoveries         uint64 `json:"recoveries"`
-	Rejected           uint64 `json:"rejected"`
-	Duplicates         uint64 `json:"duplicates"`
+	Events             uint64            `json:"events"`
+	ModelTurns         uint64            `json:"modelTurns"`
+	ToolCalls          uint64            `json:"toolCalls"`
+	ToolFailures       uint64            `json:"toolFailures"`
+	RepairCycles       uint64            `json:"repairCycles"`
+	Pauses             uint64            `json:"pauses"`
+	ApprovalsRequested uint64            `json:"approvalsRequested"`
+	ApprovalsGranted   uint64            `json:"approvalsGranted"`
+	ApprovalsDenied    uint64            `json:"approvalsDenied"`
+	Recoveries         uint64            `json:"recoveries"`
+	Rejected           uint64            `json:"rejected"`
+	Duplicates         uint64            `json:"duplicates"`
+	SupersededTimeouts uint64            `json:"supersededTimeouts"`
+	Custom             map[string]uint64 `json:"custom"`
+}
+
+type jsonReplacement struct {
+	PredecessorSessionID string `json:"predecessorSessionId"`
+	Status               string `json:"status"`
+	PredecessorDigest    string `json:"predecessorDigest,omitempty"`
+	Reason               string `json:"reason,omitempty"`
+}
+
+type jsonAnnotation struct {
+	EventID fsm.EventID     `json:"eventId"`
+	Type    string          `json:"type"`
+	At      jsonTime        `json:"at"`
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 type jsonTransition struct {
@@ -66,11 +92,11 @@ type jsonTransition struct {
 }
 
 type jsonRejection struct {
-	EventID fsm.EventID   `json:"eventId"`
-	Type    fsm.EventType `json:"type"`
-	State   fsm.State     `json:"state"`
-	Reason  string        `json:"reason"`
-	At      jsonTime      `json:"at"`
+	EventID fsm.EventID `json:"eventId"`
+	Type    string      `json:"type"`
+	State   fsm.State   `json:"state"`
+	Reason  string      `json:"reason"`
+	At      jsonTime    `json:"at"`
 }
 
 type jsonApproval struct {
@@ -147,7 +173,7 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 		Position: s.Position, FirstOffset: s.FirstOffset,
 		Counters: jsonCounters{c.Events, c.ModelTurns, c.ToolCalls, c.ToolFailures, c.RepairCycles,
 			c.Pauses, c.ApprovalsRequested, c.ApprovalsGranted, c.ApprovalsDenied, c.Recoveries,
-			c.Rejected, c.Duplicates},
+			c.Rejected, c.Duplicates, c.SupersededTimeouts, map[string]uint64{}},
 		DurationsMs: map[string]int64{},
 		Transitions: make([]jsonTransition, s.NumTransitions()),
 		Rejections:  make([]jsonRejection, s.NumRejections()),
@@ -155,11 +181,52 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 			PendingSince: timePtr(s.Approval.Pending, s.Approval.PendingSince),
 			WaitedMs:     s.Approval.Waited / int64(time.Millisecond),
 		},
-		Digest: hex.EncodeToString(s.Digest[:]),
+		Digest:            hex.EncodeToString(s.Digest[:]),
+		Labels:            map[string]string{},
+		ParentClosePolicy: s.ParentClosePolicy.String(),
+		Timeouts:          map[string]string{},
+		Annotations:       make([]jsonAnnotation, s.NumAnnotations()),
 	}
 	if s.PredecessorSessionID != "" {
 		p := s.PredecessorSessionID
 		v.PredecessorSessionID = &p
+	}
+	for _, l := range s.Labels {
+		v.Labels[l.Key] = l.Value
+	}
+	if s.Metadata != "" {
+		v.Metadata = json.RawMessage(s.Metadata)
+	}
+	if s.ParentSessionID != "" {
+		p := s.ParentSessionID
+		v.ParentSessionID = &p
+	}
+	for k, d := range s.Timeouts {
+		if d > 0 {
+			v.Timeouts[fsm.TimeoutKind(k).String()] = d.String()
+		}
+	}
+	if s.SuccessorSessionID != "" {
+		p := s.SuccessorSessionID
+		v.SuccessorSessionID = &p
+	}
+	if rp := s.Replacement; rp.Status != fsm.ReplacementStatusNone {
+		v.Replacement = &jsonReplacement{PredecessorSessionID: s.PredecessorSessionID, Status: rp.Status.String(),
+			Reason: rp.Reason}
+		if rp.Status == fsm.ReplacementStatusLinked {
+			v.Replacement.PredecessorDigest = hex.EncodeToString(rp.PredecessorDigest[:])
+		}
+	}
+	for i := range s.NumCustomTypes() {
+		c := s.CustomCountAt(i)
+		v.Counters.Custom[c.Type] = c.Count
+	}
+	for i := range v.Annotations {
+		a := s.AnnotationAt(i)
+		v.Annotations[i] = jsonAnnotation{EventID: a.EventID, Type: a.Type, At: jsonTime(a.At)}
+		if a.Payload != "" {
+			v.Annotations[i].Payload = json.RawMessage(a.Payload)
+		}
 	}
 	for st := 1; st < fsm.NumStates; st++ {
 		if ms := s.Durations[st] / int64(time.Millisecond); ms > 0 {
@@ -172,7 +239,11 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 	}
 	for i := range v.Rejections {
 		r := s.RejectionAt(i)
-		v.Rejections[i] = jsonRejection{r.EventID, r.Type, r.State, r.Reason.String(), jsonTime(r.At)}
+		name := r.Type.String()
+		if r.Type == fsm.EventCustom {
+			name = r.Custom
+		}
+		v.Rejections[i] = jsonRejection{r.EventID, name, r.State, r.Reason.String(), jsonTime(r.At)}
 	}
 	if f := s.Failure; f.Failed {
 		v.Failure = &jsonFailure{Reason: f.Reason, At: jsonTime(f.At), From: f.From}
@@ -207,19 +278,22 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 // MarshalJSON returns the snapshot as the query API serves it (DESIGN §4),
 // without the internal fold state. Text is not HTML-escaped: "<" stays one
 // byte rather than six (\u003c), so a goal's size in the API is its size.
-func (s *Snapshot) MarshalJSON() ([]byte, error) {
+func (s *Snapshot) MarshalJSON() ([]byte, error) { return marshalView(s.view(false)) }
+
+func marshalView(v *jsonSnapshot) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s.view(false)); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
 // EncodeJSON returns the complete JSON form, internal fold state included,
-// which Decode and UnmarshalJSON read back exactly.
-func EncodeJSON(s *Snapshot) ([]byte, error) { return json.Marshal(s.view(true)) }
+// which Decode and UnmarshalJSON read back exactly. Like MarshalJSON it does
+// not HTML-escape, so metadata and annotation payloads come back verbatim.
+func EncodeJSON(s *Snapshot) ([]byte, error) { return marshalView(s.view(true)) }
 
 // UnmarshalJSON reads the JSON form. Without the "internal" member (the API
 // form) the duplicate window is empty and durations are whole milliseconds.
@@ -244,7 +318,11 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 	s.Counters = fsm.Counters{Events: c.Events, ModelTurns: c.ModelTurns, ToolCalls: c.ToolCalls,
 		ToolFailures: c.ToolFailures, RepairCycles: c.RepairCycles, Pauses: c.Pauses,
 		ApprovalsRequested: c.ApprovalsRequested, ApprovalsGranted: c.ApprovalsGranted,
-		ApprovalsDenied: c.ApprovalsDenied, Recoveries: c.Recoveries, Rejected: c.Rejected, Duplicates: c.Duplicates}
+		ApprovalsDenied: c.ApprovalsDenied, Recoveries: c.Recoveries, Rejected: c.Rejected, Duplicates: c.Duplicates,
+		SupersededTimeouts: c.SupersededTimeouts}
+	if err := v.restoreV2(s); err != nil {
+		return err
+	}
 	durations := v.DurationsMs
 	scale := int64(time.Millisecond)
 	if v.Internal != nil {
@@ -301,10 +379,18 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 	}
 	for _, r := range v.Rejections {
 		reason, ok := fsm.ParseReason(r.Reason)
-		if !ok {
+		if !ok || !reason.Rejection() {
 			return corrupt("json: bad rejection reason %q", r.Reason)
 		}
-		s.RestoreRejection(fsm.Rejection{EventID: r.EventID, Type: r.Type, State: r.State, Reason: reason, At: int64(r.At)})
+		rj := fsm.Rejection{EventID: r.EventID, State: r.State, Reason: reason, At: int64(r.At)}
+		if t, ok := fsm.ParseEventType([]byte(r.Type)); ok {
+			rj.Type = t
+		} else if fsm.ValidCustomType([]byte(r.Type)) {
+			rj.Type, rj.Custom = fsm.EventCustom, r.Type
+		} else {
+			return corrupt("json: bad rejection type %q", r.Type)
+		}
+		s.RestoreRejection(rj)
 	}
 	if v.Internal != nil {
 		if len(v.Internal.EventIDs) > fsm.IDWindow {
@@ -313,6 +399,77 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		for _, id := range v.Internal.EventIDs {
 			s.RestoreSeenID(id)
 		}
+	}
+	return nil
+}
+
+// restoreV2 reads the fields of DESIGN §10 into s; a snapshot stored
+// before they existed has none of them and decodes as a session without.
+func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
+	if len(v.Labels) > fsm.MaxLabels {
+		return corrupt("json: %d labels", len(v.Labels))
+	}
+	for k, val := range v.Labels {
+		s.Labels = append(s.Labels, fsm.Label{Key: k, Value: val})
+	}
+	slices.SortFunc(s.Labels, func(a, b fsm.Label) int { return strings.Compare(a.Key, b.Key) })
+	if len(v.Metadata) > 0 && string(v.Metadata) != "null" {
+		s.Metadata = string(v.Metadata)
+	}
+	if v.ParentSessionID != nil {
+		s.ParentSessionID = *v.ParentSessionID
+	}
+	switch v.ParentClosePolicy {
+	case "", "cancel":
+	case "abandon":
+		s.ParentClosePolicy = fsm.ParentCloseAbandon
+	default:
+		return corrupt("json: bad parentClosePolicy %q", v.ParentClosePolicy)
+	}
+	for name, d := range v.Timeouts {
+		k, ok := fsm.ParseTimeoutKind([]byte(name))
+		dur, err := time.ParseDuration(d)
+		if !ok || err != nil || dur <= 0 {
+			return corrupt("json: bad timeout %q", name)
+		}
+		s.Timeouts[k] = dur
+	}
+	if v.SuccessorSessionID != nil {
+		s.SuccessorSessionID = *v.SuccessorSessionID
+	}
+	if rp := v.Replacement; rp != nil {
+		st, ok := fsm.ParseReplacementStatus(rp.Status)
+		if !ok {
+			return corrupt("json: bad replacement status %q", rp.Status)
+		}
+		s.Replacement.Status, s.Replacement.Reason = st, rp.Reason
+		if st == fsm.ReplacementStatusLinked {
+			if n, err := hex.Decode(s.Replacement.PredecessorDigest[:], []byte(rp.PredecessorDigest)); err != nil || n != 32 {
+				return corrupt("json: bad predecessorDigest")
+			}
+		}
+	}
+	if len(v.Counters.Custom) > fsm.MaxCustomTypes || len(v.Annotations) > fsm.AnnotationsKept {
+		return corrupt("json: too many custom types or annotations")
+	}
+	types := make([]string, 0, len(v.Counters.Custom))
+	for t := range v.Counters.Custom {
+		types = append(types, t)
+	}
+	slices.Sort(types)
+	for _, t := range types {
+		s.RestoreCustomCount(fsm.CustomCount{Type: t, Count: v.Counters.Custom[t]})
+	}
+	for _, a := range v.Annotations {
+		i, ok := slices.BinarySearch(types, a.Type)
+		if !ok {
+			return corrupt("json: annotation of uncounted type %q", a.Type)
+		}
+		an := fsm.Annotation{EventID: a.EventID, Type: types[i], At: int64(a.At)}
+		if len(a.Payload) > 0 {
+			an.Payload = string(a.Payload)
+		}
+		s.RestoreAnnotation(an)
 	}
 	return nil
 }

@@ -1,0 +1,140 @@
+package snapshot_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/workload"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+)
+
+// TestFormatV1StillDecodes reads snapshots stored by the version 1 encoder
+// (testdata/format-v1.hex: workload.New(11, 10% invalid, 10% duplicates),
+// six sessions "old-N", folded at partition 2 from offset 500) and checks
+// that each decodes to exactly the session today's fold gives for the same
+// events: same digest (the canonical bytes of those events did not change)
+// and the same version 2 bytes.
+func TestFormatV1StillDecodes(t *testing.T) {
+	f, err := os.Open("testdata/format-v1.hex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g := workload.New(11, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1})
+	seqs := g.Sessions("old", 6, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC))
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for ; sc.Scan(); n++ {
+		old, err := hex.DecodeString(sc.Text())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old[0] != snapshot.FormatBinaryV1 {
+			t.Fatalf("fixture %d is format %d", n, old[0])
+		}
+		var got snapshot.Snapshot
+		if err := snapshot.Decode(old, &got); err != nil {
+			t.Fatalf("fixture %d: %v", n, err)
+		}
+		var want snapshot.Snapshot
+		var r fsm.Reducer
+		for i := range seqs[n] {
+			want.Fold(&r, &seqs[n][i], snapshot.Position{Partition: 2, Offset: int64(500 + i)})
+		}
+		if got.Digest != want.Digest {
+			t.Fatalf("fixture %d: digest %x, today's fold %x", n, got.Digest, want.Digest)
+		}
+		if !bytes.Equal(got.AppendBinary(nil), want.AppendBinary(nil)) {
+			t.Fatalf("fixture %d: decoded v1 snapshot differs from today's fold", n)
+		}
+		if !bytes.Equal(old[1:14], want.AppendBinary(nil)[1:14]) {
+			t.Fatalf("fixture %d: header bytes 1-13 changed", n)
+		}
+	}
+	if n != len(seqs) {
+		t.Fatalf("%d fixtures, want %d", n, len(seqs))
+	}
+}
+
+// TestSecondStageFields checks that every field of DESIGN §10 survives the
+// binary and JSON forms and appears in the API form as documented.
+func TestSecondStageFields(t *testing.T) {
+	b := &builderEvents{}
+	b.add(fsm.SessionCreated, fsm.Fields{Goal: "g", PredecessorSessionID: "s-0", ParentSessionID: "s-parent",
+		ParentClosePolicy: fsm.ParentCloseAbandon, Labels: []fsm.Label{{Key: "team", Value: "core"}, {Key: "env", Value: "prod"}},
+		Metadata: []byte(`{"ticket":"<T-1>","n":[1,2]}`), Timeouts: fsm.Timeouts{fsm.TimeoutExecution: 2 * time.Hour}})
+	b.add(fsm.SessionStarted, fsm.Fields{})
+	b.events = append(b.events, fsm.NewCustomEvent(fsm.EventID{0x51}, "s-1", "x.acme.Note", b.at.Add(time.Second), []byte(`{"note":"n"}`)))
+	b.add(fsm.ReplacementLinked, fsm.Fields{PredecessorDigest: [32]byte{0xab}})
+	b.add(fsm.TimeoutExpired, fsm.Fields{Timeout: fsm.TimeoutExecution, ArmedVersion: 1, HasArmedVersion: true})
+	b.add(fsm.SessionFailed, fsm.Fields{Reason: "boom"})
+	b.add(fsm.SessionReplaced, fsm.Fields{SuccessorSessionID: "s-2"})
+	b.events = append(b.events, fsm.NewCustomEvent(fsm.EventID{0x52}, "s-1", "x.acme.Late", b.at.Add(time.Second), nil))
+	s := fold(b.events, 10)
+	bin := s.AppendBinary(nil)
+	if bin[0] != snapshot.FormatBinaryV2 {
+		t.Fatalf("format %d", bin[0])
+	}
+	js, err := snapshot.EncodeJSON(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, enc := range map[string][]byte{"binary": bin, "json": js} {
+		var got snapshot.Snapshot
+		if err := snapshot.Decode(enc, &got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(got.AppendBinary(nil), bin) {
+			t.Fatalf("%s: round trip differs", name)
+		}
+	}
+	api, err := s.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Labels             map[string]string `json:"labels"`
+		Metadata           json.RawMessage   `json:"metadata"`
+		ParentSessionID    string            `json:"parentSessionId"`
+		ParentClosePolicy  string            `json:"parentClosePolicy"`
+		Timeouts           map[string]string `json:"timeouts"`
+		SuccessorSessionID string            `json:"successorSessionId"`
+		Replacement        map[string]string `json:"replacement"`
+		Counters           struct {
+			SupersededTimeouts int            `json:"supersededTimeouts"`
+			Custom             map[string]int `json:"custom"`
+		} `json:"counters"`
+		Annotations []map[string]any `json:"annotations"`
+		Rejections  []map[string]any `json:"rejections"`
+	}
+	if err := json.Unmarshal(api, &m); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case m.Labels["team"] != "core" || m.Labels["env"] != "prod":
+		t.Errorf("labels %v", m.Labels)
+	case string(m.Metadata) != `{"ticket":"<T-1>","n":[1,2]}`:
+		t.Errorf("metadata %s", m.Metadata)
+	case m.ParentSessionID != "s-parent" || m.ParentClosePolicy != "abandon":
+		t.Errorf("parent %q %q", m.ParentSessionID, m.ParentClosePolicy)
+	case m.Timeouts["execution"] != "2h0m0s" || len(m.Timeouts) != 1:
+		t.Errorf("timeouts %v", m.Timeouts)
+	case m.SuccessorSessionID != "s-2":
+		t.Errorf("successor %q", m.SuccessorSessionID)
+	case m.Replacement["status"] != "linked" || m.Replacement["predecessorSessionId"] != "s-0" || m.Replacement["predecessorDigest"][:2] != "ab":
+		t.Errorf("replacement %v", m.Replacement)
+	case m.Counters.SupersededTimeouts != 1 || m.Counters.Custom["x.acme.Note"] != 1 || len(m.Counters.Custom) != 1:
+		t.Errorf("counters %+v", m.Counters)
+	case len(m.Annotations) != 1 || m.Annotations[0]["type"] != "x.acme.Note" || m.Annotations[0]["payload"].(map[string]any)["note"] != "n":
+		t.Errorf("annotations %v", m.Annotations)
+	case len(m.Rejections) != 1 || m.Rejections[0]["type"] != "x.acme.Late" || m.Rejections[0]["reason"] != "after_terminal":
+		t.Errorf("rejections %v", m.Rejections)
+	}
+}
