@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -352,9 +353,13 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	filter, ok := listFilter(w, q)
+	if !ok {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
 	defer cancel()
-	body, err := h.listPage(ctx, state, prefix, q.Get("cursor"), limit)
+	body, err := h.listPage(ctx, state, prefix, filter, q.Get("cursor"), limit)
 	if errors.Is(err, snapshot.ErrBadCursor) {
 		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
 		return
@@ -366,6 +371,37 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+}
+
+// listFilter reads the repeatable ?label=KEY=VALUE (all must hold) and
+// ?parent=ID of a listing, answering 400 itself when one is malformed.
+func listFilter(w http.ResponseWriter, q url.Values) (snapshot.Filter, bool) {
+	var f snapshot.Filter
+	labels := q["label"]
+	if len(labels) > fsm.MaxLabels {
+		badRequest(w, "label", fmt.Sprintf("at most %d label conditions", fsm.MaxLabels))
+		return f, false
+	}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		switch {
+		case !ok || !fsm.ValidLabelKey(k):
+			badRequest(w, "label", "must be KEY=VALUE with KEY matching [a-z0-9][a-z0-9._/-]{0,62}")
+			return f, false
+		case len(v) > fsm.MaxLabelValueBytes:
+			badRequest(w, "label", fmt.Sprintf("value is %d bytes; the limit is %d", len(v), fsm.MaxLabelValueBytes))
+			return f, false
+		}
+		f.Labels = append(f.Labels, fsm.Label{Key: k, Value: v})
+	}
+	if v, ok := q["parent"]; ok {
+		if len(v) != 1 || !fsm.ValidSessionID(v[0]) {
+			badRequest(w, "parent", "must be one session id of 1-128 characters of [A-Za-z0-9._:-]")
+			return f, false
+		}
+		f.Parent = v[0]
+	}
+	return f, true
 }
 
 // Listing reads in chunks: the first of minListChunk sessions, the next
@@ -384,14 +420,16 @@ const (
 // cursor, stopping before the session that would take the page past
 // MaxListBytes (the first session is always taken, so paging advances
 // whatever the sizes stored). Next then continues right after the last
-// session of the page: none is skipped or repeated.
-func (h *Handler) listPage(ctx context.Context, state fsm.State, prefix, cursor string, limit int) ([]byte, error) {
+// session of the page: none is skipped or repeated. With a label or parent
+// filter, limit counts the sessions examined (see snapshot.ListFiltered):
+// the page may hold fewer, or none, and still carry next.
+func (h *Handler) listPage(ctx context.Context, state fsm.State, prefix string, filter snapshot.Filter, cursor string, limit int) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteString(`{"sessions":[`)
 	n, next, chunk := 0, "", min(limit, minListChunk)
 fill:
 	for limit > 0 {
-		page, err := h.store.ListPrefix(ctx, state, prefix, cursor, chunk)
+		page, err := h.store.ListFiltered(ctx, state, prefix, filter, cursor, chunk)
 		if err != nil {
 			return nil, err
 		}

@@ -363,6 +363,44 @@ func (s *Store) List(ctx context.Context, state fsm.State, cursor string, limit 
 // most), and no other tenant's id is ever read. A cursor whose id lies
 // outside idPrefix is refused with ErrBadCursor.
 func (s *Store) ListPrefix(ctx context.Context, state fsm.State, idPrefix, cursor string, limit int) (Page, error) {
+	return s.ListFiltered(ctx, state, idPrefix, Filter{}, cursor, limit)
+}
+
+// Filter selects snapshots by what only the snapshot holds: every label in
+// Labels (key and value) and, when Parent is set, the parentSessionId.
+type Filter struct {
+	Labels []fsm.Label
+	Parent string
+}
+
+// Match reports whether snap satisfies every condition of f.
+func (f Filter) Match(snap *Snapshot) bool {
+	if f.Parent != "" && snap.ParentSessionID != f.Parent {
+		return false
+	}
+	for _, want := range f.Labels {
+		found := false
+		for _, l := range snap.Labels {
+			if l.Key == want.Key {
+				found = l.Value == want.Value
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// ListFiltered is ListPrefix that also leaves out the snapshots f does not
+// match. There is no index by label or parent: the filter is applied to the
+// snapshots of the scanned index entries, so limit bounds the sessions
+// examined, not the sessions returned. A page may hold fewer than limit
+// snapshots, or none, and still carry a Next cursor; a reader follows Next
+// until it is "" (the cost of a full listing is one read of every session in
+// the state and prefix, whatever f selects).
+func (s *Store) ListFiltered(ctx context.Context, state fsm.State, idPrefix string, f Filter, cursor string, limit int) (Page, error) {
 	if limit <= 0 {
 		return Page{}, fmt.Errorf("snapshot: limit %d must be positive", limit)
 	}
@@ -422,7 +460,7 @@ func (s *Store) ListPrefix(ctx context.Context, state fsm.State, idPrefix, curso
 		return Page{}, err
 	}
 	for i, snap := range snaps {
-		if snap != nil && (state == fsm.StateNone || snap.State == state) {
+		if snap != nil && (state == fsm.StateNone || snap.State == state) && f.Match(snap) {
 			page.Snapshots = append(page.Snapshots, snap)
 			page.After = append(page.After, encodeCursor(hits[i].bucket, hits[i].id))
 		}

@@ -323,6 +323,61 @@ var contract = []struct {
 			t.Fatalf("bad cursor: %v", err)
 		}
 	}},
+	{"listing filtered by labels and parent", func(t *testing.T, st *snapshot.Store, _ func()) {
+		ctx := context.Background()
+		var batch []*snapshot.Snapshot
+		want := map[string]bool{}
+		for i := range 120 {
+			id := fmt.Sprintf("f-%03d", i)
+			f := fsm.Fields{Goal: "g", Labels: []fsm.Label{{Key: "team", Value: []string{"core", "edge"}[i%2]}}}
+			if i%3 == 0 {
+				f.Labels = append(f.Labels, fsm.Label{Key: "env", Value: "prod"})
+			}
+			if i%5 == 0 {
+				f.ParentSessionID = "f-parent"
+			}
+			var s snapshot.Snapshot
+			var r fsm.Reducer
+			e := fsm.NewEvent(fsm.EventID{byte(i), 1}, id, fsm.SessionCreated, t0, f)
+			r.Apply(&s.Session, &e)
+			s.Position = snapshot.Position{Offset: int64(i)}
+			batch = append(batch, &s)
+			if i%2 == 0 && i%3 == 0 && i%5 == 0 {
+				want[id] = true
+			}
+		}
+		put(t, st, batch...)
+		filter := snapshot.Filter{Labels: []fsm.Label{{Key: "team", Value: "core"}, {Key: "env", Value: "prod"}}, Parent: "f-parent"}
+		got := map[string]bool{}
+		cursor := ""
+		for pages := 0; ; pages++ {
+			page, err := st.ListFiltered(ctx, fsm.StateNone, "f-", filter, cursor, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Snapshots) != len(page.After) || len(page.Snapshots) > 7 || pages > 40 {
+				t.Fatalf("page %d: %d snapshots, %d cursors", pages, len(page.Snapshots), len(page.After))
+			}
+			for _, s := range page.Snapshots {
+				if got[s.ID] || !want[s.ID] {
+					t.Fatalf("listed %s (seen before: %v, wanted: %v)", s.ID, got[s.ID], want[s.ID])
+				}
+				got[s.ID] = true
+			}
+			if cursor = page.Next; cursor == "" {
+				break
+			}
+		}
+		if len(got) != len(want) || len(want) != 4 {
+			t.Fatalf("listed %d sessions, want %d", len(got), len(want))
+		}
+		for _, f := range []snapshot.Filter{{Parent: "nobody"}, {Labels: []fsm.Label{{Key: "team", Value: "none"}}}, {Labels: []fsm.Label{{Key: "absent", Value: ""}}}} {
+			page, err := st.ListFiltered(ctx, fsm.StateNone, "f-", f, "", 200)
+			if err != nil || len(page.Snapshots) != 0 || page.Next != "" {
+				t.Fatalf("%+v: got %d snapshots next %q err %v", f, len(page.Snapshots), page.Next, err)
+			}
+		}
+	}},
 	{"listing and counts by session-id prefix", func(t *testing.T, st *snapshot.Store, _ func()) {
 		// Tenants whose prefixes are close in the index's order: acme:,
 		// acme:team: (inside acme:), acm: and acme-x: (outside it), zeta:.
