@@ -110,7 +110,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // checkNamespace refuses a request of a token bound to a session-id prefix
 // (a tenant) when any of its events names a session outside the prefix,
-// as its own id or as the predecessor it replaces: 403, with the index and
+// as its own id, as the predecessor it replaces or as its parent: 403, with the index and
 // field of every such event, and nothing produced. The answer says nothing
 // about the sessions named (whether they exist, whose they are).
 func checkNamespace(prefix string, events []fsm.Event) *httpx.Problem {
@@ -125,6 +125,9 @@ func checkNamespace(prefix string, events []fsm.Event) *httpx.Problem {
 		}
 		if p := events[i].Fields.PredecessorSessionID; p != "" && !strings.HasPrefix(p, prefix) {
 			outside = append(outside, fsm.FieldError{Index: i, Field: "payload.predecessorSessionId", Message: msg})
+		}
+		if p := events[i].Fields.ParentSessionID; p != "" && !strings.HasPrefix(p, prefix) {
+			outside = append(outside, fsm.FieldError{Index: i, Field: "payload.parentSessionId", Message: msg})
 		}
 	}
 	if len(outside) == 0 {
@@ -174,7 +177,7 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 			Topic:   h.Topic,
 			Key:     []byte(e.SessionID),
 			Value:   fsm.AppendRecord(make([]byte, 0, 256+len(e.Payload)), e),
-			Headers: []kgo.RecordHeader{{Key: kafka.HeaderEventType, Value: []byte(e.Type.String())}},
+			Headers: []kgo.RecordHeader{{Key: kafka.HeaderEventType, Value: []byte(e.TypeName())}},
 			Context: ctx,
 		}
 		if h.BeforeProduce != nil {

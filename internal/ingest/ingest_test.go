@@ -106,6 +106,19 @@ func event(session, typ string) string {
 	return fmt.Sprintf(`{"sessionId":%q,"type":%q}`, session, typ)
 }
 
+// created is a SessionCreated envelope whose payload holds members.
+func created(members string) string {
+	return `{"sessionId":"s","type":"SessionCreated","payload":{` + members + `}}`
+}
+
+func seventeenLabels() string {
+	var parts []string
+	for i := range 17 {
+		parts = append(parts, fmt.Sprintf(`"k%d":"v"`, i))
+	}
+	return strings.Join(parts, ",")
+}
+
 type problem struct {
 	Type   string           `json:"type"`
 	Title  string           `json:"title"`
@@ -145,6 +158,29 @@ func TestBadInput(t *testing.T) {
 		{"reason over 1 KiB", "application/x-ndjson", event("s", "SessionStarted") + "\n" +
 			`{"sessionId":"s","type":"SessionFailed","payload":{"reason":"` + strings.Repeat("r", fsm.MaxReasonBytes+1) + `"}}`, 400, "payload.reason"},
 		{"missing timeout kind", "application/json", event("s", "TimeoutExpired"), 400, "payload.timeout"},
+		{"labels not an object", "application/json", created(`"labels":["a"]`), 400, "payload.labels"},
+		{"label key syntax", "application/json", created(`"labels":{"Team":"x"}`), 400, "payload.labels.Team"},
+		{"label value over 256 bytes", "application/json", created(`"labels":{"k":"` + strings.Repeat("v", 257) + `"}`), 400, "payload.labels.k"},
+		{"label value not a string", "application/json", created(`"labels":{"k":1}`), 400, "payload.labels.k"},
+		{"17 labels", "application/json", created(`"labels":{` + seventeenLabels() + `}`), 400, "payload.labels"},
+		{"metadata not an object", "application/json", created(`"metadata":"x"`), 400, "payload.metadata"},
+		{"metadata over 4 KiB", "application/json", created(`"metadata":{"x":"` + strings.Repeat("m", 4096) + `"}`), 400, "payload.metadata"},
+		{"parent id syntax", "application/json", created(`"parentSessionId":"a b"`), 400, "payload.parentSessionId"},
+		{"parent close policy", "application/json", created(`"parentClosePolicy":"orphan"`), 400, "payload.parentClosePolicy"},
+		{"timeouts unknown kind", "application/json", created(`"timeouts":{"lunch":"1h"}`), 400, "payload.timeouts.lunch"},
+		{"timeout not a duration", "application/json", created(`"timeouts":{"approval":"soon"}`), 400, "payload.timeouts.approval"},
+		{"timeout under 1s", "application/json", created(`"timeouts":{"approval":"500ms"}`), 400, "payload.timeouts.approval"},
+		{"timeout over 720h", "application/json", created(`"timeouts":{"execution":"721h"}`), 400, "payload.timeouts.execution"},
+		{"armedVersion negative", "application/json", `{"sessionId":"s","type":"TimeoutExpired","payload":{"timeout":"execution","armedVersion":-1}}`, 400, "payload.armedVersion"},
+		{"armedVersion fraction", "application/json", `{"sessionId":"s","type":"TimeoutExpired","payload":{"timeout":"execution","armedVersion":1.5}}`, 400, "payload.armedVersion"},
+		{"deadline not RFC 3339", "application/json", `{"sessionId":"s","type":"TimeoutExpired","payload":{"timeout":"execution","deadline":"tomorrow"}}`, 400, "payload.deadline"},
+		{"expectedVersion a string", "application/json", `{"sessionId":"s","type":"SessionStarted","expectedVersion":"1"}`, 400, "expectedVersion"},
+		{"expectedVersion negative", "application/json", `{"sessionId":"s","type":"SessionStarted","expectedVersion":-2}`, 400, "expectedVersion"},
+		{"custom type vendor", "application/json", event("s", "x.Acme.Note"), 400, "type"},
+		{"custom type name", "application/json", event("s", "x.acme.9note"), 400, "type"},
+		{"SessionReplaced from a client", "application/json", `{"sessionId":"s","type":"SessionReplaced","payload":{"successorSessionId":"t"}}`, 400, "type"},
+		{"ReplacementLinked from a client", "application/json", event("s", "ReplacementLinked"), 400, "type"},
+		{"ReplacementRefused from a client", "application/json", event("s", "ReplacementRefused"), 400, "type"},
 		{"one bad event spoils the batch", "application/json", `{"events":[` + event("s", "SessionCreated") + `,` + event("s", "Nope") + `]}`, 400, "type"},
 		{"empty batch", "application/json", `{"events":[]}`, 400, "events"},
 		{"batch with extra member", "application/json", `{"events":[],"x":1}`, 400, "events"},
@@ -265,6 +301,60 @@ func TestAccepted(t *testing.T) {
 	}
 	if string(recs[0].Key) != "s-1" || len(recs[0].Headers) == 0 || recs[0].Headers[0].Key != kafka.HeaderEventType || string(recs[0].Headers[0].Value) != "SessionCreated" {
 		t.Errorf("key %q headers %v", recs[0].Key, recs[0].Headers)
+	}
+}
+
+// TestSecondStageAccepted sends every field of DESIGN §10 that clients may
+// use and checks that the records carry them: the creation additions,
+// armedVersion and deadline, expectedVersion, and a custom type (whose name
+// is also the record's type header).
+func TestSecondStageAccepted(t *testing.T) {
+	f := newFixture(t, 5*time.Second)
+	body := created(`"goal":"g","labels":{"team":"core","app/tier":"web"},"metadata":{"ticket":"T-1","n":[1]},`+
+		`"parentSessionId":"p-1","parentClosePolicy":"abandon","timeouts":{"execution":"2h","approval":"90s"}`) + "\n" +
+		`{"sessionId":"s","type":"x.acme.BudgetChecked","expectedVersion":1,"payload":{"spent":3}}` + "\n" +
+		`{"sessionId":"s","type":"TimeoutExpired","payload":{"timeout":"approval","armedVersion":2,"deadline":"2026-11-29T06:01:30Z"}}` + "\n"
+	resp, raw := f.post("application/x-ndjson", []byte(body))
+	if resp.StatusCode != 202 {
+		t.Fatalf("%d %s", resp.StatusCode, raw)
+	}
+	var ans ingest.Response
+	if err := json.Unmarshal(raw, &ans); err != nil || len(ans.Accepted) != 3 {
+		t.Fatalf("%s (%v)", raw, err)
+	}
+	a0 := ans.Accepted[0]
+	cl, _ := kgo.NewClient(kgo.SeedBrokers(f.cluster.ListenAddrs()...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {a0.Partition: kgo.NewOffset().At(a0.Offset)}}))
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for len(recs) < 3 && ctx.Err() == nil {
+		recs = append(recs, cl.PollFetches(ctx).Records()...)
+	}
+	if len(recs) < 3 {
+		t.Fatalf("read %d records", len(recs))
+	}
+	var ev [3]fsm.Event
+	for i := range ev {
+		if err := fsm.DecodeRecord(recs[i].Value, &ev[i]); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	c := ev[0].Fields
+	if len(c.Labels) != 2 || string(c.Metadata) != `{"ticket":"T-1","n":[1]}` || c.ParentSessionID != "p-1" ||
+		c.ParentClosePolicy != fsm.ParentCloseAbandon || c.Timeouts[fsm.TimeoutExecution] != 2*time.Hour ||
+		c.Timeouts[fsm.TimeoutApproval] != 90*time.Second {
+		t.Errorf("creation fields %+v", c)
+	}
+	if ev[1].Type != fsm.EventCustom || ev[1].Custom != "x.acme.BudgetChecked" || !ev[1].HasExpectedVersion || ev[1].ExpectedVersion != 1 {
+		t.Errorf("custom event %+v", ev[1])
+	}
+	if h := recs[1].Headers; len(h) == 0 || h[0].Key != kafka.HeaderEventType || string(h[0].Value) != "x.acme.BudgetChecked" {
+		t.Errorf("custom event headers %v", h)
+	}
+	if x := ev[2].Fields; !x.HasArmedVersion || x.ArmedVersion != 2 || !x.Deadline.Equal(time.Date(2026, 11, 29, 6, 1, 30, 0, time.UTC)) {
+		t.Errorf("timeout fields %+v", x)
 	}
 }
 
