@@ -50,9 +50,44 @@
 //   - Timeouts that lead to CANCELLING record the cancellation reason as
 //     "timeout:<kind>".
 //   - occurredAt is normalized to UTC; the instant is kept, the offset is not.
+//   - A TimeoutExpired whose payload.armedVersion differs from the session's
+//     version is superseded (DESIGN §10.2): not applied (version, updatedAt
+//     and digest unchanged), not a rejection, counted in
+//     counters.supersededTimeouts; its id enters the duplicate window, so
+//     the same timeout fired again is a duplicate. version + rejected +
+//     duplicates + supersededTimeouts == counters.events.
+//   - A custom event (x.<vendor>.<Name>) that is allowed is applied, as the
+//     vectors of lifecycle-2.json fix: it bumps version, updatedAt and the
+//     digest, but not stateEnteredAt (the state did not change). The custom
+//     counters are kept sorted by type, so their order never depends on
+//     arrival order. An annotation keeps the payload only when it is at
+//     most 1 KiB of compact JSON.
+//   - expectedVersion is checked after the terminal check (a stale event
+//     after the end is after_terminal, not version_conflict) and applies to
+//     every type, the replacement events included.
+//   - The replacement events have their own rule, checked in terminal states
+//     too: SessionReplaced applies to a FAILED session without a successor;
+//     ReplacementLinked and ReplacementRefused apply in any state, terminal
+//     included (a successor may end before the link arrives), while the
+//     successor's replacement is pending, and only once.
+//   - The SessionCreated additions are bounded for records from other
+//     producers as ingest bounds them for clients, by cutting or dropping
+//     (see boundLabels): a label with an invalid or repeated key is
+//     dropped, a longer value is cut to 256 bytes on a UTF-8 boundary, pairs
+//     after the first 16 in document order are dropped, and the kept labels
+//     are sorted by key; metadata over 4 KiB is dropped; a timeout outside
+//     1s..720h is dropped. A wrong JSON type (labels not an object, a
+//     timeout that is not a duration) makes the record undecodable, as for
+//     the other payload fields.
+//   - Session.Timeouts holds the durations the SessionCreated named, not
+//     the effective ones: service defaults (CORREX_TIMEOUT_<KIND>) are
+//     applied by the component that arms deadlines.
 //   - Record values carry "v": 1. A record without "v" is read as version 1,
 //     so that hand-written records (kcat) work; any other version is refused
-//     with ErrUnsupportedVersion.
+//     with ErrUnsupportedVersion. The fields of DESIGN §10 (expectedVersion,
+//     custom type names, the new payload members) are optional additions to
+//     version 1: a record without them is byte for byte what it was, and
+//     so are its canonical bytes and digest.
 //
 // # Wire format
 //
