@@ -161,21 +161,30 @@
   function boardFilters() {
     const q = new URLSearchParams(location.search);
     const state = q.get('state') || '';
-    return { state: STATES.includes(state) ? state : '', prefix: (q.get('prefix') || '').slice(0, 128) };
+    return { state: STATES.includes(state) ? state : '', prefix: (q.get('prefix') || '').slice(0, 128),
+      labels: parseLabels(q.getAll('label').join(' ')) };
+  }
+
+  // parseLabels reads "k=v" conditions separated by spaces or commas (at
+  // most 16, as the API allows); anything else is left out.
+  function parseLabels(text) {
+    return text.split(/[\s,]+/).filter((c) => /^[a-z0-9][a-z0-9._\/-]{0,62}=.{0,256}$/.test(c)).slice(0, 16);
   }
 
   function setBoardFilters(f) {
     const q = new URLSearchParams();
     if (f.state) q.set('state', f.state);
     if (f.prefix) q.set('prefix', f.prefix);
+    for (const l of f.labels || []) q.append('label', l);
     const s = q.toString();
     history.replaceState(null, '', '/ui/' + (s ? '?' + s : ''));
   }
 
-  function listQuery(state, prefix, limit, cursor) {
+  function listQuery(state, prefix, labels, limit, cursor) {
     const q = new URLSearchParams();
     if (state) q.set('state', state);
     if (prefix) q.set('prefix', prefix);
+    for (const l of labels || []) q.append('label', l);
     q.set('limit', String(limit));
     if (cursor) q.set('cursor', cursor);
     return '/v1/sessions?' + q.toString();
@@ -189,19 +198,20 @@
     let filters = boardFilters();
     sel.value = filters.state;
     $('filter-prefix').value = filters.prefix;
+    $('filter-labels').value = filters.labels.join(' ');
 
     // Counts: one button per state; pressing it filters the list.
     const counts = $('counts');
     const countEls = {};
     const totalBtn = el('button', { type: 'button', class: 'count', 'data-count': 'TOTAL', 'aria-pressed': 'false' },
       el('span', { class: 'swatch', 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, 'all states'));
-    totalBtn.addEventListener('click', () => applyFilters({ state: '', prefix: filters.prefix }));
+    totalBtn.addEventListener('click', () => applyFilters({ state: '', prefix: filters.prefix, labels: filters.labels }));
     counts.append(el('li', {}, totalBtn));
     countEls.TOTAL = totalBtn;
     for (const s of STATES) {
       const b = el('button', { type: 'button', class: 'count', 'data-count': s, 'aria-pressed': 'false' },
         el('span', { class: 'swatch st-' + s, 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, s));
-      b.addEventListener('click', () => applyFilters({ state: s, prefix: filters.prefix }));
+      b.addEventListener('click', () => applyFilters({ state: s, prefix: filters.prefix, labels: filters.labels }));
       counts.append(el('li', {}, b));
       countEls[s] = b;
     }
@@ -230,7 +240,7 @@
       const rows = [];
       const more = [];
       try {
-        const pages = await Promise.all(WAITING.map((s) => api(listQuery(s, filters.prefix, WAITING_READ, ''))));
+        const pages = await Promise.all(WAITING.map((s) => api(listQuery(s, filters.prefix, filters.labels, WAITING_READ, ''))));
         pages.forEach((p, i) => {
           rows.push(...p.body.sessions);
           if (p.body.next) more.push(WAITING[i]);
@@ -262,7 +272,7 @@
       const tbody = $('list').tBodies[0];
       let page;
       try {
-        page = (await api(listQuery(filters.state, filters.prefix, PAGE, cursor))).body;
+        page = (await api(listQuery(filters.state, filters.prefix, filters.labels, PAGE, cursor))).body;
       } catch (e) {
         clear(tbody);
         tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'Listing unavailable: ' + e.message)));
@@ -292,6 +302,7 @@
       filters = f;
       sel.value = f.state;
       $('filter-prefix').value = f.prefix;
+      $('filter-labels').value = (f.labels || []).join(' ');
       setBoardFilters(f);
       markPressed();
       cursors = []; cursor = '';
@@ -300,7 +311,7 @@
     }
     $('filters').addEventListener('submit', (ev) => {
       ev.preventDefault();
-      applyFilters({ state: sel.value, prefix: $('filter-prefix').value.trim() });
+      applyFilters({ state: sel.value, prefix: $('filter-prefix').value.trim(), labels: parseLabels($('filter-labels').value) });
     });
 
     poll(refreshCounts, POLL_MS);
