@@ -45,12 +45,39 @@
 //     every restart. Any other produce error fails the batch: the
 //     checkpoint is not written and a restart replays the record.
 //
+// # Where each guarantee lives
+//
+//   - The skip rule: Projector.fold (projector.go), through
+//     snapshot.Snapshot.Fold; the fencing is the store's (pkg/snapshot).
+//   - The order of a write (snapshots fenced, dead letters acknowledged,
+//     checkpoints, Kafka offsets) and the crash points between the steps:
+//     flusher.write (flush.go). What a written batch made durable (a
+//     snapshot's stored position, a partition's stored checkpoint) is
+//     recorded only afterwards, by flusher.finish, from the fold goroutine.
+//   - Only stored snapshots are evicted: cache.evict and entry.evictable
+//     (cache.go); the dirty set is cache.takeDirty's.
+//   - Which checkpoint a partition may write, and whether one is expected
+//     to be stored: partState.checkpoint (partition.go).
+//   - Starting at the Redis checkpoint, stalling a partition whose
+//     checkpoint is beyond the log, rebuilding after a vanished checkpoint
+//     and the idle check: adjustOffsets, rebuild, checkCheckpoints
+//     (recovery.go).
+//   - Writing what is revoked before giving it up, and dropping what is
+//     lost without writing: onRevoked, onLost (group.go).
+//   - Setting records aside, on their key's partition or not: deadLetter,
+//     classify (deadletter.go), onKeyPartition (partitioning.go).
+//
 // # Shape
 //
 // One goroutine polls, decodes and folds (BlockRebalanceOnPoll keeps
 // rebalances between polls). Snapshots are encoded in that goroutine and
-// handed to a flusher goroutine, so Redis round trips overlap folding; at
-// most one batch is in flight. A bounded LRU cache holds hot snapshots; only
+// handed to the flush goroutine (flusher), so Redis round trips overlap
+// folding; at most one batch is in flight. The cache and the partitions'
+// state have no lock of their own: they belong to the fold goroutine, and
+// the rebalance callbacks use them under Projector.mu between polls.
+// Readiness (Ready) reads an atomic copy of the stalled partitions and
+// pings Redis; it never takes Projector.mu, which is held across Redis
+// calls. A bounded LRU cache holds hot snapshots; only
 // snapshots whose latest state is known to be stored are evicted, and misses
 // are read from Redis in one pipelined round trip per poll.
 //
