@@ -176,7 +176,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// name), so that a restarted stack takes its partitions back at once;
 	// no leave on shutdown (it was never a member of a shared group);
 	// shorter group timeouts, so that tests that stop members see
-	// rebalances quickly; and a shorter flush interval.
+	// rebalances quickly; and a shorter longest poll wait (FlushInterval).
 	pcfg := projector.DefaultConfig()
 	clientID := pcfg.Kafka.ClientID
 	pcfg.Kafka = kcfg

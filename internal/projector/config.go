@@ -31,11 +31,15 @@ type Config struct {
 	// TLS serves /healthz, /readyz and /metrics over HTTPS when set
 	// (CORREX_TLS_CERT_FILE, CORREX_TLS_KEY_FILE, CORREX_TLS_CLIENT_CA_FILE).
 	TLS httpx.TLSConfig
-	// FlushInterval is the longest a folded event waits to be written while
-	// the projector is caught up; CORREX_FLUSH_INTERVAL, default 250ms.
+	// FlushInterval is the longest a poll waits for records, so the longest
+	// idle wait of the poll loop; CORREX_FLUSH_INTERVAL, default 250ms. It
+	// does not delay writes: caught up, the projector writes as soon as a
+	// poll leaves nothing more to fold and no write is in flight (group
+	// commit), and a poll returns early when the write in flight completes.
 	FlushInterval time.Duration
-	// MaxFlushInterval is the longest it waits while catching up;
-	// CORREX_MAX_FLUSH_INTERVAL, default 2s.
+	// MaxFlushInterval is the longest between two writes while catching up
+	// (polls come back full, MaxPollRecords records), unless FlushSize
+	// snapshots are dirty first; CORREX_MAX_FLUSH_INTERVAL, default 2s.
 	MaxFlushInterval time.Duration
 	// FlushSize flushes as soon as this many snapshots are dirty;
 	// CORREX_FLUSH_SIZE, default 20000.
@@ -112,8 +116,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address for /healthz, /readyz, /metrics")
 	c.TLS.Bind(b)
 	c.Kafka.BindSecurity(b)
-	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", d.FlushInterval, "longest wait before folded events are written, when caught up")
-	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", d.MaxFlushInterval, "longest wait before folded events are written, when catching up")
+	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", d.FlushInterval, "longest a poll waits for records (caught up, writes start as soon as nothing more is to be folded)")
+	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", d.MaxFlushInterval, "longest between two writes while catching up")
 	b.Int(&c.FlushSize, "flush-size", "CORREX_FLUSH_SIZE", d.FlushSize, "dirty snapshots that trigger a flush")
 	b.Bool(&c.LeaveOnShutdown, "leave-on-shutdown", "CORREX_LEAVE_ON_SHUTDOWN", d.LeaveOnShutdown, "leave the group after the final flush on SIGTERM (static members keep their partitions otherwise)")
 	b.Int(&c.MaxPollRecords, "max-poll-records", "CORREX_MAX_POLL_RECORDS", d.MaxPollRecords, "records folded between two flush decisions")

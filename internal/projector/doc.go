@@ -81,10 +81,19 @@
 // snapshots whose latest state is known to be stored are evicted, and misses
 // are read from Redis in one pipelined round trip per poll.
 //
-// Flushes happen when the dirty set reaches FlushSize, or FlushInterval
-// after the previous one while the projector is caught up; while it is
-// catching up (polls come back full) it waits up to MaxFlushInterval, which
-// writes each busy session far less often.
+// Flushes are group commits while the projector is caught up: a batch
+// starts as soon as a poll leaves nothing more to fold (it returned fewer
+// than MaxPollRecords records, and the partitions are less than that
+// behind their high watermarks) and no batch is in flight. What is folded
+// while one is in flight goes in the next batch, which starts as soon as
+// the one in flight is written: the poll waiting for records returns early
+// then, instead of at its timeout (FlushInterval, which is only the
+// longest idle wait). An event thus becomes visible about one fold and one
+// or two Redis writes after it is polled, whatever the load. While the
+// projector is catching up (polls come back full, or it is MaxPollRecords
+// or more behind) it writes large batches:
+// when FlushSize snapshots are dirty, or MaxFlushInterval after the
+// previous batch, which writes each busy session far less often.
 //
 // Each replica should have a stable group instance id (static membership,
 // KIP-345): a replica killed and restarted under the same id takes its

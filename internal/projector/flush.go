@@ -57,8 +57,16 @@ type flushJob struct {
 	ctx         context.Context // from Observer.FlushStarted: carries the flush span
 }
 
-// due decides whether to start a flush now, given the dirty entries and
-// whether a partition advanced since the last batch.
+// due decides whether to start a flush now, given the dirty entries,
+// whether a partition advanced since the last batch, and whether the
+// projector is catching up (Projector.catchingUp).
+//
+// Caught up, it is a group commit: a batch starts as soon as the poll loop
+// has nothing more to fold and no batch is in flight; what is folded while
+// one is in flight waits for it and goes in the next batch, which starts
+// as soon as the poll loop sees the batch in flight done (the poll returns
+// early for that, see Projector.loop). Catching up, batches are large:
+// FlushSize dirty snapshots, or MaxFlushInterval after the previous batch.
 func (f *flusher) due(dirty int, progress, catchingUp bool) bool {
 	if dirty >= f.cfg.FlushSize {
 		return true
@@ -67,13 +75,9 @@ func (f *flusher) due(dirty int, progress, catchingUp bool) bool {
 		return false
 	}
 	if f.inflight != nil {
-		return false // a time-triggered flush does not wait for the previous one
+		return false // only a full batch waits for the one in flight
 	}
-	interval := f.cfg.FlushInterval
-	if catchingUp {
-		interval = f.cfg.MaxFlushInterval
-	}
-	return time.Since(f.last) >= interval
+	return !catchingUp || time.Since(f.last) >= f.cfg.MaxFlushInterval
 }
 
 // build encodes the dirty snapshots of the given partitions (all when only
@@ -235,4 +239,13 @@ func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*p
 		}
 		part.stored(cp)
 	}
+}
+
+// inflightDone returns a channel closed when the batch in flight is
+// written, or nil when none is in flight.
+func (f *flusher) inflightDone() <-chan struct{} {
+	if f.inflight == nil {
+		return nil
+	}
+	return f.inflight.done
 }

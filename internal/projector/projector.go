@@ -190,7 +190,22 @@ func (p *Projector) Run(ctx context.Context) error {
 
 func (p *Projector) loop(ctx context.Context) error {
 	for ctx.Err() == nil {
+		// The poll waits at most FlushInterval, and returns as soon as the
+		// batch in flight is written, so that what was folded meanwhile
+		// is flushed at once (group commit, see flusher.due).
 		pctx, cancel := context.WithTimeout(ctx, p.cfg.FlushInterval)
+		p.mu.Lock()
+		written := p.flush.inflightDone()
+		p.mu.Unlock()
+		if written != nil {
+			go func() {
+				select {
+				case <-written:
+					cancel()
+				case <-pctx.Done():
+				}
+			}()
+		}
 		fetches := p.cl.PollRecords(pctx, p.cfg.MaxPollRecords)
 		cancel()
 		if fetches.IsClientClosed() {
@@ -207,7 +222,7 @@ func (p *Projector) loop(ctx context.Context) error {
 		if err == nil {
 			err = p.process(ctx, fetches)
 		}
-		if err == nil && p.flush.due(p.cache.dirtyLen(), p.progress, fetches.NumRecords() >= p.cfg.MaxPollRecords) {
+		if err == nil && p.flush.due(p.cache.dirtyLen(), p.progress, p.catchingUp(fetches)) {
 			err = p.startFlush()
 		}
 		if err == nil && p.flush.inflight == nil && time.Since(p.lastCheck) >= p.cfg.MaxFlushInterval {
@@ -239,6 +254,25 @@ func (p *Projector) shutdown() error {
 	p.flush.finish(job, p.parts, p.rebuild)
 	p.log.Info("flushed and checkpointed on shutdown", "snapshots", len(job.entries), "partitions", len(job.checkpoints))
 	return nil
+}
+
+// catchingUp reports whether there is more to fold than the poll gave: it
+// came back full, or the owned partitions are at least MaxPollRecords
+// behind the high watermarks their latest fetches reported (the fetch
+// buffer ran dry before the log end). A backlog under MaxPollRecords is
+// caught up: one more poll folds it, and a gap of a few offsets at a
+// partition's end (transaction markers) never makes the projector wait.
+func (p *Projector) catchingUp(fetches kgo.Fetches) bool {
+	if fetches.NumRecords() >= p.cfg.MaxPollRecords {
+		return true
+	}
+	var behind int64
+	for _, part := range p.parts {
+		if part.next >= 0 && part.hw > part.next {
+			behind += part.hw - part.next
+		}
+	}
+	return behind >= int64(p.cfg.MaxPollRecords)
 }
 
 // buildJob builds a batch of everything owned.
