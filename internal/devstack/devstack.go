@@ -171,12 +171,23 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	irt.Listener = li
 	s.goRun("ingest", func() error { return ingest.Serve(ctx, icfg, irt) })
 
-	pcfg := projector.Config{Kafka: kcfg, Topic: s.Topic, Partitions: o.Partitions, Group: orDefault(o.Group, "correx-projector"),
-		InstanceID: "devstack-projector", RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
-		FlushInterval: 100 * time.Millisecond, MaxFlushInterval: 2 * time.Second, FlushSize: 20000, CacheSize: 100000, MaxPollRecords: 10000,
-		SessionTimeout: 10 * time.Second, RebalanceTimeout: 30 * time.Second,
-		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, TLS: o.TLS}
-	pcfg.Kafka.ClientID = "correx-projector"
+	// The projector's defaults, apart from the stack's own endpoints and
+	// these deliberate differences: a fixed instance id (not the host
+	// name), so that a restarted stack takes its partitions back at once;
+	// no leave on shutdown (it was never a member of a shared group);
+	// shorter group timeouts, so that tests that stop members see
+	// rebalances quickly; and a shorter longest poll wait (FlushInterval).
+	pcfg := projector.DefaultConfig()
+	clientID := pcfg.Kafka.ClientID
+	pcfg.Kafka = kcfg
+	pcfg.Kafka.ClientID = clientID
+	pcfg.Topic, pcfg.Partitions, pcfg.Group = s.Topic, o.Partitions, orDefault(o.Group, pcfg.Group)
+	pcfg.RedisURL, pcfg.RedisCluster, pcfg.RedisPrefix = s.RedisURL, o.RedisCluster, s.Prefix
+	pcfg.RedisPasswordFile, pcfg.RedisTLSCAFile, pcfg.TLS = o.RedisPasswordFile, o.RedisTLSCAFile, o.TLS
+	pcfg.InstanceID = "devstack-projector"
+	pcfg.LeaveOnShutdown = false
+	pcfg.SessionTimeout, pcfg.RebalanceTimeout = 10*time.Second, 30*time.Second
+	pcfg.FlushInterval = 100 * time.Millisecond
 	if o.Projector != nil {
 		o.Projector(&pcfg)
 	}

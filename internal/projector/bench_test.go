@@ -79,10 +79,16 @@ func newBenchEnv(b *testing.B, sessions int) *benchEnv {
 }
 
 func (e *benchEnv) config(group, instance string) Config {
-	return Config{Kafka: kafka.Config{Brokers: e.brokers, ClientID: "bench"}, Topic: topic, Partitions: 12,
-		Group: group, InstanceID: instance, RedisURL: e.srv.URL(), HTTPAddr: ":0",
-		FlushInterval: 100 * time.Millisecond, MaxFlushInterval: 2 * time.Second, FlushSize: 20000,
-		CacheSize: 100000, MaxPollRecords: 10000, SessionTimeout: 10 * time.Second, RebalanceTimeout: 20 * time.Second}
+	// The defaults, on the benchmark's brokers and Redis, with devstack's
+	// flush interval, shorter group timeouts and no leave on shutdown.
+	cfg := DefaultConfig()
+	cfg.Kafka = kafka.Config{Brokers: e.brokers, ClientID: "bench"}
+	cfg.Topic, cfg.Group, cfg.InstanceID = topic, group, instance
+	cfg.RedisURL, cfg.HTTPAddr = e.srv.URL(), ":0"
+	cfg.LeaveOnShutdown = false
+	cfg.FlushInterval = 100 * time.Millisecond
+	cfg.SessionTimeout, cfg.RebalanceTimeout = 10*time.Second, 20*time.Second
+	return cfg
 }
 
 // catchUp runs a projector from its checkpoints (none: a full rebuild)

@@ -30,7 +30,7 @@ func TestCacheBytes(t *testing.T) {
 	measure := func() (cached, pinned int) {
 		r.p.mu.Lock()
 		defer r.p.mu.Unlock()
-		for en := r.p.lru.head; en != nil; en = en.next {
+		for en := r.p.cache.lru.head; en != nil; en = en.next {
 			n := len(en.snap.AppendBinary(nil))
 			cached += n
 			if !en.evictable() {

@@ -31,11 +31,15 @@ type Config struct {
 	// TLS serves /healthz, /readyz and /metrics over HTTPS when set
 	// (CORREX_TLS_CERT_FILE, CORREX_TLS_KEY_FILE, CORREX_TLS_CLIENT_CA_FILE).
 	TLS httpx.TLSConfig
-	// FlushInterval is the longest a folded event waits to be written while
-	// the projector is caught up; CORREX_FLUSH_INTERVAL, default 250ms.
+	// FlushInterval is the longest a poll waits for records, so the longest
+	// idle wait of the poll loop; CORREX_FLUSH_INTERVAL, default 250ms. It
+	// does not delay writes: caught up, the projector writes as soon as a
+	// poll leaves nothing more to fold and no write is in flight (group
+	// commit), and a poll returns early when the write in flight completes.
 	FlushInterval time.Duration
-	// MaxFlushInterval is the longest it waits while catching up;
-	// CORREX_MAX_FLUSH_INTERVAL, default 2s.
+	// MaxFlushInterval is the longest between two writes while catching up
+	// (polls come back full, MaxPollRecords records), unless FlushSize
+	// snapshots are dirty first; CORREX_MAX_FLUSH_INTERVAL, default 2s.
 	MaxFlushInterval time.Duration
 	// FlushSize flushes as soon as this many snapshots are dirty;
 	// CORREX_FLUSH_SIZE, default 20000.
@@ -58,8 +62,8 @@ type Config struct {
 	// instance id takes the partitions back at once.
 	// CORREX_LEAVE_ON_SHUTDOWN, default true.
 	LeaveOnShutdown bool
-	// MaxPollRecords bounds the records folded between two flush decisions
-	// (default 10000).
+	// MaxPollRecords bounds the records folded between two flush decisions;
+	// CORREX_MAX_POLL_RECORDS, default 10000.
 	MaxPollRecords int
 	// RebalanceTimeout is how long the group waits for members to finish a
 	// rebalance (flush what they revoke) before dropping them;
@@ -67,32 +71,60 @@ type Config struct {
 	RebalanceTimeout time.Duration
 }
 
-// Bind registers the projector's flags and environment variables.
-func (c *Config) Bind(b *config.Binder) {
+// DefaultConfig returns the configuration with every default: the values
+// the flags and environment variables start from (Bind), and the base of
+// in-process stacks and benchmarks, which change only what they mean to.
+// InstanceID defaults to the host name.
+func DefaultConfig() Config {
 	host, _ := os.Hostname()
-	c.Kafka.ClientID = "correx-projector"
-	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", []string{"127.0.0.1:9092"}, "Kafka bootstrap brokers")
-	b.String(&c.Topic, "topic", "CORREX_TOPIC", "correx.session-events", "topic of session events")
-	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", 12, "partitions when the topic is created")
-	b.String(&c.Group, "group", "CORREX_GROUP", "correx-projector", "consumer group")
-	b.String(&c.InstanceID, "instance-id", "CORREX_INSTANCE_ID", host, "stable group instance id (static membership); empty for dynamic membership")
-	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (rediss:// for TLS)")
-	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", false, "the Redis URL names a Redis Cluster")
-	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", "correx", "prefix of every Redis key")
-	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", "", "file holding the Redis password (instead of a password in the URL)")
-	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", "", "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
-	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", ":8083", "listen address for /healthz, /readyz, /metrics")
+	return Config{
+		Kafka:            kafka.Config{Brokers: []string{"127.0.0.1:9092"}, ClientID: "correx-projector"},
+		Topic:            "correx.session-events",
+		Partitions:       12,
+		Group:            "correx-projector",
+		InstanceID:       host,
+		RedisURL:         "redis://127.0.0.1:6379/0",
+		RedisPrefix:      "correx",
+		HTTPAddr:         ":8083",
+		FlushInterval:    250 * time.Millisecond,
+		MaxFlushInterval: 2 * time.Second,
+		FlushSize:        20000,
+		CacheSize:        100000,
+		CacheBytes:       DefaultCacheBytes,
+		SessionTimeout:   30 * time.Second,
+		LeaveOnShutdown:  true,
+		MaxPollRecords:   10000,
+		RebalanceTimeout: 60 * time.Second,
+	}
+}
+
+// Bind registers the projector's flags and environment variables, with
+// DefaultConfig's values as their defaults.
+func (c *Config) Bind(b *config.Binder) {
+	d := DefaultConfig()
+	c.Kafka.ClientID = d.Kafka.ClientID
+	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers")
+	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
+	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions when the topic is created")
+	b.String(&c.Group, "group", "CORREX_GROUP", d.Group, "consumer group")
+	b.String(&c.InstanceID, "instance-id", "CORREX_INSTANCE_ID", d.InstanceID, "stable group instance id (static membership); empty for dynamic membership")
+	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", d.RedisURL, "Redis URL (rediss:// for TLS)")
+	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", d.RedisCluster, "the Redis URL names a Redis Cluster")
+	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.RedisPrefix, "prefix of every Redis key")
+	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", d.RedisPasswordFile, "file holding the Redis password (instead of a password in the URL)")
+	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", d.RedisTLSCAFile, "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
+	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address for /healthz, /readyz, /metrics")
 	c.TLS.Bind(b)
 	c.Kafka.BindSecurity(b)
-	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", 250*time.Millisecond, "longest wait before folded events are written, when caught up")
-	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", 2*time.Second, "longest wait before folded events are written, when catching up")
-	b.Int(&c.FlushSize, "flush-size", "CORREX_FLUSH_SIZE", 20000, "dirty snapshots that trigger a flush")
-	b.Bool(&c.LeaveOnShutdown, "leave-on-shutdown", "CORREX_LEAVE_ON_SHUTDOWN", true, "leave the group after the final flush on SIGTERM (static members keep their partitions otherwise)")
-	b.Int(&c.MaxPollRecords, "max-poll-records", "CORREX_MAX_POLL_RECORDS", 10000, "records folded between two flush decisions")
-	b.Int(&c.CacheSize, "cache-size", "CORREX_CACHE_SIZE", 100000, "snapshots kept in memory")
-	b.Int(&c.CacheBytes, "cache-bytes", "CORREX_CACHE_BYTES", DefaultCacheBytes, "estimated bytes of the snapshots kept in memory")
-	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", 30*time.Second, "consumer group session timeout")
-	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", 60*time.Second, "how long a rebalance may take before slow members are dropped")
+	b.Duration(&c.FlushInterval, "flush-interval", "CORREX_FLUSH_INTERVAL", d.FlushInterval, "longest a poll waits for records (caught up, writes start as soon as nothing more is to be folded)")
+	b.Duration(&c.MaxFlushInterval, "max-flush-interval", "CORREX_MAX_FLUSH_INTERVAL", d.MaxFlushInterval, "longest between two writes while catching up")
+	b.Int(&c.FlushSize, "flush-size", "CORREX_FLUSH_SIZE", d.FlushSize, "dirty snapshots that trigger a flush")
+	b.Bool(&c.LeaveOnShutdown, "leave-on-shutdown", "CORREX_LEAVE_ON_SHUTDOWN", d.LeaveOnShutdown, "leave the group after the final flush on SIGTERM (static members keep their partitions otherwise)")
+	b.Int(&c.MaxPollRecords, "max-poll-records", "CORREX_MAX_POLL_RECORDS", d.MaxPollRecords, "records folded between two flush decisions")
+	b.Int(&c.CacheSize, "cache-size", "CORREX_CACHE_SIZE", d.CacheSize, "snapshots kept in memory")
+	b.Int(&c.CacheBytes, "cache-bytes", "CORREX_CACHE_BYTES", d.CacheBytes, "estimated bytes of the snapshots kept in memory")
+	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", d.SessionTimeout, "consumer group session timeout")
+	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", d.RebalanceTimeout, "how long a rebalance may take before slow members are dropped")
 }
 
 // Redis returns the Redis connection settings.

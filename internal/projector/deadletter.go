@@ -7,8 +7,22 @@ import (
 	"unicode/utf8"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/fsm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DLQ reasons, the value of the correx-dlq-reason header.
+const (
+	ReasonUndecodable        = "undecodable"
+	ReasonUnsupportedVersion = "unsupported_version"
+	ReasonUnknownEventType   = "unknown_event_type"
+	ReasonInvalidEvent       = "invalid_event"
+	ReasonKeyMismatch        = "key_mismatch"
+	ReasonUnknownSession     = "unknown_session"
+	// ReasonWrongPartition: the record is not on its key's partition (see
+	// the package doc).
+	ReasonWrongPartition = "wrong_partition"
 )
 
 // Bounds of a dead-letter record. Any record another producer writes to the
@@ -114,4 +128,44 @@ func refused(err error) bool {
 		}
 	}
 	return false
+}
+
+// classify maps a decoding error to a DLQ reason.
+func classify(err error) string {
+	if errors.Is(err, fsm.ErrUnsupportedVersion) {
+		return ReasonUnsupportedVersion
+	}
+	var ve *fsm.ValidationError
+	if !errors.As(err, &ve) {
+		return ReasonUndecodable
+	}
+	for _, fe := range ve.Errors {
+		if fe.Field == "" {
+			return ReasonUndecodable
+		}
+	}
+	if len(ve.Errors) == 1 && ve.Errors[0].Field == "type" && strings.HasPrefix(ve.Errors[0].Message, "unknown event type") {
+		return ReasonUnknownEventType
+	}
+	return ReasonInvalidEvent
+}
+
+// deadLetter sets r aside: it produces a bounded excerpt of r (see
+// deadLetterRecord) to the dead-letter topic. The flush that checkpoints
+// past r waits for the produce first (flusher.write), so a dead letter is written
+// at least once; one the broker refuses for what it is (refused) is logged,
+// counted and given up, so that no record can stop the partition.
+func (p *Projector) deadLetter(r *kgo.Record, reason, detail string) {
+	p.obs.DeadLettered(r, reason)
+	p.cl.Produce(p.flush.ctx, deadLetterRecord(r, reason, detail), func(_ *kgo.Record, err error) {
+		switch {
+		case err == nil || p.crash.crashed.Load():
+		case refused(err):
+			p.log.Error("the dead-letter topic refused a record; it is skipped", "source", kafka.Source(r),
+				"reason", reason, "err", err)
+			p.obs.DeadLetterFailed(r, reason, err)
+		default:
+			p.flush.dlqErr.CompareAndSwap(nil, &err)
+		}
+	})
 }

@@ -45,19 +45,55 @@
 //     every restart. Any other produce error fails the batch: the
 //     checkpoint is not written and a restart replays the record.
 //
+// # Where each guarantee lives
+//
+//   - The skip rule: Projector.fold (projector.go), through
+//     snapshot.Snapshot.Fold; the fencing is the store's (pkg/snapshot).
+//   - The order of a write (snapshots fenced, dead letters acknowledged,
+//     checkpoints, Kafka offsets) and the crash points between the steps:
+//     flusher.write (flush.go). What a written batch made durable (a
+//     snapshot's stored position, a partition's stored checkpoint) is
+//     recorded only afterwards, by flusher.finish, from the fold goroutine.
+//   - Only stored snapshots are evicted: cache.evict and entry.evictable
+//     (cache.go); the dirty set is cache.takeDirty's.
+//   - Which checkpoint a partition may write, and whether one is expected
+//     to be stored: partState.checkpoint (partition.go).
+//   - Starting at the Redis checkpoint, stalling a partition whose
+//     checkpoint is beyond the log, rebuilding after a vanished checkpoint
+//     and the idle check: adjustOffsets, rebuild, checkCheckpoints
+//     (recovery.go).
+//   - Writing what is revoked before giving it up, and dropping what is
+//     lost without writing: onRevoked, onLost (group.go).
+//   - Setting records aside, on their key's partition or not: deadLetter,
+//     classify (deadletter.go), onKeyPartition (partitioning.go).
+//
 // # Shape
 //
 // One goroutine polls, decodes and folds (BlockRebalanceOnPoll keeps
 // rebalances between polls). Snapshots are encoded in that goroutine and
-// handed to a flusher goroutine, so Redis round trips overlap folding; at
-// most one batch is in flight. A bounded LRU cache holds hot snapshots; only
+// handed to the flush goroutine (flusher), so Redis round trips overlap
+// folding; at most one batch is in flight. The cache and the partitions'
+// state have no lock of their own: they belong to the fold goroutine, and
+// the rebalance callbacks use them under Projector.mu between polls.
+// Readiness (Ready) reads an atomic copy of the stalled partitions and
+// pings Redis; it never takes Projector.mu, which is held across Redis
+// calls. A bounded LRU cache holds hot snapshots; only
 // snapshots whose latest state is known to be stored are evicted, and misses
 // are read from Redis in one pipelined round trip per poll.
 //
-// Flushes happen when the dirty set reaches FlushSize, or FlushInterval
-// after the previous one while the projector is caught up; while it is
-// catching up (polls come back full) it waits up to MaxFlushInterval, which
-// writes each busy session far less often.
+// Flushes are group commits while the projector is caught up: a batch
+// starts as soon as a poll leaves nothing more to fold (it returned fewer
+// than MaxPollRecords records, and the partitions are less than that
+// behind their high watermarks) and no batch is in flight. What is folded
+// while one is in flight goes in the next batch, which starts as soon as
+// the one in flight is written: the poll waiting for records returns early
+// then, instead of at its timeout (FlushInterval, which is only the
+// longest idle wait). An event thus becomes visible about one fold and one
+// or two Redis writes after it is polled, whatever the load. While the
+// projector is catching up (polls come back full, or it is MaxPollRecords
+// or more behind) it writes large batches:
+// when FlushSize snapshots are dirty, or MaxFlushInterval after the
+// previous batch, which writes each busy session far less often.
 //
 // Each replica should have a stable group instance id (static membership,
 // KIP-345): a replica killed and restarted under the same id takes its

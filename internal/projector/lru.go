@@ -1,8 +1,8 @@
 package projector
 
 // lru is an intrusive doubly linked list of cached entries, most recently
-// used at the head, with their count and estimated bytes. Owned by the fold
-// goroutine (under Projector.mu).
+// used at the head, with their count and estimated bytes. Part of the
+// cache, and owned like it (see cache).
 type lru struct {
 	head, tail *entry
 	n          int

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,14 +14,19 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.opentelemetry.io/otel/trace"
 )
 
-// Observer sees what the projector does; telemetry implements it. Folded,
-// Skipped, DeadLettered and FlushStarted are called from the fold goroutine,
-// Flushed and Checkpointed from the flusher, DeadLetterFailed from the Kafka
-// client; none may block.
+// Observer sees what the projector does; telemetry implements it.
+//
+// Folded, Skipped, DeadLettered and FlushStarted are called from the fold
+// goroutine, so time spent in them is time the fold stands still: they may
+// wait briefly but never on I/O. Telemetry's Folded waits while its span
+// queue is full, and its FlushStarted waits up to 100 ms for the spans
+// queued so far (so that the flush span links them). Flushed and
+// Checkpointed are called from whoever writes the batch: the flush
+// goroutine, or the fold goroutine and rebalance callbacks for the final
+// and revoke flushes. DeadLetterFailed is called from the Kafka client's
+// produce callback and must not block, or the client's produce path stalls.
 type Observer interface {
 	// Folded is called for every record folded into a snapshot: rec is the
 	// record, e the event, s the snapshot after the fold.
@@ -52,24 +55,15 @@ func (nopObserver) FlushStarted(int, int) context.Context                       
 func (nopObserver) Flushed(context.Context, snapshot.PutResult, time.Duration, error) {}
 func (nopObserver) Checkpointed(snapshot.Checkpoint)                                  {}
 
-// DLQ reasons, the value of the correx-dlq-reason header.
-const (
-	ReasonUndecodable        = "undecodable"
-	ReasonUnsupportedVersion = "unsupported_version"
-	ReasonUnknownEventType   = "unknown_event_type"
-	ReasonInvalidEvent       = "invalid_event"
-	ReasonKeyMismatch        = "key_mismatch"
-	ReasonUnknownSession     = "unknown_session"
-	// ReasonWrongPartition: the record is not on its key's partition (see
-	// the package doc).
-	ReasonWrongPartition = "wrong_partition"
-)
-
-// errCrashed ends Run after a test hook simulated a crash.
-var errCrashed = errors.New("projector: simulated crash")
-
 // Projector folds one topic's events into snapshots. Create it with New and
 // run it with Run; it is single-use.
+//
+// It composes one part per responsibility: the cache of snapshots (cache),
+// the owned partitions' progress (partState), the flusher that writes
+// batches (flush.go), recovery and stalls (recovery.go), the group's
+// callbacks (group.go) and dead letters (deadletter.go). The fold goroutine
+// (Run's poll loop) and the rebalance callbacks share the state below under
+// mu; Ready reads only atomics, never mu.
 type Projector struct {
 	cfg   Config
 	log   *slog.Logger
@@ -86,30 +80,20 @@ type Projector struct {
 
 	mu        sync.Mutex // guards everything below; held while folding and in rebalance callbacks
 	parts     map[int32]*partState
-	lru       lru
-	dirty     []*entry
-	progress  bool // a partition advanced since the last flush was built
-	inflight  *flushJob
-	lastFlush time.Time
+	cache     cache
+	flush     *flusher
+	progress  bool      // a partition advanced since the last flush was built
 	lastCheck time.Time // when the stored checkpoints were last checked
 	reducer   fsm.Reducer
 	events    []fsm.Event // decode buffer, reused across polls
-	stalled   map[int32]string
+	stalls    stalls
 	pt        partitioning
 	// rebuiltNow holds the partitions rebuilt since the current poll's
 	// records were fetched: those records are not folded.
 	rebuiltNow map[int32]bool
 
-	jobs         chan *flushJob
-	flushCtx     context.Context
-	stopFlushing context.CancelFunc
-	dlqErr       atomic.Pointer[error]
-	crashed      atomic.Bool
-	assigned     atomic.Int32
-
-	// hook, when set by tests, is called at named points and returns true
-	// to simulate a crash there.
-	hook func(point string) bool
+	assigned atomic.Int32 // partitions owned, for tests and logs
+	crash    crashPoints  // test hooks
 }
 
 // Option customizes a Projector.
@@ -129,46 +113,13 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 // New returns a projector writing to store.
 func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
-		parts: map[int32]*partState{}, stalled: map[int32]string{}, rebuiltNow: map[int32]bool{}, jobs: make(chan *flushJob, 1),
-		clientsSet: make(chan struct{})}
+		parts: map[int32]*partState{}, cache: newCache(cfg), stalls: stalls{byPartition: map[int32]string{}},
+		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{})}
 	for _, o := range opts {
 		o(p)
 	}
+	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash)
 	return p
-}
-
-type partState struct {
-	id        int32
-	sessions  map[string]*entry
-	next      int64 // next offset to fold; -1 before the first record
-	hw        int64 // high watermark from the latest fetch, -1 if unknown
-	lastCkpt  int64 // the latest checkpoint known to be stored
-	ckptKnown bool  // a checkpoint is known to be stored (loaded or written)
-	lastHW    int64 // the high watermark stored with lastCkpt
-}
-
-// entry is a cached snapshot, or the knowledge that a session has none.
-type entry struct {
-	id         string
-	snap       snapshot.Snapshot
-	part       *partState
-	dirty      bool              // changed since it was last encoded for a flush
-	durable    snapshot.Position // the stored version's position, when hasDurable
-	hasDurable bool
-	size       int    // estimate() when last counted in lru.bytes
-	prev, next *entry // LRU links
-}
-
-// evictable reports whether dropping the entry loses nothing: its latest
-// state is stored (or there is no session).
-func (e *entry) evictable() bool {
-	if e.dirty {
-		return false
-	}
-	if !e.snap.Exists() {
-		return true
-	}
-	return e.hasDurable && e.durable == e.snap.Position
 }
 
 // Run joins the group and folds until ctx is done, then flushes, writes
@@ -200,24 +151,28 @@ func (p *Projector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("projector: kafka client: %w", err)
 	}
+	// The flush context exists before the group is joined and before
+	// anything can fail: closing the client runs the group's revoke
+	// callbacks, which flush under it.
+	var stopFlushing context.CancelFunc
+	p.flush.ctx, stopFlushing = context.WithCancel(context.WithoutCancel(ctx))
+	p.crash.stop = stopFlushing
+	defer stopFlushing()
 	p.cl, p.adm = cl, kadm.NewClient(cl)
+	p.flush.cl = cl
 	close(p.clientsSet)
-	// The flush context exists before anything can fail: closing the
-	// client runs the group's revoke callbacks, which flush under it.
-	p.flushCtx, p.stopFlushing = context.WithCancel(context.WithoutCancel(ctx))
-	defer p.stopFlushing()
 	defer cl.CloseAllowingRebalance()
 
 	if err := p.ensureTopics(ctx); err != nil {
 		return err
 	}
 	flusherDone := make(chan struct{})
-	go func() { defer close(flusherDone); p.flusher() }()
-	defer func() { close(p.jobs); <-flusherDone }()
+	go func() { defer close(flusherDone); p.flush.run() }()
+	defer func() { close(p.flush.jobs); <-flusherDone }()
 
-	p.lastFlush = time.Now()
+	p.flush.last = time.Now()
 	err = p.loop(ctx)
-	if errors.Is(err, errCrashed) || p.crashed.Load() {
+	if errors.Is(err, errCrashed) || p.crash.crashed.Load() {
 		return errCrashed
 	}
 	if err != nil {
@@ -233,50 +188,24 @@ func (p *Projector) Run(ctx context.Context) error {
 	return nil
 }
 
-// leave removes this replica's static membership, so the group rebalances
-// now instead of after the session timeout. Closing a client with an
-// instance id does not leave (KIP-345); this asks the coordinator directly.
-func (p *Projector) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(p.cfg.Kafka.Opts()...)
-	if err != nil {
-		p.log.Warn("leaving the group", "err", err)
-		return
-	}
-	defer cl.Close()
-	resp, err := kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(p.cfg.Group).InstanceIDs(p.cfg.InstanceID).Reason("shutting down"))
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		p.log.Warn("leaving the group; partitions move after the session timeout", "err", err)
-		return
-	}
-	p.log.Info("left the group", "instance", p.cfg.InstanceID)
-}
-
-func (p *Projector) ensureTopics(ctx context.Context) error {
-	for {
-		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
-		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
-		if err := errors.Join(err1, err2); err == nil {
-			p.setPartitions(n)
-			return nil
-		} else {
-			p.log.Warn("waiting for Kafka", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-}
-
 func (p *Projector) loop(ctx context.Context) error {
 	for ctx.Err() == nil {
+		// The poll waits at most FlushInterval, and returns as soon as the
+		// batch in flight is written, so that what was folded meanwhile
+		// is flushed at once (group commit, see flusher.due).
 		pctx, cancel := context.WithTimeout(ctx, p.cfg.FlushInterval)
+		p.mu.Lock()
+		written := p.flush.inflightDone()
+		p.mu.Unlock()
+		if written != nil {
+			go func() {
+				select {
+				case <-written:
+					cancel()
+				case <-pctx.Done():
+				}
+			}()
+		}
 		fetches := p.cl.PollRecords(pctx, p.cfg.MaxPollRecords)
 		cancel()
 		if fetches.IsClientClosed() {
@@ -293,13 +222,13 @@ func (p *Projector) loop(ctx context.Context) error {
 		if err == nil {
 			err = p.process(ctx, fetches)
 		}
-		if err == nil && p.flushDue(fetches.NumRecords() >= p.cfg.MaxPollRecords) {
+		if err == nil && p.flush.due(p.cache.dirtyLen(), p.progress, p.catchingUp(fetches)) {
 			err = p.startFlush()
 		}
-		if err == nil && p.inflight == nil && time.Since(p.lastCheck) >= p.cfg.MaxFlushInterval {
+		if err == nil && p.flush.inflight == nil && time.Since(p.lastCheck) >= p.cfg.MaxFlushInterval {
 			p.checkCheckpoints(ctx)
 		}
-		p.evict()
+		p.cache.evict()
 		p.mu.Unlock()
 		if err != nil {
 			return err
@@ -316,28 +245,61 @@ func (p *Projector) shutdown() error {
 	if err := p.collect(true); err != nil {
 		return err
 	}
-	job := p.buildJob(nil)
-	ctx, cancel := context.WithTimeout(p.flushCtx, 30*time.Second)
+	job := p.buildJob()
+	ctx, cancel := context.WithTimeout(p.flush.ctx, 30*time.Second)
 	defer cancel()
-	if err := p.runJob(ctx, job); err != nil {
+	if err := p.flush.write(ctx, job); err != nil {
 		return fmt.Errorf("projector: final flush: %w", err)
 	}
-	p.finish(job)
+	p.flush.finish(job, p.parts, p.rebuild)
 	p.log.Info("flushed and checkpointed on shutdown", "snapshots", len(job.entries), "partitions", len(job.checkpoints))
 	return nil
 }
 
-// crash reports whether a test hook asks for a crash at point, and records it.
-func (p *Projector) crash(point string) bool {
-	if p.hook == nil || p.crashed.Load() {
-		return p.crashed.Load()
-	}
-	if p.hook(point) {
-		p.crashed.Store(true)
-		p.stopFlushing()
+// catchingUp reports whether there is more to fold than the poll gave: it
+// came back full, or the owned partitions are at least MaxPollRecords
+// behind the high watermarks their latest fetches reported (the fetch
+// buffer ran dry before the log end). A backlog under MaxPollRecords is
+// caught up: one more poll folds it, and a gap of a few offsets at a
+// partition's end (transaction markers) never makes the projector wait.
+func (p *Projector) catchingUp(fetches kgo.Fetches) bool {
+	if fetches.NumRecords() >= p.cfg.MaxPollRecords {
 		return true
 	}
-	return false
+	var behind int64
+	for _, part := range p.parts {
+		if part.next >= 0 && part.hw > part.next {
+			behind += part.hw - part.next
+		}
+	}
+	return behind >= int64(p.cfg.MaxPollRecords)
+}
+
+// buildJob builds a batch of everything owned.
+func (p *Projector) buildJob() *flushJob {
+	job := p.flush.build(&p.cache, p.parts, nil)
+	p.progress = false
+	return job
+}
+
+// startFlush hands a new batch to the flusher, after waiting for the one in
+// flight (which is what slows folding down when Redis is slow).
+func (p *Projector) startFlush() error {
+	if err := p.collect(true); err != nil {
+		return err
+	}
+	p.flush.start(p.buildJob())
+	return nil
+}
+
+// collect applies the result of the batch in flight: when wait is set it
+// waits for it, else only if it is done.
+func (p *Projector) collect(wait bool) error {
+	job, err := p.flush.collect(wait)
+	if job != nil {
+		p.flush.finish(job, p.parts, p.rebuild)
+	}
+	return err
 }
 
 // process decodes the polled records, reads the snapshots of sessions not in
@@ -379,7 +341,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 			wrongPart[i] = true
 			continue
 		}
-		if _, ok := part.sessions[m.id]; !ok && !seen[m] && string(r.Key) == m.id {
+		if p.cache.get(part.id, m.id) == nil && !seen[m] && string(r.Key) == m.id {
 			seen[m] = true
 			missing = append(missing, m)
 			ids = append(ids, m.id)
@@ -391,14 +353,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 			return err
 		}
 		for i, m := range missing {
-			part := p.parts[m.partition]
-			e := &entry{id: m.id, part: part}
-			if snaps[i] != nil {
-				e.snap = *snaps[i]
-				e.durable, e.hasDurable = e.snap.Position, true
-			}
-			part.sessions[m.id] = e
-			p.lru.pushFront(e)
+			p.cache.add(p.parts[m.partition], m.id, snaps[i])
 		}
 	}
 	for i, r := range recs {
@@ -406,7 +361,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		if part == nil || p.rebuiltNow[r.Partition] {
 			continue
 		}
-		if p.crash("fold") {
+		if p.crash.at("fold") {
 			return errCrashed
 		}
 		switch {
@@ -431,20 +386,15 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 }
 
 func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e *fsm.Event) error {
-	en := part.sessions[e.SessionID]
+	en := p.cache.get(part.id, e.SessionID)
 	if en == nil { // process reads every missing session first; never fold without the stored one
 		snaps, err := p.getMany(ctx, []string{e.SessionID})
 		if err != nil {
 			return err
 		}
-		en = &entry{id: e.SessionID, part: part}
-		if snaps[0] != nil {
-			en.snap, en.durable, en.hasDurable = *snaps[0], snaps[0].Position, true
-		}
-		part.sessions[e.SessionID] = en
-		p.lru.pushFront(en)
+		en = p.cache.add(part, e.SessionID, snaps[0])
 	}
-	p.lru.touch(en)
+	p.cache.touch(en)
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
 	if !folded {
 		p.obs.Skipped(r)
@@ -454,53 +404,9 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
-	p.lru.resize(en)
-	if !en.dirty {
-		en.dirty = true
-		p.dirty = append(p.dirty, en)
-	}
+	p.cache.markDirty(en)
 	p.obs.Folded(r, e, &en.snap, o)
 	return nil
-}
-
-// classify maps a decoding error to a DLQ reason.
-func classify(err error) string {
-	if errors.Is(err, fsm.ErrUnsupportedVersion) {
-		return ReasonUnsupportedVersion
-	}
-	var ve *fsm.ValidationError
-	if !errors.As(err, &ve) {
-		return ReasonUndecodable
-	}
-	for _, fe := range ve.Errors {
-		if fe.Field == "" {
-			return ReasonUndecodable
-		}
-	}
-	if len(ve.Errors) == 1 && ve.Errors[0].Field == "type" && strings.HasPrefix(ve.Errors[0].Message, "unknown event type") {
-		return ReasonUnknownEventType
-	}
-	return ReasonInvalidEvent
-}
-
-// deadLetter sets r aside: it produces a bounded excerpt of r (see
-// deadLetterRecord) to the dead-letter topic. The flush that checkpoints
-// past r waits for the produce first (runJob), so a dead letter is written
-// at least once; one the broker refuses for what it is (refused) is logged,
-// counted and given up, so that no record can stop the partition.
-func (p *Projector) deadLetter(r *kgo.Record, reason, detail string) {
-	p.obs.DeadLettered(r, reason)
-	p.cl.Produce(p.flushCtx, deadLetterRecord(r, reason, detail), func(_ *kgo.Record, err error) {
-		switch {
-		case err == nil || p.crashed.Load():
-		case refused(err):
-			p.log.Error("the dead-letter topic refused a record; it is skipped", "source", kafka.Source(r),
-				"reason", reason, "err", err)
-			p.obs.DeadLetterFailed(r, reason, err)
-		default:
-			p.dlqErr.CompareAndSwap(nil, &err)
-		}
-	})
 }
 
 // getMany reads snapshots, retrying while Redis is unreachable.
@@ -535,324 +441,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// flushDue decides whether to start a flush now.
-func (p *Projector) flushDue(catchingUp bool) bool {
-	if len(p.dirty) >= p.cfg.FlushSize {
-		return true
-	}
-	if len(p.dirty) == 0 && !p.progress {
-		return false
-	}
-	if p.inflight != nil {
-		return false // a time-triggered flush does not wait for the previous one
-	}
-	interval := p.cfg.FlushInterval
-	if catchingUp {
-		interval = p.cfg.MaxFlushInterval
-	}
-	return time.Since(p.lastFlush) >= interval
-}
-
-// flushJob is one batch: encoded snapshots and the checkpoints they allow.
-type flushJob struct {
-	entries     []snapshot.Entry
-	refs        []*entry
-	positions   []snapshot.Position
-	checkpoints []snapshot.Checkpoint
-	prev        []int64
-	result      snapshot.PutResult
-	err         error
-	done        chan struct{}
-	ctx         context.Context // from Observer.FlushStarted: carries the flush span
-}
-
-// buildJob encodes the dirty snapshots (of the given partitions, or all) and
-// the checkpoints of those partitions.
-func (p *Projector) buildJob(only map[int32]bool) *flushJob {
-	job := &flushJob{done: make(chan struct{})}
-	keep := p.dirty[:0]
-	for _, en := range p.dirty {
-		if en.part == nil || (only != nil && !only[en.part.id]) {
-			if en.part != nil {
-				keep = append(keep, en)
-			}
-			continue
-		}
-		en.dirty = false
-		job.entries = append(job.entries, snapshot.NewEntry(&en.snap))
-		job.refs = append(job.refs, en)
-		job.positions = append(job.positions, en.snap.Position)
-	}
-	clear(p.dirty[len(keep):])
-	p.dirty = keep
-	ids := make([]int32, 0, len(p.parts))
-	for id := range p.parts {
-		if only == nil || only[id] {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	for _, id := range ids {
-		part := p.parts[id]
-		if part.next < 0 || (part.ckptKnown && part.next == part.lastCkpt && part.hw == part.lastHW) {
-			continue
-		}
-		job.checkpoints = append(job.checkpoints, snapshot.Checkpoint{Partition: id, Offset: part.next,
-			HighWatermark: part.hw, Expected: part.ckptKnown})
-	}
-	if only == nil {
-		p.progress = false
-	}
-	job.ctx = p.obs.FlushStarted(len(job.entries), len(job.checkpoints))
-	return job
-}
-
-// startFlush hands a new batch to the flusher, after waiting for the one in
-// flight (which is what slows folding down when Redis is slow).
-func (p *Projector) startFlush() error {
-	if err := p.collect(true); err != nil {
-		return err
-	}
-	job := p.buildJob(nil)
-	p.lastFlush = time.Now()
-	if len(job.entries) == 0 && len(job.checkpoints) == 0 {
-		return nil
-	}
-	p.inflight = job
-	p.jobs <- job
-	return nil
-}
-
-// collect applies the result of the batch in flight: when wait is set it
-// waits for it, else only if it is done.
-func (p *Projector) collect(wait bool) error {
-	job := p.inflight
-	if job == nil {
-		return nil
-	}
-	if !wait {
-		select {
-		case <-job.done:
-		default:
-			return nil
-		}
-	}
-	<-job.done
-	p.inflight = nil
-	if job.err != nil {
-		return job.err
-	}
-	p.finish(job)
-	return nil
-}
-
-func (p *Projector) flusher() {
-	for job := range p.jobs {
-		job.err = p.runJob(p.flushCtx, job)
-		close(job.done)
-	}
-}
-
-// runJob writes a batch: snapshots (fenced), then the dead-letter records
-// produced so far, then checkpoints, then Kafka offsets. Redis errors are
-// retried until ctx ends; the batch is idempotent.
-func (p *Projector) runJob(ctx context.Context, job *flushJob) (err error) {
-	if job.ctx != nil { // the flush span, under the flusher's cancellation
-		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(job.ctx))
-	}
-	start := time.Now()
-	defer func() { p.obs.Flushed(ctx, job.result, time.Since(start), err) }()
-	if p.crash("before-put") {
-		return errCrashed
-	}
-	if len(job.entries) > 0 {
-		for attempt := 0; ; attempt++ {
-			res, err := p.store.PutBatch(ctx, job.entries)
-			if err == nil {
-				job.result = res
-				break
-			}
-			p.log.Warn("writing snapshots", "err", err, "attempt", attempt, "snapshots", len(job.entries))
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return err
-			}
-		}
-	}
-	if p.crash("after-put") {
-		return errCrashed
-	}
-	if len(job.checkpoints) == 0 {
-		return nil
-	}
-	if err := p.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("projector: dead-letter produce: %w", err)
-	}
-	if errp := p.dlqErr.Load(); errp != nil {
-		return fmt.Errorf("projector: dead-letter produce: %w", *errp)
-	}
-	if p.crash("before-checkpoint") {
-		return errCrashed
-	}
-	for attempt := 0; ; attempt++ {
-		prev, err := p.store.SaveCheckpoints(ctx, p.cfg.Topic, job.checkpoints, time.Now())
-		if err == nil {
-			job.prev = prev
-			break
-		}
-		p.log.Warn("writing checkpoints", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
-	if p.crash("after-checkpoint") {
-		return errCrashed
-	}
-	offsets := map[int32]kgo.EpochOffset{}
-	for _, cp := range job.checkpoints {
-		offsets[cp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: cp.Offset}
-		p.obs.Checkpointed(cp)
-	}
-	p.cl.CommitOffsets(ctx, map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: offsets},
-		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
-			if err != nil && !errors.Is(err, context.Canceled) {
-				p.log.Debug("committing Kafka offsets (for lag tools only)", "err", err)
-			}
-		})
-	return nil
-}
-
-// finish records what a written batch made durable. A checkpoint that was
-// expected in Redis and was not there means Redis lost the read model
-// (emptied, or restored from an old backup): the partition is rebuilt from
-// the earliest offset.
-func (p *Projector) finish(job *flushJob) {
-	for i, en := range job.refs {
-		if !en.hasDurable || en.durable.Less(job.positions[i]) {
-			en.durable, en.hasDurable = job.positions[i], true
-		}
-	}
-	for i, cp := range job.checkpoints {
-		part := p.parts[cp.Partition]
-		if part == nil {
-			continue
-		}
-		if cp.Expected && i < len(job.prev) && job.prev[i] == -1 {
-			p.rebuild(part)
-			continue
-		}
-		part.ckptKnown, part.lastCkpt, part.lastHW = true, cp.Offset, cp.HighWatermark
-	}
-}
-
-// checkCheckpoints notices a read model that vanished while the projector had
-// nothing to write (Redis emptied, or replaced by an empty one): a flush finds
-// that out when it writes a checkpoint, but an idle partition writes none, so
-// its sessions would stay missing until its next event. Every owned partition
-// whose stored checkpoint is gone is rebuilt from the earliest offset. A
-// stalled partition is left alone: its remedy is `projector reset` and a
-// restart. Called between polls with no batch in flight.
-func (p *Projector) checkCheckpoints(ctx context.Context) {
-	p.lastCheck = time.Now()
-	known := false
-	for _, part := range p.parts {
-		known = known || part.ckptKnown
-	}
-	if !known {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, time.Second) // the fold waits meanwhile
-	defer cancel()
-	cps, err := p.store.Checkpoints(cctx, p.cfg.Topic)
-	if err != nil {
-		p.log.Warn("checking checkpoints", "err", err) // the next check retries
-		return
-	}
-	for id, part := range p.parts {
-		if _, ok := cps[id]; part.ckptKnown && !ok && p.stalled[id] == "" {
-			p.rebuild(part)
-		}
-	}
-}
-
-// rebuild folds a partition again from the earliest offset after Redis lost
-// its checkpoint. It drops the partition's cached state and deletes the
-// partition's snapshots from Redis first: after the loss, some may have been
-// folded without the history Redis lost (a session evicted from the cache,
-// then a duplicate SessionCreated), and the skip rule would otherwise protect
-// such a snapshot from the rebuild. Records of the partition already polled
-// are not folded (see rebuiltNow); the replay delivers them again.
-func (p *Projector) rebuild(part *partState) {
-	p.log.Warn("the partition's checkpoint vanished from Redis: rebuilding it from the earliest offset",
-		"partition", part.id)
-	p.dropSessions(part)
-	for attempt := 0; ; attempt++ {
-		n, err := p.store.DeletePartition(p.flushCtx, part.id)
-		if err == nil {
-			p.log.Info("deleted the partition's snapshots before the rebuild", "partition", part.id, "snapshots", n)
-			break
-		}
-		p.log.Warn("deleting the partition's snapshots", "partition", part.id, "err", err, "attempt", attempt)
-		if sleep(p.flushCtx, backoff(attempt)) != nil {
-			return
-		}
-	}
-	part.next, part.ckptKnown, part.lastCkpt = -1, false, 0
-	p.rebuiltNow[part.id] = true
-	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
-}
-
-func (p *Projector) dropSessions(part *partState) {
-	for _, en := range part.sessions {
-		p.lru.remove(en)
-		en.part = nil
-		en.dirty = false
-	}
-	part.sessions = map[string]*entry{}
-	keep := p.dirty[:0]
-	for _, en := range p.dirty {
-		if en.part != nil {
-			keep = append(keep, en)
-		}
-	}
-	clear(p.dirty[len(keep):])
-	p.dirty = keep
-}
-
-// evict drops least recently used snapshots beyond the cache size or its
-// bytes, only those whose latest state is stored.
-func (p *Projector) evict() {
-	steps := 0
-	limit := p.cfg.CacheBytes
-	if limit <= 0 {
-		limit = DefaultCacheBytes
-	}
-	for e := p.lru.tail; e != nil && (p.lru.n > p.cfg.CacheSize || p.lru.bytes > limit) && steps < 4*p.cfg.FlushSize; steps++ {
-		prev := e.prev
-		if e.evictable() {
-			p.lru.remove(e)
-			if e.part != nil {
-				delete(e.part.sessions, e.id)
-			}
-		}
-		e = prev
-	}
-}
-
 // Ready reports whether the projector can make progress: Redis answers and
-// no partition is stalled.
+// no partition is stalled. It never waits for the fold or a flush: the
+// stalls are read from an atomic snapshot.
 func (p *Projector) Ready(ctx context.Context) error {
 	if err := p.store.Ping(ctx); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.stalled) > 0 {
-		var msgs []string
-		for id, msg := range p.stalled {
-			msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
-		}
-		sort.Strings(msgs)
-		return errors.New(strings.Join(msgs, "; "))
-	}
-	return nil
+	return p.stalls.err()
 }

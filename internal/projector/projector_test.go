@@ -108,7 +108,7 @@ type running struct {
 
 func (e *env) start(cfg Config, prefix string, hook func(string) bool) *running {
 	p := New(cfg, e.store(prefix), WithLogger(testLog()))
-	p.hook = hook
+	p.crash.hook = hook
 	c, cancel := context.WithCancel(ctx)
 	r := &running{p: p, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- p.Run(c) }()
@@ -501,14 +501,13 @@ func TestFoldReadsAnUncachedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := New(e.config("x"), st, WithLogger(testLog()))
-	part := &partState{id: 0, sessions: map[string]*entry{}, next: -1}
-	p.parts[0] = part
+	part := p.addPartition(0)
 	started := fsm.NewEvent(fsm.EventID{2}, "s-1", fsm.SessionStarted, at.Add(time.Second), fsm.Fields{})
 	rec := &kgo.Record{Partition: 0, Offset: 1, Key: []byte("s-1"), Value: fsm.AppendRecord(nil, &started)}
 	if err := p.fold(ctx, part, rec, &started); err != nil {
 		t.Fatal(err)
 	}
-	en := part.sessions["s-1"]
+	en := p.cache.get(0, "s-1")
 	if en == nil || en.snap.State != fsm.StateActive || en.snap.Version != 2 || !en.dirty {
 		t.Fatalf("fold of an uncached session: %+v", en)
 	}
@@ -609,9 +608,9 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	p := New(e.config("x"), st, WithLogger(testLog()))
 	p.cl = e.client(kgo.ConsumeTopics(topic))
 	defer p.cl.Close()
-	p.flushCtx = ctx
-	part := &partState{id: 0, sessions: map[string]*entry{}, next: 60, ckptKnown: true, lastCkpt: 60}
-	p.parts[0] = part
+	p.flush.ctx = ctx
+	part := p.addPartition(0)
+	part.next, part.ckptKnown, part.lastCkpt = 60, true, 60
 	p.rebuild(part)
 	if _, err := st.Get(ctx, "poisoned"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("the rebuilt partition's snapshot survived: %v", err)
@@ -629,7 +628,7 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	if err := p.process(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := part.sessions["late"]; ok || part.next != -1 || len(p.dirty) != 0 {
-		t.Fatalf("a record polled before the rebuild was folded: next %d, dirty %d", part.next, len(p.dirty))
+	if p.cache.get(0, "late") != nil || part.next != -1 || p.cache.dirtyLen() != 0 {
+		t.Fatalf("a record polled before the rebuild was folded: next %d, dirty %d", part.next, p.cache.dirtyLen())
 	}
 }

@@ -24,7 +24,7 @@ func TestReplayEmitsTheSameSpans(t *testing.T) {
 	}
 	start := func(hook func(string) bool) *running {
 		p := New(e.config("a"), e.store("tel"), WithLogger(testLog()), WithObserver(obs))
-		p.hook = hook
+		p.crash.hook = hook
 		c, cancel := contextWithCancel()
 		r := &running{p: p, stop: cancel, done: make(chan error, 1)}
 		go func() { r.done <- p.Run(c) }()

@@ -1,0 +1,153 @@
+package projector
+
+import "github.com/correx/sessions/pkg/snapshot"
+
+// cache holds the snapshots the projector folds into: one map per owned
+// partition, the LRU list with its count and estimated bytes (lru.go), and
+// the dirty set (entries changed since they were last handed to a flush).
+//
+// It has no lock of its own. It belongs to the fold goroutine; the
+// rebalance callbacks use it too, but franz-go runs them between polls
+// (BlockRebalanceOnPoll) and under Projector.mu, so there is never more
+// than one user at a time. The flusher goroutine never touches it: a flush
+// carries encoded copies (flushJob.entries), and what became durable is
+// recorded back by the fold goroutine (flusher.finish).
+type cache struct {
+	parts    map[int32]map[string]*entry // by partition, then session id
+	lru      lru
+	dirty    []*entry
+	maxCount int // Config.CacheSize
+	maxBytes int // Config.CacheBytes, or DefaultCacheBytes
+	maxScan  int // entries evict may look at per call (4*FlushSize)
+}
+
+func newCache(cfg Config) cache {
+	limit := cfg.CacheBytes
+	if limit <= 0 {
+		limit = DefaultCacheBytes
+	}
+	return cache{parts: map[int32]map[string]*entry{}, maxCount: cfg.CacheSize, maxBytes: limit, maxScan: 4 * cfg.FlushSize}
+}
+
+// entry is a cached snapshot, or the knowledge that a session has none.
+type entry struct {
+	id         string
+	snap       snapshot.Snapshot
+	part       *partState        // nil once the partition was dropped
+	dirty      bool              // changed since it was last encoded for a flush
+	durable    snapshot.Position // the stored version's position, when hasDurable
+	hasDurable bool
+	size       int    // estimate() when last counted in lru.bytes
+	prev, next *entry // LRU links
+}
+
+// evictable reports whether dropping the entry loses nothing: its latest
+// state is stored (or there is no session).
+func (e *entry) evictable() bool {
+	if e.dirty {
+		return false
+	}
+	if !e.snap.Exists() {
+		return true
+	}
+	return e.hasDurable && e.durable == e.snap.Position
+}
+
+// addPartition makes room for a partition's sessions.
+func (c *cache) addPartition(id int32) {
+	if c.parts[id] == nil {
+		c.parts[id] = map[string]*entry{}
+	}
+}
+
+// get returns the cached entry of a session of a partition, or nil.
+func (c *cache) get(part int32, id string) *entry {
+	return c.parts[part][id]
+}
+
+// add caches what the store holds for a session (stored is nil when it has
+// no snapshot) as the most recently used entry.
+func (c *cache) add(part *partState, id string, stored *snapshot.Snapshot) *entry {
+	en := &entry{id: id, part: part}
+	if stored != nil {
+		en.snap, en.durable, en.hasDurable = *stored, stored.Position, true
+	}
+	c.parts[part.id][id] = en
+	c.lru.pushFront(en)
+	return en
+}
+
+// touch marks en as the most recently used.
+func (c *cache) touch(en *entry) { c.lru.touch(en) }
+
+// markDirty counts en again after a fold changed it and puts it in the
+// dirty set.
+func (c *cache) markDirty(en *entry) {
+	c.lru.resize(en)
+	if !en.dirty {
+		en.dirty = true
+		c.dirty = append(c.dirty, en)
+	}
+}
+
+// dirtyLen is the size of the dirty set.
+func (c *cache) dirtyLen() int { return len(c.dirty) }
+
+// takeDirty removes from the dirty set the entries of the given partitions
+// (all when only is nil) and returns them, no longer marked dirty: the
+// caller encodes them for a flush. Entries of dropped partitions are
+// discarded.
+func (c *cache) takeDirty(only map[int32]bool) []*entry {
+	var taken []*entry
+	keep := c.dirty[:0]
+	for _, en := range c.dirty {
+		if en.part == nil {
+			continue
+		}
+		if only != nil && !only[en.part.id] {
+			keep = append(keep, en)
+			continue
+		}
+		en.dirty = false
+		taken = append(taken, en)
+	}
+	clear(c.dirty[len(keep):])
+	c.dirty = keep
+	return taken
+}
+
+// dropPartition forgets a partition's sessions, dirty or not: it was
+// revoked, lost, or is rebuilt from the log.
+func (c *cache) dropPartition(id int32) {
+	for _, en := range c.parts[id] {
+		c.lru.remove(en)
+		en.part = nil
+		en.dirty = false
+	}
+	delete(c.parts, id)
+	keep := c.dirty[:0]
+	for _, en := range c.dirty {
+		if en.part != nil {
+			keep = append(keep, en)
+		}
+	}
+	clear(c.dirty[len(keep):])
+	c.dirty = keep
+}
+
+// evict drops least recently used snapshots beyond the cache's count or
+// bytes, only those whose latest state is stored. It looks at maxScan
+// entries at most, so a cache full of unwritten entries costs little.
+func (c *cache) evict() {
+	steps := 0
+	for e := c.lru.tail; e != nil && (c.lru.n > c.maxCount || c.lru.bytes > c.maxBytes) && steps < c.maxScan; steps++ {
+		prev := e.prev
+		if e.evictable() {
+			c.lru.remove(e)
+			if e.part != nil {
+				delete(c.parts[e.part.id], e.id)
+			}
+		}
+		e = prev
+	}
+}

@@ -1,0 +1,251 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// flusher writes batches: it owns the flush goroutine (run), the batch in
+// flight, and the order of a write's steps (write). build, start, collect,
+// due and finish are called by the fold goroutine, under Projector.mu; the
+// flush goroutine touches only the job it was handed, until it closes
+// job.done. At most one batch is in flight.
+type flusher struct {
+	store *snapshot.Store
+	obs   Observer
+	log   *slog.Logger
+	topic string
+	crash *crashPoints
+	cfg   Config
+
+	cl   *kgo.Client     // set by Run before anything is written
+	ctx  context.Context // the flush context, set by Run; ends after the final flush
+	jobs chan *flushJob
+	// dlqErr is the first dead-letter produce error that retrying cannot
+	// cure, set from the Kafka client's produce callback: the next write
+	// fails before its checkpoints.
+	dlqErr atomic.Pointer[error]
+
+	inflight *flushJob
+	last     time.Time // when the latest batch was built
+}
+
+func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints) *flusher {
+	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, jobs: make(chan *flushJob, 1)}
+}
+
+// flushJob is one batch: encoded snapshots and the checkpoints they allow.
+type flushJob struct {
+	entries     []snapshot.Entry
+	refs        []*entry
+	positions   []snapshot.Position
+	checkpoints []snapshot.Checkpoint
+	prev        []int64
+	result      snapshot.PutResult
+	err         error
+	done        chan struct{}
+	ctx         context.Context // from Observer.FlushStarted: carries the flush span
+}
+
+// due decides whether to start a flush now, given the dirty entries,
+// whether a partition advanced since the last batch, and whether the
+// projector is catching up (Projector.catchingUp).
+//
+// Caught up, it is a group commit: a batch starts as soon as the poll loop
+// has nothing more to fold and no batch is in flight; what is folded while
+// one is in flight waits for it and goes in the next batch, which starts
+// as soon as the poll loop sees the batch in flight done (the poll returns
+// early for that, see Projector.loop). Catching up, batches are large:
+// FlushSize dirty snapshots, or MaxFlushInterval after the previous batch.
+func (f *flusher) due(dirty int, progress, catchingUp bool) bool {
+	if dirty >= f.cfg.FlushSize {
+		return true
+	}
+	if dirty == 0 && !progress {
+		return false
+	}
+	if f.inflight != nil {
+		return false // only a full batch waits for the one in flight
+	}
+	return !catchingUp || time.Since(f.last) >= f.cfg.MaxFlushInterval
+}
+
+// build encodes the dirty snapshots of the given partitions (all when only
+// is nil) and the checkpoints of those partitions.
+func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]bool) *flushJob {
+	job := &flushJob{done: make(chan struct{})}
+	for _, en := range c.takeDirty(only) {
+		job.entries = append(job.entries, snapshot.NewEntry(&en.snap))
+		job.refs = append(job.refs, en)
+		job.positions = append(job.positions, en.snap.Position)
+	}
+	ids := make([]int32, 0, len(parts))
+	for id := range parts {
+		if only == nil || only[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		if cp, ok := parts[id].checkpoint(); ok {
+			job.checkpoints = append(job.checkpoints, cp)
+		}
+	}
+	job.ctx = f.obs.FlushStarted(len(job.entries), len(job.checkpoints))
+	return job
+}
+
+// start hands job to the flush goroutine; the caller collected the
+// previous one first.
+func (f *flusher) start(job *flushJob) {
+	f.last = time.Now()
+	if len(job.entries) == 0 && len(job.checkpoints) == 0 {
+		return
+	}
+	f.inflight = job
+	f.jobs <- job
+}
+
+// collect returns the batch in flight once written: when wait is set it
+// waits for it, else it returns nil unless the batch is done. The caller
+// applies the result with finish.
+func (f *flusher) collect(wait bool) (*flushJob, error) {
+	job := f.inflight
+	if job == nil {
+		return nil, nil
+	}
+	if !wait {
+		select {
+		case <-job.done:
+		default:
+			return nil, nil
+		}
+	}
+	<-job.done
+	f.inflight = nil
+	if job.err != nil {
+		return nil, job.err
+	}
+	return job, nil
+}
+
+// run is the flush goroutine: it writes the batches handed to it until
+// jobs is closed.
+func (f *flusher) run() {
+	for job := range f.jobs {
+		job.err = f.write(f.ctx, job)
+		close(job.done)
+	}
+}
+
+// write writes a batch: snapshots (fenced), then the dead-letter records
+// produced so far, then checkpoints, then Kafka offsets. Redis errors are
+// retried until ctx ends; the batch is idempotent.
+func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
+	if job.ctx != nil { // the flush span, under the flusher's cancellation
+		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(job.ctx))
+	}
+	start := time.Now()
+	defer func() { f.obs.Flushed(ctx, job.result, time.Since(start), err) }()
+	if f.crash.at("before-put") {
+		return errCrashed
+	}
+	if len(job.entries) > 0 {
+		for attempt := 0; ; attempt++ {
+			res, err := f.store.PutBatch(ctx, job.entries)
+			if err == nil {
+				job.result = res
+				break
+			}
+			f.log.Warn("writing snapshots", "err", err, "attempt", attempt, "snapshots", len(job.entries))
+			if err := sleep(ctx, backoff(attempt)); err != nil {
+				return err
+			}
+		}
+	}
+	if f.crash.at("after-put") {
+		return errCrashed
+	}
+	if len(job.checkpoints) == 0 {
+		return nil
+	}
+	if err := f.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("projector: dead-letter produce: %w", err)
+	}
+	if errp := f.dlqErr.Load(); errp != nil {
+		return fmt.Errorf("projector: dead-letter produce: %w", *errp)
+	}
+	if f.crash.at("before-checkpoint") {
+		return errCrashed
+	}
+	for attempt := 0; ; attempt++ {
+		prev, err := f.store.SaveCheckpoints(ctx, f.topic, job.checkpoints, time.Now())
+		if err == nil {
+			job.prev = prev
+			break
+		}
+		f.log.Warn("writing checkpoints", "err", err, "attempt", attempt)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+	}
+	if f.crash.at("after-checkpoint") {
+		return errCrashed
+	}
+	offsets := map[int32]kgo.EpochOffset{}
+	for _, cp := range job.checkpoints {
+		offsets[cp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: cp.Offset}
+		f.obs.Checkpointed(cp)
+	}
+	f.cl.CommitOffsets(ctx, map[string]map[int32]kgo.EpochOffset{f.topic: offsets},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				f.log.Debug("committing Kafka offsets (for lag tools only)", "err", err)
+			}
+		})
+	return nil
+}
+
+// finish records what a written batch made durable: the stored position of
+// each snapshot (which makes it evictable) and each partition's stored
+// checkpoint. A checkpoint that was expected in Redis and was not there
+// means Redis lost the read model (emptied, or restored from an old
+// backup): lost is called for the partition, which is rebuilt from the
+// earliest offset.
+func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*partState)) {
+	for i, en := range job.refs {
+		if !en.hasDurable || en.durable.Less(job.positions[i]) {
+			en.durable, en.hasDurable = job.positions[i], true
+		}
+	}
+	for i, cp := range job.checkpoints {
+		part := parts[cp.Partition]
+		if part == nil {
+			continue
+		}
+		if cp.Expected && i < len(job.prev) && job.prev[i] == -1 {
+			lost(part)
+			continue
+		}
+		part.stored(cp)
+	}
+}
+
+// inflightDone returns a channel closed when the batch in flight is
+// written, or nil when none is in flight.
+func (f *flusher) inflightDone() <-chan struct{} {
+	if f.inflight == nil {
+		return nil
+	}
+	return f.inflight.done
+}

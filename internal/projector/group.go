@@ -1,0 +1,143 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// onAssigned creates the state of newly assigned partitions. Offsets are set
+// by adjustOffsets, which franz-go calls right after. A partition beyond the
+// known count means the topic grew: the next record off its key's partition
+// reads the count again at once.
+func (p *Projector) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range assigned[p.cfg.Topic] {
+		if id >= p.pt.n {
+			p.pt.refreshed = time.Time{} // the topic grew: read the count at the next doubt
+		}
+		p.addPartition(id)
+	}
+	p.assigned.Store(int32(len(p.parts)))
+	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Topic], "owned", len(p.parts))
+}
+
+// onRevoked writes what the revoked partitions folded, their checkpoints and
+// Kafka offsets, then drops their state. It runs between polls
+// (BlockRebalanceOnPoll), so no fold is in progress.
+func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	ids := revoked[p.cfg.Topic]
+	if len(ids) == 0 || p.crash.crashed.Load() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.collect(true); err != nil {
+		p.log.Error("flush before revoke", "err", err)
+		p.drop(ids)
+		return
+	}
+	only := map[int32]bool{}
+	for _, id := range ids {
+		only[id] = true
+	}
+	job := p.flush.build(&p.cache, p.parts, only)
+	fctx, cancel := context.WithTimeout(p.flush.ctx, 10*time.Second)
+	defer cancel()
+	if err := p.flush.write(fctx, job); err != nil {
+		// Not fatal: the next owner replays from the last checkpoint.
+		p.log.Error("flush of revoked partitions", "partitions", ids, "err", err)
+	} else {
+		p.flush.finish(job, p.parts, p.rebuild)
+		offsets := map[int32]kgo.EpochOffset{}
+		for _, cp := range job.checkpoints {
+			offsets[cp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: cp.Offset}
+		}
+		if len(offsets) > 0 {
+			cl.CommitOffsetsSync(fctx, map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: offsets}, nil)
+		}
+	}
+	p.drop(ids)
+	p.log.Info("partitions revoked", "partitions", ids, "owned", len(p.parts))
+}
+
+// onLost drops partitions without writing: another member may own them, and
+// its writes win anyway (fencing); ours would only be fenced.
+func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	ids := lost[p.cfg.Topic]
+	if len(ids) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.collect(true)
+	p.drop(ids)
+	p.log.Warn("partitions lost", "partitions", ids, "owned", len(p.parts))
+}
+
+// drop forgets partitions: their cached sessions, progress and stalls.
+func (p *Projector) drop(ids []int32) {
+	for _, id := range ids {
+		if p.parts[id] != nil {
+			p.cache.dropPartition(id)
+			delete(p.parts, id)
+			p.stalls.clear(id)
+		}
+	}
+	p.assigned.Store(int32(len(p.parts)))
+}
+
+// addPartition creates the state of a newly owned partition.
+func (p *Projector) addPartition(id int32) *partState {
+	if p.parts[id] == nil {
+		p.parts[id] = newPartState(id)
+		p.cache.addPartition(id)
+	}
+	return p.parts[id]
+}
+
+// leave removes this replica's static membership, so the group rebalances
+// now instead of after the session timeout. Closing a client with an
+// instance id does not leave (KIP-345); this asks the coordinator directly.
+func (p *Projector) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(p.cfg.Kafka.Opts()...)
+	if err != nil {
+		p.log.Warn("leaving the group", "err", err)
+		return
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).LeaveGroup(ctx, kadm.LeaveGroup(p.cfg.Group).InstanceIDs(p.cfg.InstanceID).Reason("shutting down"))
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		p.log.Warn("leaving the group; partitions move after the session timeout", "err", err)
+		return
+	}
+	p.log.Info("left the group", "instance", p.cfg.InstanceID)
+}
+
+func (p *Projector) ensureTopics(ctx context.Context) error {
+	for {
+		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
+		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
+		if err := errors.Join(err1, err2); err == nil {
+			p.setPartitions(n)
+			return nil
+		} else {
+			p.log.Warn("waiting for Kafka", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
