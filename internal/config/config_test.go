@@ -110,18 +110,28 @@ func TestFileWatchPolls(t *testing.T) {
 	if n := reloads.Load(); n != 0 {
 		t.Fatalf("%d reloads of an unchanged file", n)
 	}
-	if err := os.WriteFile(p, []byte("v2"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, p, "v2")
 	waitFor(t, func() bool { return reloads.Load() == 1 })
 	fail.Store(true)
-	if err := os.WriteFile(p, []byte("v3"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, p, "v3")
 	waitFor(t, func() bool { return strings.Contains(logs.String(), "reload failed; keeping the previous things") })
 	time.Sleep(30 * time.Millisecond)
 	if n := reloads.Load(); n != 2 {
 		t.Fatalf("%d reloads, want 2 (a failed reload is not retried until the file changes)", n)
+	}
+}
+
+// replaceFile replaces the file at p in one step (a new file renamed over
+// it), as Kubernetes updates a mounted Secret: writing in place truncates
+// first, and a poll between the truncation and the write sees two changes.
+func replaceFile(t *testing.T, p, content string) {
+	t.Helper()
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
 	}
 }
 
