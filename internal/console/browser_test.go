@@ -72,10 +72,12 @@ func workload() []ev {
 		ev{typ: "SessionResumed", at: 20}) // rejected: invalid_transition
 	add("acme:wait-old", ev{typ: "SessionCreated", at: 0}, ev{typ: "SessionStarted", at: 1}, ev{typ: "ApprovalRequested", at: 2})
 	add("acme:wait-new", ev{typ: "SessionCreated", at: 0}, ev{typ: "SessionStarted", at: 1}, ev{typ: "ApprovalRequested", at: 60})
-	add("acme:paused", ev{typ: "SessionCreated", at: 0}, ev{typ: "SessionStarted", at: 1}, ev{typ: "SessionPaused", at: 30})
+	add("acme:paused", ev{typ: "SessionCreated", at: 0, payload: map[string]any{"labels": map[string]string{"team": "core", "env": "prod"}}},
+		ev{typ: "SessionStarted", at: 1}, ev{typ: "SessionPaused", at: 30})
 	add("acme:cancelling", ev{typ: "SessionCreated", at: 0}, ev{typ: "SessionStarted", at: 1},
 		ev{typ: "CancellationRequested", at: 45, payload: map[string]any{"reason": "operator"}})
-	add("acme:done", ev{typ: "SessionCreated", at: 0}, ev{typ: "SessionStarted", at: 1}, ev{typ: "SessionCompleted", at: 9})
+	add("acme:done", ev{typ: "SessionCreated", at: 0, payload: map[string]any{"labels": map[string]string{"team": "core"}}},
+		ev{typ: "SessionStarted", at: 1}, ev{typ: "SessionCompleted", at: 9})
 	add("acme:xss-fail", ev{typ: "SessionCreated", at: 0, payload: map[string]any{"goal": xssGoal}},
 		ev{typ: "SessionStarted", at: 1}, ev{typ: "SessionFailed", at: 3, payload: map[string]any{"reason": xssFail}})
 	add("acme:xss-cancel", ev{typ: "SessionCreated", at: 0, payload: map[string]any{"goal": xssGoal}},
@@ -376,6 +378,22 @@ func TestBoard(t *testing.T) {
 	b.waitJS(t, "the counts after a transition", wantCountsExpr(want))
 	// The waiting list follows the prefix filter (acme:wait) and the change.
 	b.waitJS(t, "the waiting list after a transition", `Array.from(document.querySelectorAll('#waiting tbody tr[data-session]')).map((r) => r.dataset.session).join(' ') === 'acme:wait-new'`)
+
+	// Filter by labels (all must hold), kept in the address.
+	var cleared string
+	b.eval(t, `document.getElementById('filter-prefix').value = ''`, &cleared)
+	b.do(t, "filter by labels",
+		chromedp.SendKeys(chromedp.ID(`#filter-labels`), "team=core"),
+		chromedp.Click(chromedp.CSS(`#filters button[type=submit]`)))
+	b.waitJS(t, "label team=core listed", `(() => { const r = Array.from(document.querySelectorAll('#list tbody tr[data-session]')).map((x) => x.dataset.session).sort().join(' '); return r === 'acme:done acme:paused'; })()`)
+	b.do(t, "filter by two labels",
+		chromedp.SendKeys(chromedp.ID(`#filter-labels`), " env=prod"),
+		chromedp.Click(chromedp.CSS(`#filters button[type=submit]`)))
+	b.waitJS(t, "labels team=core and env=prod listed", `(() => { const r = Array.from(document.querySelectorAll('#list tbody tr[data-session]')).map((x) => x.dataset.session).join(' '); return r === 'acme:paused'; })()`)
+	b.eval(t, `location.search`, &search)
+	if search != "?label=team%3Dcore&label=env%3Dprod" {
+		t.Errorf("the label filter is not kept in the address: %q", search)
+	}
 
 	// At 390 px wide the board does not scroll sideways.
 	b.do(t, "narrow", chromedp.EmulateViewport(390, 800), chromedp.Reload())
