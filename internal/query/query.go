@@ -1,7 +1,9 @@
 // Package query serves the read model over HTTP: a session's snapshot (with
 // ETag and read-your-writes waits), listings by state, statistics, and a
 // replay that rebuilds a session from the Kafka log to check the stored
-// snapshot. Only the replay touches Kafka.
+// snapshot, and watches: Server-Sent Events streams of the change feed
+// (watch.go; Watcher's comment argues how they stay gap-free and bounded).
+// Only the replay and the watches touch Kafka.
 package query
 
 import (
@@ -55,6 +57,7 @@ type Handler struct {
 	waits   *waitSlots
 	parts   *partitionCount
 	replays chan struct{}
+	watch   *Watcher
 	api     http.Handler
 }
 
@@ -82,6 +85,8 @@ type Options struct {
 	// without authentication (auth.Open), as the tests of the handler do.
 	// Serve always passes the guard of its settings.
 	Guard *auth.Guard
+	// Watch serves the watches; nil answers them 503 (no Kafka).
+	Watch *Watcher
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -111,7 +116,7 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, Poll: o.PollEvery,
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
-		replays: make(chan struct{}, o.MaxReplays)}
+		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch}
 	// Scopes: sessions:read for reads, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a
@@ -119,6 +124,8 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	mux := http.NewServeMux()
 	mux.Handle("/v1/sessions/{id}", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.getSession)))
 	mux.Handle("/v1/sessions/{id}/replay", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.replay)))
+	mux.Handle("/v1/sessions/{id}/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchSession)))
+	mux.Handle("/v1/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchAll)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -16,7 +16,7 @@ import (
 
 // Config configures the query service.
 type Config struct {
-	Kafka        kafka.Config // only for /replay
+	Kafka        kafka.Config // only for /replay and the watches
 	Topic        string       // CORREX_TOPIC; default correx.session-events
 	RedisURL     string       // CORREX_REDIS_URL; default redis://127.0.0.1:6379/0
 	RedisCluster bool         // CORREX_REDIS_CLUSTER; default false
@@ -99,6 +99,18 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		}
 		defer parts.Close()
 		opts.Partitions = parts
+		// The watcher stops with ctx, which ends every stream, so the HTTP
+		// server's shutdown below does not wait on them.
+		opts.Watch = NewWatcher(cfg.Kafka, cfg.Topic, WatchOptions{Log: rt.Logger(), Opts: rt.KafkaOpts})
+		wctx, stopWatching := context.WithCancel(ctx)
+		watching := make(chan error, 1)
+		go func() { watching <- opts.Watch.Run(wctx) }()
+		defer func() {
+			stopWatching() // when the server failed to start, ctx is still live
+			if werr := <-watching; werr != nil {
+				rt.Logger().Error("watch", "err", werr)
+			}
+		}()
 	}
 	h := NewHandler(store, cfg.Topic, replayer, opts)
 	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, UI: console.New(), Ready: store.Ping, TLS: cfg.TLS})
