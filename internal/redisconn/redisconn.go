@@ -3,6 +3,15 @@
 // for TLS. With cluster set, the URL names one or more cluster nodes
 // (redis://host:port?addr=host2:port2) and a Redis Cluster client is built.
 //
+// Redis Sentinel: a URL with a master_name parameter names the sentinels
+// and the master they watch, redis://sentinel-1:26379/0?master_name=mymaster
+// &addr=sentinel-2:26379&addr=sentinel-3:26379 (go-redis's failover URL), and
+// a failover client is built: it asks the sentinels for the current master
+// and follows a failover. The URL's user and password are the sentinels';
+// the master's password comes from CORREX_REDIS_PASSWORD_FILE (or the
+// password= parameter), its ACL user from the username= parameter; TLS
+// (rediss://, CORREX_REDIS_TLS_CA_FILE) applies to both.
+//
 // The password may instead come from a file (CORREX_REDIS_PASSWORD_FILE, a
 // mounted Secret), so that it is neither in the URL nor in the environment;
 // the file is read for every new connection, so a rotated password is used
@@ -16,6 +25,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	neturl "net/url"
 	"os"
 
 	"github.com/correx/sessions/internal/config"
@@ -40,6 +50,9 @@ func (o Options) Validate() []string {
 	var out []string
 	if o.URL == "" {
 		return append(out, "CORREX_REDIS_URL: must not be empty")
+	}
+	if o.Cluster && Sentinel(o.URL) {
+		out = append(out, "CORREX_REDIS_URL: a Sentinel URL (master_name) and CORREX_REDIS_CLUSTER exclude each other")
 	}
 	if _, err := o.Open(); err != nil {
 		out = append(out, err.Error())
@@ -87,6 +100,20 @@ func (o Options) Open() (redis.UniversalClient, error) {
 		opt.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opt), nil
 	}
+	if Sentinel(o.URL) {
+		opt, err := redis.ParseFailoverURL(o.URL)
+		if err != nil {
+			return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
+		}
+		if opt.TLSConfig, err = withCA(opt.TLSConfig, tc); err != nil {
+			return nil, err
+		}
+		if o.PasswordFile != "" {
+			opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
+		}
+		opt.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(opt), nil
+	}
 	opt, err := redis.ParseURL(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
@@ -99,6 +126,13 @@ func (o Options) Open() (redis.UniversalClient, error) {
 	}
 	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
+}
+
+// Sentinel reports whether url names Redis Sentinels (it has a master_name
+// parameter).
+func Sentinel(url string) bool {
+	u, err := neturl.Parse(url)
+	return err == nil && u.Query().Has("master_name")
 }
 
 // withCA adds the CA of ca to the TLS configuration parsed from a rediss://

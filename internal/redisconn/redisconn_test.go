@@ -190,6 +190,10 @@ func TestValidate(t *testing.T) {
 		{"ca file missing", redisconn.Options{URL: "rediss://127.0.0.1:6380/0", TLSCAFile: "/nonexistent/ca"}, "CORREX_REDIS_TLS_CA_FILE"},
 		{"password file missing", redisconn.Options{URL: "redis://127.0.0.1:6379/0", PasswordFile: "/nonexistent/pw"}, "CORREX_REDIS_PASSWORD_FILE"},
 		{"bad url", redisconn.Options{URL: "http://x"}, "CORREX_REDIS_URL"},
+		{"sentinel", redisconn.Options{URL: "redis://127.0.0.1:26379/0?master_name=mymaster&addr=127.0.0.1:26380"}, ""},
+		{"sentinel over tls", redisconn.Options{URL: "rediss://127.0.0.1:26379/0?master_name=m", TLSCAFile: ca.CertFile}, ""},
+		{"sentinel and cluster", redisconn.Options{URL: "redis://127.0.0.1:26379/0?master_name=m", Cluster: true}, "exclude each other"},
+		{"sentinel with a bad parameter", redisconn.Options{URL: "redis://127.0.0.1:26379/0?master_name=m&nonsense=1"}, "CORREX_REDIS_URL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,3 +206,59 @@ func TestValidate(t *testing.T) {
 }
 
 var _ redis.UniversalClient = (*redis.Client)(nil)
+
+// TestSentinelFailover connects through three Redis Sentinels (a URL with
+// master_name), writes through the store, kills the master, and writes
+// again once Sentinel has promoted the replica: the client finds the new
+// master by itself, and what was replicated before the failover is there.
+func TestSentinelFailover(t *testing.T) {
+	master := redistest.Start(t)
+	redistest.StartReplica(t, master)
+	sentinels := redistest.StartSentinels(t, master, 3)
+	url := "redis://" + sentinels[0].Addr + "/0?master_name=mymaster&addr=" + sentinels[1].Addr + "&addr=" + sentinels[2].Addr
+	if !redisconn.Sentinel(url) {
+		t.Fatalf("%s is not taken for a Sentinel URL", url)
+	}
+	rdb, err := redisconn.Options{URL: url}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := snapshot.NewStore(rdb, "sentinel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	put := func(id string, offset int64) error {
+		var s snapshot.Snapshot
+		var r fsm.Reducer
+		e := fsm.NewEvent(fsm.EventID{1, byte(offset)}, id, fsm.SessionCreated, time.Unix(1, 0).UTC(), fsm.Fields{})
+		s.Fold(&r, &e, snapshot.Position{Offset: offset})
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := store.PutBatch(c, []snapshot.Entry{snapshot.NewEntry(&s)})
+		return err
+	}
+	if err := put("before", 1); err != nil {
+		t.Fatal(err)
+	}
+	// The write reached the replica before the master dies.
+	if n, err := rdb.Do(ctx, "WAIT", 1, 2000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	}
+	master.Stop()
+	began := time.Now()
+	for {
+		if err := put("after", 2); err == nil {
+			break
+		} else if time.Since(began) > 20*time.Second {
+			t.Fatalf("no write through the sentinels 20 s after the master died: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("writing again %v after the master was killed", time.Since(began).Round(time.Millisecond))
+	got, err := store.GetMany(ctx, []string{"before", "after"})
+	if err != nil || got[0] == nil || got[1] == nil {
+		t.Fatalf("after the failover: %v, %v", got, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,6 +112,60 @@ func Start(t testing.TB, extra ...string) *Server {
 	}
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// StartReplica starts a redis-server replicating master (persistence off)
+// and waits until the initial sync is done.
+func StartReplica(t testing.TB, master *Server) *Server {
+	t.Helper()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	r := Start(t, "--replicaof", host, port)
+	c := r.Client(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, _ := c.Info(context.Background(), "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica of %s did not sync:\n%s", master.Addr, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// StartSentinels starts n Redis Sentinels monitoring master under the name
+// "mymaster" with a quorum of n/2+1, quick to act (down after 500 ms,
+// failover timeout 2 s), and stops them when the test ends.
+func StartSentinels(t testing.TB, master *Server, n int) []*Server {
+	t.Helper()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	var out []*Server
+	for range n {
+		dir := t.TempDir()
+		var s *Server
+		for attempt := 0; ; attempt++ {
+			p := freePort(t)
+			conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
+				"sentinel monitor mymaster %s %s %d\nsentinel down-after-milliseconds mymaster 500\n"+
+				"sentinel failover-timeout mymaster 2000\nsentinel parallel-syncs mymaster 1\n", p, dir, host, port, n/2+1)
+			file := filepath.Join(dir, "sentinel.conf")
+			if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s = &Server{Addr: "127.0.0.1:" + strconv.Itoa(p), Dir: dir, args: []string{file, "--sentinel"}}
+			err := s.start(t)
+			if err == nil {
+				break
+			}
+			if attempt == 3 {
+				t.Fatalf("redistest: sentinel: %v", err)
+			}
+		}
+		t.Cleanup(s.Stop)
+		out = append(out, s)
+	}
+	return out
 }
 
 // TLSFiles are the PEM files of a TLS redis-server.

@@ -13,6 +13,13 @@ var ErrNotFound = errors.New("snapshot not found")
 // build can read.
 var ErrCorrupt = errors.New("corrupt snapshot")
 
+// ErrNotReplicated is wrapped by PutBatch's error when the store waits for
+// replicas (WaitReplicas) and fewer acknowledged the batch in time: the
+// snapshots are written on the primary but might not survive a failover,
+// so the caller must not advance a checkpoint past them (running the batch
+// again is safe).
+var ErrNotReplicated = errors.New("not acknowledged by enough replicas")
+
 // StoreError is a store operation that failed, with the key it was about.
 type StoreError struct {
 	Op  string // "get", "put", "checkpoint", "list", "count"

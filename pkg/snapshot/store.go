@@ -24,6 +24,9 @@ import (
 type Store struct {
 	rdb  redis.UniversalClient
 	keys *keys
+	// waitReplicas and waitTimeout: see WaitReplicas.
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 // NewStore returns a store over rdb whose keys start with prefix (DESIGN §6
@@ -34,6 +37,30 @@ func NewStore(rdb redis.UniversalClient, prefix string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{rdb: rdb, keys: newKeys(prefix)}, nil
+}
+
+// WaitReplicas makes every PutBatch wait, in the same round trip as its
+// writes, until n replicas have acknowledged them (Redis WAIT), for at most
+// timeout; when fewer did, PutBatch fails with ErrNotReplicated. A
+// projector writes a partition's checkpoint only after its snapshots are
+// stored, so with n >= 1 a checkpoint never advances past snapshot writes
+// that a failover to an acknowledging replica would lose. n = 0 (the
+// default) does not wait. Call it before the store is used.
+//
+// WAIT counts the replicas that received the writes, not that wrote them to
+// disk: with persistence, a replica restarted from an old file can still go
+// back in time (docs/guarantees.md). Redis Cluster is refused: WAIT only
+// covers the writes of the connection it runs on, and a cluster batch spans
+// one connection per node.
+func (s *Store) WaitReplicas(n int, timeout time.Duration) error {
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && n > 0 {
+		return errors.New("snapshot store: waiting for replicas is not supported on Redis Cluster")
+	}
+	if n < 0 || (n > 0 && timeout <= 0) {
+		return fmt.Errorf("snapshot store: waiting for %d replicas for %v: want n >= 0 and a positive timeout", n, timeout)
+	}
+	s.waitReplicas, s.waitTimeout = n, timeout
+	return nil
 }
 
 // Client returns the Redis client the store uses.
@@ -162,6 +189,7 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 		return putScript.EvalSha(ctx, pipe, keys, args...)
 	}
 	_, cluster := s.rdb.(*redis.ClusterClient)
+	var wait *redis.Cmd
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		var cmds []*redis.Cmd
 		if cluster {
@@ -181,10 +209,22 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 			cmds = append(cmds, call(pipe, order[start:end]))
 			start = end
 		}
+		if s.waitReplicas > 0 {
+			// On the connection that carried the writes, so that WAIT
+			// covers them.
+			wait = pipe.Do(ctx, "WAIT", s.waitReplicas, s.waitTimeout.Milliseconds())
+		}
 		return cmds
 	})
 	if err != nil {
 		return res, &StoreError{Op: "put", Err: err}
+	}
+	if wait != nil {
+		if n, err := wait.Int(); err != nil {
+			return res, &StoreError{Op: "put", Err: err}
+		} else if n < s.waitReplicas {
+			return res, &StoreError{Op: "put", Err: fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.waitReplicas, s.waitTimeout)}
+		}
 	}
 	for _, cmd := range cmds {
 		flags, err := cmd.Int64Slice()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -604,5 +605,51 @@ func TestStoreErrorsWhenRedisIsDown(t *testing.T) {
 	}
 	if _, err := st.PutBatch(ctx, []snapshot.Entry{{SessionID: "s", Data: []byte("junk")}}); !errors.Is(err, snapshot.ErrCorrupt) {
 		t.Errorf("junk entry: %v", err)
+	}
+}
+
+// TestWaitReplicas: with WaitReplicas(1, ...), a batch returns only once
+// the replica acknowledged it; with the replica hung (SIGSTOP) the batch
+// fails with ErrNotReplicated after the timeout, and succeeds again once
+// the replica is back.
+func TestWaitReplicas(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.StartReplica(t, master)
+	st, _ := snapshot.NewStore(master.Client(t), "wait")
+	if err := st.WaitReplicas(1, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	put := func(offset int64) error {
+		_, err := st.PutBatch(ctx, []snapshot.Entry{snapshot.NewEntry(snap(t, "s", fsm.StateActive, 0, offset))})
+		return err
+	}
+	if err := put(1); err != nil {
+		t.Fatalf("with the replica up: %v", err)
+	}
+	if err := replica.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	err := put(2)
+	_ = replica.Signal(syscall.SIGCONT)
+	if !errors.Is(err, snapshot.ErrNotReplicated) {
+		t.Fatalf("with the replica hung: %v, want ErrNotReplicated", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := put(3); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the replica is back, and still: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := st.WaitReplicas(1, 0); err == nil {
+		t.Error("a wait without a timeout was accepted")
+	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = cl.Close() })
+	cst, _ := snapshot.NewStore(cl, "wait")
+	if err := cst.WaitReplicas(1, time.Second); err == nil {
+		t.Error("waiting for replicas on Redis Cluster was accepted")
 	}
 }
