@@ -340,9 +340,9 @@ func Expected(events []fsm.Event) fsm.Session {
 }
 
 type served struct {
-	State    string            `json:"state"`
-	Version  uint64            `json:"version"`
-	Digest   string            `json:"digest"`
+	State   string `json:"state"`
+	Version uint64 `json:"version"`
+	Digest  string `json:"digest"`
 	// Counters holds numbers, and objects such as counters.custom (by
 	// type); only the numbers are compared.
 	Counters map[string]json.RawMessage `json:"counters"`
