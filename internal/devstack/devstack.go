@@ -1,8 +1,14 @@
 // Package devstack runs the whole pipeline in one process: an embedded
 // Kafka-protocol broker (franz-go's kfake, optionally persisted to a data
 // directory), an embedded Redis (miniredis) unless a Redis URL is given, and
-// the ingest, projector and query services. cmd/devstack (`make run`) and the
-// end-to-end tests start it.
+// the ingest, projector and query services. cmd/devstack (`make run`),
+// pkg/testkit (the public test harness built over it) and the end-to-end
+// tests start it.
+//
+// The projector can be stopped, killed and started again while the rest of
+// the stack runs (StopProjector, KillProjector, StartProjector): it keeps its
+// address, group instance id and Redis, so a restart exercises the recovery
+// from checkpoints that a real restart does.
 package devstack
 
 import (
@@ -11,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"sync"
 	"time"
@@ -72,10 +79,21 @@ type Stack struct {
 	Broker                            *kfake.Cluster // nil with an external Kafka
 	Redis                             *miniredis.Miniredis
 
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	errs   []error
+
+	// The projector's own lifetime (guarded by projMu): its config, its
+	// runtime, its listen address, and, while it runs, how to stop it.
+	projMu     sync.Mutex
+	pcfg       projector.Config
+	prt        service.Runtime
+	projAddr   string
+	projCancel context.CancelFunc
+	projDone   chan error
+	redisProxy *cutProxy // nil when the projector talks to Redis directly
 }
 
 func orDefault(s, def string) string {
@@ -181,12 +199,27 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		o.Projector(&pcfg)
 	}
 	if err := pcfg.Validate(); err != nil {
+		lp.Close()
+		lq.Close()
 		s.Stop()
 		return nil, err
 	}
-	prt := rt("projector")
-	prt.Listener = lp
-	s.goRun("projector", func() error { return projector.Serve(ctx, pcfg, prt) })
+	// The projector reaches a plain single Redis through a proxy that
+	// KillProjector cuts: a killed process writes nothing more, and so
+	// must this one (see KillProjector).
+	if u, err := url.Parse(pcfg.RedisURL); err == nil && u.Scheme == "redis" && !pcfg.RedisCluster {
+		px, err := newCutProxy(u.Host)
+		if err != nil {
+			lp.Close()
+			s.Stop()
+			return nil, fmt.Errorf("devstack: redis proxy: %w", err)
+		}
+		s.redisProxy = px
+		u.Host = px.Addr()
+		pcfg.RedisURL = u.String()
+	}
+	s.ctx, s.pcfg, s.prt, s.projAddr = ctx, pcfg, rt("projector"), lp.Addr().String()
+	s.startProjector(lp)
 
 	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
 		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS}
@@ -195,18 +228,6 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	qrt.Listener = lq
 	s.goRun("query", func() error { return query.Serve(ctx, qcfg, qrt) })
 	return s, nil
-}
-
-func (s *Stack) goRun(name string, fn func() error) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
-			s.mu.Lock()
-			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
-			s.mu.Unlock()
-		}
-	}()
 }
 
 // Stop shuts the services down gracefully (the projector flushes and writes
@@ -223,7 +244,127 @@ func (s *Stack) Stop() error {
 	return errors.Join(s.errs...)
 }
 
+// ErrProjectorRunning is returned by StartProjector while the projector runs;
+// ErrProjectorStopped by StopProjector and KillProjector when it does not.
+var (
+	ErrProjectorRunning = errors.New("devstack: the projector is running")
+	ErrProjectorStopped = errors.New("devstack: the projector is not running")
+	// ErrCannotKill is returned by KillProjector with Redis Cluster or a
+	// rediss:// URL, which the projector reaches without the proxy that a
+	// kill cuts.
+	ErrCannotKill = errors.New("devstack: KillProjector needs a plain redis:// URL of a single Redis")
+)
+
+// startProjector runs the projector on l (projMu held or not yet shared).
+func (s *Stack) startProjector(l net.Listener) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan error, 1)
+	s.projCancel, s.projDone = cancel, done
+	rt := s.prt
+	rt.Listener = l
+	cfg := s.pcfg
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		done <- projector.Serve(ctx, cfg, rt)
+	}()
+}
+
+// StartProjector starts the projector again after StopProjector or
+// KillProjector, on the same address and with the same group instance id.
+// It returns once the projector listens; it folds again once it has its
+// partitions back.
+func (s *Stack) StartProjector() error {
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	if s.projCancel != nil {
+		return ErrProjectorRunning
+	}
+	if s.ctx.Err() != nil {
+		return fmt.Errorf("devstack: the stack is stopped: %w", s.ctx.Err())
+	}
+	l, err := httpx.Listen(s.projAddr)
+	if err != nil {
+		return fmt.Errorf("devstack: projector listener: %w", err)
+	}
+	if s.redisProxy != nil {
+		s.redisProxy.Restore()
+	}
+	s.startProjector(l)
+	return nil
+}
+
+// StopProjector shuts the projector down gracefully, as SIGTERM does: it
+// flushes, writes its checkpoints and leaves the group. It returns the
+// projector's error, if any.
+func (s *Stack) StopProjector() error {
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	if s.projCancel == nil {
+		return ErrProjectorStopped
+	}
+	s.projCancel()
+	err := <-s.projDone
+	s.projCancel, s.projDone = nil, nil
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// KillProjector stops the projector as a crash would, as far as the read
+// model can tell: its Redis connections are cut first, so nothing it holds
+// in memory (folded but unflushed snapshots, checkpoints not yet written)
+// reaches Redis; then it is stopped. A later StartProjector resumes from the
+// last checkpoints written before the kill, and replays the rest from Kafka.
+// The projector's own errors from its failed final flush are expected and
+// dropped. It needs the projector to reach Redis through devstack's proxy
+// (a plain redis:// URL of a single Redis) and returns ErrCannotKill
+// otherwise.
+func (s *Stack) KillProjector() error {
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	if s.projCancel == nil {
+		return ErrProjectorStopped
+	}
+	if s.redisProxy == nil {
+		return ErrCannotKill
+	}
+	s.redisProxy.Cut()
+	s.projCancel()
+	<-s.projDone
+	s.projCancel, s.projDone = nil, nil
+	return nil
+}
+
+func (s *Stack) goRun(name string, fn func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
+			s.mu.Lock()
+			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+			s.mu.Unlock()
+		}
+	}()
+}
+
 func (s *Stack) close() {
+	s.projMu.Lock()
+	if s.projDone != nil {
+		// Stop cancelled the stack's context, so the projector has ended.
+		if err := <-s.projDone; err != nil && !errors.Is(err, context.Canceled) {
+			s.mu.Lock()
+			s.errs = append(s.errs, fmt.Errorf("projector: %w", err))
+			s.mu.Unlock()
+		}
+		s.projCancel()
+		s.projCancel, s.projDone = nil, nil
+	}
+	s.projMu.Unlock()
+	if s.redisProxy != nil {
+		s.redisProxy.Close()
+	}
 	if s.Broker != nil {
 		s.Broker.Close()
 	}
