@@ -86,14 +86,15 @@ type Stack struct {
 	errs   []error
 
 	// The projector's own lifetime (guarded by projMu): its config, its
-	// runtime, its listen address, and, while it runs, how to stop it.
-	projMu     sync.Mutex
-	pcfg       projector.Config
-	prt        service.Runtime
-	projAddr   string
-	projCancel context.CancelFunc
-	projDone   chan error
-	redisProxy *cutProxy // nil when the projector talks to Redis directly
+	// runtime, its listen address, the running projector (nil while it is
+	// stopped) and the killed ones that have not ended yet.
+	projMu    sync.Mutex
+	pcfg      projector.Config
+	prt       service.Runtime
+	projAddr  string
+	redisHost string // host:port behind the per-run proxies; "" without them
+	proj      *projRun
+	killed    []*projRun
 }
 
 func orDefault(s, def string) string {
@@ -204,22 +205,18 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		s.Stop()
 		return nil, err
 	}
-	// The projector reaches a plain single Redis through a proxy that
-	// KillProjector cuts: a killed process writes nothing more, and so
-	// must this one (see KillProjector).
+	// The projector reaches a plain single Redis through a proxy of its
+	// own that KillProjector cuts: a killed process writes nothing more,
+	// and so must this one (see KillProjector).
 	if u, err := url.Parse(pcfg.RedisURL); err == nil && u.Scheme == "redis" && !pcfg.RedisCluster {
-		px, err := newCutProxy(u.Host)
-		if err != nil {
-			lp.Close()
-			s.Stop()
-			return nil, fmt.Errorf("devstack: redis proxy: %w", err)
-		}
-		s.redisProxy = px
-		u.Host = px.Addr()
-		pcfg.RedisURL = u.String()
+		s.redisHost = u.Host
 	}
 	s.ctx, s.pcfg, s.prt, s.projAddr = ctx, pcfg, rt("projector"), lp.Addr().String()
-	s.startProjector(lp)
+	if err := s.startProjector(lp); err != nil {
+		lq.Close()
+		s.Stop()
+		return nil, err
+	}
 
 	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
 		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS}
@@ -232,11 +229,19 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 
 // Stop shuts the services down gracefully (the projector flushes and writes
 // its checkpoints), then the embedded dependencies, and returns the services'
-// errors.
+// errors. Projectors killed earlier are let through to Redis again so that
+// they can end (what they write then is fenced like any zombie's writes).
 func (s *Stack) Stop() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	s.projMu.Lock()
+	for _, r := range s.killed {
+		if r.proxy != nil {
+			r.proxy.Restore()
+		}
+	}
+	s.projMu.Unlock()
 	s.wg.Wait()
 	s.close()
 	s.mu.Lock()
@@ -255,19 +260,41 @@ var (
 	ErrCannotKill = errors.New("devstack: KillProjector needs a plain redis:// URL of a single Redis")
 )
 
-// startProjector runs the projector on l (projMu held or not yet shared).
-func (s *Stack) startProjector(l net.Listener) {
-	ctx, cancel := context.WithCancel(s.ctx)
-	done := make(chan error, 1)
-	s.projCancel, s.projDone = cancel, done
-	rt := s.prt
-	rt.Listener = l
+// projRun is one run of the projector.
+type projRun struct {
+	cancel context.CancelFunc
+	done   chan error // receives Serve's result once
+	l      *connListener
+	proxy  *cutProxy // nil when the projector talks to Redis directly
+}
+
+// startProjector runs the projector on l (projMu held, or the stack not yet
+// shared).
+func (s *Stack) startProjector(l net.Listener) error {
 	cfg := s.pcfg
+	r := &projRun{done: make(chan error, 1), l: newConnListener(l)}
+	if s.redisHost != "" {
+		px, err := newCutProxy(s.redisHost)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("devstack: redis proxy: %w", err)
+		}
+		u, _ := url.Parse(cfg.RedisURL) // parsed before
+		u.Host = px.Addr()
+		cfg.RedisURL = u.String()
+		r.proxy = px
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	r.cancel = cancel
+	rt := s.prt
+	rt.Listener = r.l
+	s.proj = r
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		done <- projector.Serve(ctx, cfg, rt)
+		r.done <- projector.Serve(ctx, cfg, rt)
 	}()
+	return nil
 }
 
 // StartProjector starts the projector again after StopProjector or
@@ -277,7 +304,7 @@ func (s *Stack) startProjector(l net.Listener) {
 func (s *Stack) StartProjector() error {
 	s.projMu.Lock()
 	defer s.projMu.Unlock()
-	if s.projCancel != nil {
+	if s.proj != nil {
 		return ErrProjectorRunning
 	}
 	if s.ctx.Err() != nil {
@@ -287,53 +314,56 @@ func (s *Stack) StartProjector() error {
 	if err != nil {
 		return fmt.Errorf("devstack: projector listener: %w", err)
 	}
-	if s.redisProxy != nil {
-		s.redisProxy.Restore()
-	}
-	s.startProjector(l)
-	return nil
+	return s.startProjector(l)
 }
 
 // StopProjector shuts the projector down gracefully, as SIGTERM does: it
-// flushes, writes its checkpoints and leaves the group. It returns the
-// projector's error, if any.
+// flushes and writes its checkpoints, and returns the projector's error, if
+// any. Like the process, it waits for Redis to take its last flush.
 func (s *Stack) StopProjector() error {
 	s.projMu.Lock()
 	defer s.projMu.Unlock()
-	if s.projCancel == nil {
+	r := s.proj
+	if r == nil {
 		return ErrProjectorStopped
 	}
-	s.projCancel()
-	err := <-s.projDone
-	s.projCancel, s.projDone = nil, nil
+	s.proj = nil
+	r.cancel()
+	err := <-r.done
+	if r.proxy != nil {
+		r.proxy.Close()
+	}
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
 }
 
-// KillProjector stops the projector as a crash would, as far as the read
-// model can tell: its Redis connections are cut first, so nothing it holds
-// in memory (folded but unflushed snapshots, checkpoints not yet written)
-// reaches Redis; then it is stopped. A later StartProjector resumes from the
-// last checkpoints written before the kill, and replays the rest from Kafka.
-// The projector's own errors from its failed final flush are expected and
-// dropped. It needs the projector to reach Redis through devstack's proxy
-// (a plain redis:// URL of a single Redis) and returns ErrCannotKill
-// otherwise.
+// KillProjector stops the projector as a crash would, as far as the rest of
+// the stack can tell, and returns at once: its Redis connections are cut
+// (nothing it folded but had not flushed reaches Redis, and it writes
+// nothing more), its HTTP listener and connections are closed, and it is
+// told to stop. It
+// cannot end while its last flush waits for Redis, so it lingers, cut off,
+// until Stop; a projector started meanwhile takes its partitions back
+// under the same group instance id, as a restarted process does. It needs
+// the projector to reach Redis through devstack's proxy (a plain redis://
+// URL of a single Redis) and returns ErrCannotKill otherwise.
 func (s *Stack) KillProjector() error {
 	s.projMu.Lock()
 	defer s.projMu.Unlock()
-	if s.projCancel == nil {
+	r := s.proj
+	if r == nil {
 		return ErrProjectorStopped
 	}
-	if s.redisProxy == nil {
+	if r.proxy == nil {
 		return ErrCannotKill
 	}
-	s.redisProxy.Cut()
-	s.projCancel()
-	<-s.projDone
-	s.projCancel, s.projDone = nil, nil
+	s.proj = nil
+	r.proxy.Cut()
+	r.l.CloseAll()
+	r.cancel()
+	s.killed = append(s.killed, r)
 	return nil
 }
 
@@ -349,22 +379,28 @@ func (s *Stack) goRun(name string, fn func() error) {
 	}()
 }
 
+// close releases the embedded dependencies and the proxies; every service
+// has ended (Stop waited for them) or never started.
 func (s *Stack) close() {
 	s.projMu.Lock()
-	if s.projDone != nil {
-		// Stop cancelled the stack's context, so the projector has ended.
-		if err := <-s.projDone; err != nil && !errors.Is(err, context.Canceled) {
+	if r := s.proj; r != nil {
+		if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
 			s.mu.Lock()
 			s.errs = append(s.errs, fmt.Errorf("projector: %w", err))
 			s.mu.Unlock()
 		}
-		s.projCancel()
-		s.projCancel, s.projDone = nil, nil
+		r.cancel()
+		if r.proxy != nil {
+			r.proxy.Close()
+		}
+		s.proj = nil
 	}
+	// A killed projector's errors (its cut-off flushes) are expected.
+	for _, r := range s.killed {
+		r.proxy.Close()
+	}
+	s.killed = nil
 	s.projMu.Unlock()
-	if s.redisProxy != nil {
-		s.redisProxy.Close()
-	}
 	if s.Broker != nil {
 		s.Broker.Close()
 	}

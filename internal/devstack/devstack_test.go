@@ -4,9 +4,15 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/correx/sessions/internal/projector"
 )
 
 // echo serves one line back per line on a loopback port.
@@ -112,5 +118,53 @@ func TestProjectorControls(t *testing.T) {
 	}
 	if err := st.StartProjector(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKillProjectorUnderLoad kills the projector while it flushes: a kill
+// must not wait for the projector's graceful shutdown, which retries its
+// in-flight flush until Redis answers, and Redis is what a kill cuts.
+func TestKillProjectorUnderLoad(t *testing.T) {
+	st, err := Start(context.Background(), Options{Partitions: 2, Log: slog.New(slog.DiscardHandler),
+		Projector: func(c *projector.Config) { c.FlushInterval = time.Millisecond }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	defer func() {
+		go func() { stopped <- st.Stop() }()
+		select {
+		case <-stopped:
+		case <-time.After(60 * time.Second):
+			t.Error("Stop did not return within 60s after kills")
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // load: one event per request, as fast as ingest takes them
+		for i := 0; ctx.Err() == nil; i++ {
+			body := fmt.Sprintf(`{"sessionId":"load-%d","type":"SessionCreated","payload":{}}`, i)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, st.IngestURL+"/v1/events", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	for i := range 5 {
+		time.Sleep(300 * time.Millisecond) // let folds and flushes run
+		killed := make(chan error, 1)
+		go func() { killed <- st.KillProjector() }()
+		select {
+		case err := <-killed:
+			if err != nil {
+				t.Fatalf("kill %d: %v", i, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("kill %d: KillProjector did not return within 20s", i)
+		}
+		if err := st.StartProjector(); err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
 	}
 }

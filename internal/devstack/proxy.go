@@ -118,3 +118,58 @@ func (p *cutProxy) Close() {
 	p.Cut()
 	p.wg.Wait()
 }
+
+// connListener is a listener that can close the connections it accepted,
+// as the death of a process does (KillProjector): a client's keep-alive
+// connection must not reach the killed projector's HTTP server.
+type connListener struct {
+	net.Listener
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+}
+
+func newConnListener(l net.Listener) *connListener {
+	return &connListener{Listener: l, conns: map[net.Conn]struct{}{}}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns[c] = struct{}{}
+	return &trackedConn{Conn: c, l: l}, nil
+}
+
+// CloseAll closes the listener and every connection it accepted.
+func (l *connListener) CloseAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.Listener.Close()
+	for c := range l.conns {
+		c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l    *connListener
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c.Conn)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
