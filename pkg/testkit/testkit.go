@@ -118,7 +118,10 @@ func run(ctx context.Context, cfg config) (*Stack, error) {
 	}
 	s := &Stack{http: &http.Client{Timeout: 30 * time.Second}}
 	o := devstack.Options{RedisURL: cfg.redisURL, Partitions: cfg.partitions, Log: cfg.log,
-		Projector: func(c *projector.Config) { c.FlushInterval = cfg.flushInterval }}
+		Projector: func(c *projector.Config) {
+			c.FlushInterval = cfg.flushInterval
+			c.MaxFlushInterval = max(c.MaxFlushInterval, cfg.flushInterval)
+		}}
 	if cfg.auth {
 		file, err := s.writeTokens()
 		if err != nil {
@@ -227,11 +230,12 @@ func (s *Stack) RestartProjector(ctx context.Context) error {
 	return s.StartProjector(ctx)
 }
 
-// KillProjector stops the projector as a crash would: what it folded but had
-// not yet written to Redis is lost, and it writes nothing after the call.
-// Snapshots then stay where they were until StartProjector, after which the
-// projector resumes from its last checkpoints and catches up from Kafka.
-// It needs the embedded Redis or a plain redis:// URL.
+// KillProjector stops the projector as a crash would, and returns at once:
+// what it folded but had not yet written to Redis is lost, it writes nothing
+// after the call, and its HTTP connections are closed. Snapshots then stay
+// where they were until StartProjector, after which the projector resumes
+// from its last checkpoints and catches up from Kafka. It needs the embedded
+// Redis or a plain redis:// URL.
 func (s *Stack) KillProjector() error {
 	if err := s.ds.KillProjector(); err != nil {
 		return fmt.Errorf("testkit: kill projector: %w", err)
