@@ -56,6 +56,6 @@ loadgen: ## a verified workload against a running stack (ARGS="-sessions 5000 -r
 images: ## build the container images from deploy/docker (CORREX_IMAGE_PREFIX, CORREX_IMAGE_TAG, KAFKA_IMAGE, REDIS_IMAGE)
 	@scripts/images.sh
 
-test-integration: images ## testcontainers-go suites in integration/ against the images (needs Docker)
+test-integration: images ## testcontainers-go suites (integration/, pkg/testkit/correx) against the images (needs Docker)
 	TESTCONTAINERS_RYUK_DISABLED=$${TESTCONTAINERS_RYUK_DISABLED:-true} \
-		$(GO) test -tags integration -count=1 -timeout 60m -v $(INTEGRATION_FLAGS) ./integration/...
+		$(GO) test -tags integration -count=1 -timeout 60m -v $(INTEGRATION_FLAGS) ./integration/... ./pkg/testkit/correx

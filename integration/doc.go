@@ -4,6 +4,11 @@
 // with load from the test process and checked only through the public HTTP
 // APIs, while containers are killed, frozen, scaled and restarted.
 //
+// TestHappyPath starts its stack with the public testcontainers-go module,
+// pkg/testkit/correx, as the suites of services that use correx do; the
+// scenarios that kill, freeze, scale and restart containers drive each
+// container themselves (stack_test.go).
+//
 // The suites carry the build tag `integration`, so `go test ./...` skips them.
 // Run them with
 //

@@ -59,10 +59,12 @@ func seed(t *testing.T) uint64 {
 // TestHappyPath runs 2000 sessions through a healthy pipeline: every final
 // snapshot equals the reference fold, and the listing, the stats and replays
 // from the log agree.
+//
+// It starts the stack with the public testcontainers-go module
+// (pkg/testkit/correx), as the suites of services that use correx do.
 func TestHappyPath(t *testing.T) {
-	s := pipeline(t, "projector-0")
-	q := s.url(s.query)
-	rep := startLoad(context.Background(), s.url(s.ingest), workload("happy", seed(t), 2000, 0)).wait(t)
+	in, q := modulePipeline(t)
+	rep := startLoad(context.Background(), in, workload("happy", seed(t), 2000, 0)).wait(t)
 	if rep.Retries != 0 || len(rep.Resent) != 0 {
 		t.Errorf("a healthy pipeline made the load resend %d requests", rep.Retries)
 	}

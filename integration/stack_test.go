@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/pkg/testkit/correx"
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
@@ -144,6 +145,52 @@ func checkImages() error {
 		return fmt.Errorf("images %v are missing: run `make images` first", missing)
 	}
 	return nil
+}
+
+// modulePipeline starts a whole stack with pkg/testkit/correx (one
+// projector; images from the same variables) and returns the ingest and
+// query URLs. The cleanup removes it and, when the test failed, first prints
+// each container's last 50 log lines.
+func modulePipeline(t *testing.T) (ingestURL, queryURL string) {
+	t.Helper()
+	ctx := context.Background()
+	started := time.Now()
+	c, err := correx.Run(ctx, correx.WithPartitions(partitions), correx.WithStartupTimeout(startupWait),
+		testcontainers.WithLabels(map[string]string{labelKey: runID, labelKey + ".test": t.Name()}))
+	if err != nil {
+		t.Fatalf("correx.Run: %v", err)
+	}
+	t.Logf("correx.Run: ready in %v", time.Since(started).Round(time.Millisecond))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if t.Failed() {
+			for _, ctr := range []*testcontainers.DockerContainer{c.Kafka, c.Redis, c.Ingest, c.Projector, c.Query} {
+				if ctr == nil {
+					continue
+				}
+				rc, err := ctr.Logs(ctx)
+				if err != nil {
+					t.Logf("logs of %s: %v", ctr.Image, err)
+					continue
+				}
+				b, _ := io.ReadAll(rc)
+				rc.Close()
+				lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+				t.Logf("---- %s: last 50 log lines ----\n%s", ctr.Image, strings.Join(lines[max(0, len(lines)-50):], "\n"))
+			}
+		}
+		if err := c.Terminate(ctx, testcontainers.StopTimeout(5*time.Second)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if ingestURL, err = c.IngestURL(ctx); err == nil {
+		queryURL, err = c.QueryURL(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ingestURL, queryURL
 }
 
 // node is one container of a stack, known on the network by its alias.

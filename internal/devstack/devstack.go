@@ -1,8 +1,14 @@
 // Package devstack runs the whole pipeline in one process: an embedded
 // Kafka-protocol broker (franz-go's kfake, optionally persisted to a data
 // directory), an embedded Redis (miniredis) unless a Redis URL is given, and
-// the ingest, projector and query services. cmd/devstack (`make run`) and the
-// end-to-end tests start it.
+// the ingest, projector and query services. cmd/devstack (`make run`),
+// pkg/testkit (the public test harness built over it) and the end-to-end
+// tests start it.
+//
+// The projector can be stopped, killed and started again while the rest of
+// the stack runs (StopProjector, KillProjector, StartProjector): it keeps its
+// address, group instance id and Redis, so a restart exercises the recovery
+// from checkpoints that a real restart does.
 package devstack
 
 import (
@@ -11,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"sync"
 	"time"
@@ -72,10 +79,22 @@ type Stack struct {
 	Broker                            *kfake.Cluster // nil with an external Kafka
 	Redis                             *miniredis.Miniredis
 
+	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	errs   []error
+
+	// The projector's own lifetime (guarded by projMu): its config, its
+	// runtime, its listen address, the running projector (nil while it is
+	// stopped) and the killed ones that have not ended yet.
+	projMu    sync.Mutex
+	pcfg      projector.Config
+	prt       service.Runtime
+	projAddr  string
+	redisHost string // host:port behind the per-run proxies; "" without them
+	proj      *projRun
+	killed    []*projRun
 }
 
 func orDefault(s, def string) string {
@@ -192,12 +211,23 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		o.Projector(&pcfg)
 	}
 	if err := pcfg.Validate(); err != nil {
+		lp.Close()
+		lq.Close()
 		s.Stop()
 		return nil, err
 	}
-	prt := rt("projector")
-	prt.Listener = lp
-	s.goRun("projector", func() error { return projector.Serve(ctx, pcfg, prt) })
+	// The projector reaches a plain single Redis through a proxy of its
+	// own that KillProjector cuts: a killed process writes nothing more,
+	// and so must this one (see KillProjector).
+	if u, err := url.Parse(pcfg.RedisURL); err == nil && u.Scheme == "redis" && !pcfg.RedisCluster {
+		s.redisHost = u.Host
+	}
+	s.ctx, s.pcfg, s.prt, s.projAddr = ctx, pcfg, rt("projector"), lp.Addr().String()
+	if err := s.startProjector(lp); err != nil {
+		lq.Close()
+		s.Stop()
+		return nil, err
+	}
 
 	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
 		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS}
@@ -206,6 +236,146 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	qrt.Listener = lq
 	s.goRun("query", func() error { return query.Serve(ctx, qcfg, qrt) })
 	return s, nil
+}
+
+// Stop shuts the services down gracefully (the projector flushes and writes
+// its checkpoints), then the embedded dependencies, and returns the services'
+// errors. Projectors killed earlier are let through to Redis again so that
+// they can end (what they write then is fenced like any zombie's writes).
+func (s *Stack) Stop() error {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.projMu.Lock()
+	for _, r := range s.killed {
+		if r.proxy != nil {
+			r.proxy.Restore()
+		}
+	}
+	s.projMu.Unlock()
+	s.wg.Wait()
+	s.close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.errs...)
+}
+
+// ErrProjectorRunning is returned by StartProjector while the projector runs;
+// ErrProjectorStopped by StopProjector and KillProjector when it does not.
+var (
+	ErrProjectorRunning = errors.New("devstack: the projector is running")
+	ErrProjectorStopped = errors.New("devstack: the projector is not running")
+	// ErrCannotKill is returned by KillProjector with Redis Cluster or a
+	// rediss:// URL, which the projector reaches without the proxy that a
+	// kill cuts.
+	ErrCannotKill = errors.New("devstack: KillProjector needs a plain redis:// URL of a single Redis")
+)
+
+// projRun is one run of the projector.
+type projRun struct {
+	cancel context.CancelFunc
+	done   chan error // receives Serve's result once
+	l      *connListener
+	proxy  *cutProxy // nil when the projector talks to Redis directly
+}
+
+// startProjector runs the projector on l (projMu held, or the stack not yet
+// shared).
+func (s *Stack) startProjector(l net.Listener) error {
+	cfg := s.pcfg
+	r := &projRun{done: make(chan error, 1), l: newConnListener(l)}
+	if s.redisHost != "" {
+		px, err := newCutProxy(s.redisHost)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("devstack: redis proxy: %w", err)
+		}
+		u, _ := url.Parse(cfg.RedisURL) // parsed before
+		u.Host = px.Addr()
+		cfg.RedisURL = u.String()
+		r.proxy = px
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	r.cancel = cancel
+	rt := s.prt
+	rt.Listener = r.l
+	s.proj = r
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		r.done <- projector.Serve(ctx, cfg, rt)
+	}()
+	return nil
+}
+
+// StartProjector starts the projector again after StopProjector or
+// KillProjector, on the same address and with the same group instance id.
+// It returns once the projector listens; it folds again once it has its
+// partitions back.
+func (s *Stack) StartProjector() error {
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	if s.proj != nil {
+		return ErrProjectorRunning
+	}
+	if s.ctx.Err() != nil {
+		return fmt.Errorf("devstack: the stack is stopped: %w", s.ctx.Err())
+	}
+	l, err := httpx.Listen(s.projAddr)
+	if err != nil {
+		return fmt.Errorf("devstack: projector listener: %w", err)
+	}
+	return s.startProjector(l)
+}
+
+// StopProjector shuts the projector down gracefully, as SIGTERM does: it
+// flushes and writes its checkpoints, and returns the projector's error, if
+// any. Like the process, it waits for Redis to take its last flush.
+func (s *Stack) StopProjector() error {
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	r := s.proj
+	if r == nil {
+		return ErrProjectorStopped
+	}
+	s.proj = nil
+	r.cancel()
+	err := <-r.done
+	if r.proxy != nil {
+		r.proxy.Close()
+	}
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// KillProjector stops the projector as a crash would, as far as the rest of
+// the stack can tell, and returns at once: its Redis connections are cut
+// (nothing it folded but had not flushed reaches Redis, and it writes
+// nothing more), its HTTP listener and connections are closed, and it is
+// told to stop. It
+// cannot end while its last flush waits for Redis, so it lingers, cut off,
+// until Stop; a projector started meanwhile takes its partitions back
+// under the same group instance id, as a restarted process does. It needs
+// the projector to reach Redis through devstack's proxy (a plain redis://
+// URL of a single Redis) and returns ErrCannotKill otherwise.
+func (s *Stack) KillProjector() error {
+	s.projMu.Lock()
+	defer s.projMu.Unlock()
+	r := s.proj
+	if r == nil {
+		return ErrProjectorStopped
+	}
+	if r.proxy == nil {
+		return ErrCannotKill
+	}
+	s.proj = nil
+	r.proxy.Cut()
+	r.l.CloseAll()
+	r.cancel()
+	s.killed = append(s.killed, r)
+	return nil
 }
 
 func (s *Stack) goRun(name string, fn func() error) {
@@ -220,21 +390,28 @@ func (s *Stack) goRun(name string, fn func() error) {
 	}()
 }
 
-// Stop shuts the services down gracefully (the projector flushes and writes
-// its checkpoints), then the embedded dependencies, and returns the services'
-// errors.
-func (s *Stack) Stop() error {
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.wg.Wait()
-	s.close()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return errors.Join(s.errs...)
-}
-
+// close releases the embedded dependencies and the proxies; every service
+// has ended (Stop waited for them) or never started.
 func (s *Stack) close() {
+	s.projMu.Lock()
+	if r := s.proj; r != nil {
+		if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
+			s.mu.Lock()
+			s.errs = append(s.errs, fmt.Errorf("projector: %w", err))
+			s.mu.Unlock()
+		}
+		r.cancel()
+		if r.proxy != nil {
+			r.proxy.Close()
+		}
+		s.proj = nil
+	}
+	// A killed projector's errors (its cut-off flushes) are expected.
+	for _, r := range s.killed {
+		r.proxy.Close()
+	}
+	s.killed = nil
+	s.projMu.Unlock()
 	if s.Broker != nil {
 		s.Broker.Close()
 	}

@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/loadgen"
-	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/correx/sessions/pkg/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,22 +30,13 @@ func quietLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-// startStack starts the pipeline on a real redis-server.
-func startStack(t *testing.T, partitions int) (*devstack.Stack, *snapshot.Store) {
+// startStack starts the pipeline on a real redis-server, with the harness
+// that services using correx start it with (pkg/testkit).
+func startStack(t *testing.T, partitions int) (*testkit.Stack, *snapshot.Store) {
 	t.Helper()
 	srv := redistest.Start(t)
-	st, err := devstack.Start(context.Background(), devstack.Options{
-		RedisURL: srv.URL(), Partitions: partitions, Log: quietLog(),
-		Projector: func(c *projector.Config) { c.FlushInterval = 50 * time.Millisecond },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := st.Stop(); err != nil {
-			t.Errorf("stack: %v", err)
-		}
-	})
+	st := testkit.Start(t, testkit.WithRedisURL(srv.URL()), testkit.WithPartitions(partitions),
+		testkit.WithLogger(quietLog()), testkit.WithFlushInterval(50*time.Millisecond))
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	store, err := snapshot.NewStore(rdb, st.Prefix)

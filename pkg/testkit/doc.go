@@ -1,0 +1,31 @@
+// Package testkit starts correx-sessions inside a test process, for the
+// integration tests of services that use it: an agent runtime that sends
+// session events, a dashboard that reads snapshots. It is to correx what
+// nats-server's test.RunServer is to NATS: no Docker, free ports, gone when
+// the test ends.
+//
+//	st := testkit.Start(t)                      // broker, Redis, ingest, projector, query
+//	pos, _ := st.Send(ctx, `{"sessionId":"s-1","type":"SessionCreated","payload":{}}`)
+//	snap, _ := st.WaitSession(ctx, "s-1", pos[0]) // folded and readable
+//
+// Start runs franz-go's kfake as the Kafka broker, miniredis as Redis (or a
+// real Redis with WithRedisURL), and the ingest, projector and query services
+// on 127.0.0.1 port 0; it returns once all three answer /readyz, and
+// t.Cleanup stops them. Point the code under test at IngestURL and QueryURL.
+// Authentication is off unless WithAuth is given; then Tokens holds bearer
+// tokens for two tenants (session ids prefixed "acme:" and "globex:") and an
+// admin.
+//
+// The projector can be restarted (RestartProjector), or killed
+// (KillProjector: its unflushed work is lost, as in a crash) and started
+// again (StartProjector), to test how a service behaves while snapshots lag
+// behind the events it sent.
+//
+// The stack is the one `make run` starts (internal/devstack); this package is
+// its public, test-facing face. For the services in containers from the
+// project's images, see the testcontainers-go module in pkg/testkit/correx.
+//
+// A Stack's methods are safe for concurrent use, except that the projector
+// controls (RestartProjector, KillProjector, StartProjector) serialise with
+// each other.
+package testkit
