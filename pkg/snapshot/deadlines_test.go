@@ -1,0 +1,84 @@
+package snapshot_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+)
+
+// TestDeadlineStore runs the deadline store's contract on a single server
+// and on a cluster: arming is fenced by version, due entries come back
+// earliest first, and a fired entry is removed only if it was not re-armed.
+func TestDeadlineStore(t *testing.T) {
+	for _, tg := range targets()[:2] {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb, _ := tg.open(t)
+			st, err := snapshot.NewStore(rdb, "dl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC).UnixNano()
+			ms := int64(time.Millisecond)
+			arm := func(p int32, ds ...snapshot.ArmedDeadline) time.Time {
+				t.Helper()
+				next, err := st.ArmDeadlines(ctx, "ev", p, ds)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return next
+			}
+			a := snapshot.ArmedDeadline{SessionID: "a", Kind: fsm.TimeoutInactivity, At: base + 5*ms + 1, Version: 3}
+			b := snapshot.ArmedDeadline{SessionID: "b", Kind: fsm.TimeoutExecution, At: base + 2*ms, Version: 1}
+			if next := arm(1, a, b); !next.Equal(time.Unix(0, base+2*ms)) {
+				t.Fatalf("next: got %v, want b's deadline", next)
+			}
+			// An older version never replaces a newer one; the same or a newer does.
+			stale := a
+			stale.Version, stale.At = 2, base
+			arm(1, stale)
+			if next := arm(1); !next.Equal(time.Unix(0, base+2*ms)) {
+				t.Fatalf("stale version re-armed: next %v", next)
+			}
+			disarmStale := snapshot.ArmedDeadline{SessionID: "a", Version: 2}
+			arm(1, disarmStale)
+			// Due: nothing before b's time; at a's time (rounded up to the ms) both, earliest first.
+			due, next, err := st.DueDeadlines(ctx, "ev", 1, time.Unix(0, base+ms), 10)
+			if err != nil || len(due) != 0 || !next.Equal(time.Unix(0, base+2*ms)) {
+				t.Fatalf("due early: got %v %v %v", due, next, err)
+			}
+			due, next, err = st.DueDeadlines(ctx, "ev", 1, time.Unix(0, base+6*ms), 10)
+			if err != nil || len(due) != 2 || due[0] != b || due[1] != a || !next.IsZero() {
+				t.Fatalf("due: got %+v %v %v, want b then a", due, next, err)
+			}
+			// a is re-armed by a newer version after it was read: removing the fired one keeps it.
+			a2 := a
+			a2.Version, a2.Kind, a2.At = 4, fsm.TimeoutCancellation, base+9*ms
+			arm(1, a2)
+			if n, err := st.RemoveFired(ctx, "ev", 1, due); err != nil || n != 1 {
+				t.Fatalf("remove fired: got %d %v, want 1 (b only)", n, err)
+			}
+			due, _, err = st.DueDeadlines(ctx, "ev", 1, time.Unix(0, base+time.Hour.Nanoseconds()), 10)
+			if err != nil || len(due) != 1 || due[0] != a2 {
+				t.Fatalf("after remove: got %+v %v, want a re-armed", due, err)
+			}
+			// Disarm by the same version; other partitions are apart.
+			arm(2, b)
+			if next := arm(1, snapshot.ArmedDeadline{SessionID: "a", Version: 4}); !next.IsZero() {
+				t.Fatalf("disarmed: next %v", next)
+			}
+			if next, err := st.NextDeadline(ctx, "ev", 2); err != nil || !next.Equal(time.Unix(0, base+2*ms)) {
+				t.Fatalf("partition 2: %v %v", next, err)
+			}
+			if err := st.DeleteDeadlines(ctx, "ev", 2); err != nil {
+				t.Fatal(err)
+			}
+			if next, err := st.NextDeadline(ctx, "ev", 2); err != nil || !next.IsZero() {
+				t.Fatalf("deleted: %v %v", next, err)
+			}
+		})
+	}
+}
