@@ -2,6 +2,9 @@ package snapshot_test
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +83,52 @@ func TestDeadlineStore(t *testing.T) {
 				t.Fatalf("deleted: %v %v", next, err)
 			}
 		})
+	}
+}
+
+// TestJSONDeadline checks the API form's effective timeouts and deadline,
+// and that the internal form keeps only the session's own timeouts.
+func TestJSONDeadline(t *testing.T) {
+	b := &builderEvents{}
+	var own fsm.Timeouts
+	own[fsm.TimeoutInactivity] = 5 * time.Second
+	b.add(fsm.SessionCreated, fsm.Fields{Timeouts: own})
+	b.add(fsm.SessionStarted, fsm.Fields{})
+	s := fold(b.events, 0)
+	s.TimeoutDefaults = fsm.DefaultTimeouts()
+	s.TimeoutDefaults[fsm.TimeoutExecution] = time.Hour
+	raw, err := s.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Timeouts map[string]string
+		Deadline *struct{ Kind, At string }
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"inactivity": "5s", "execution": "1h0m0s", "cancellation": "5m0s"}
+	if !reflect.DeepEqual(v.Timeouts, want) {
+		t.Errorf("timeouts: got %v, want %v", v.Timeouts, want)
+	}
+	at := time.Unix(0, s.UpdatedAt+int64(5*time.Second)).UTC().Format(time.RFC3339Nano)
+	if v.Deadline == nil || v.Deadline.Kind != "inactivity" || v.Deadline.At != at {
+		t.Errorf("deadline: got %+v, want inactivity at %s", v.Deadline, at)
+	}
+	full, err := snapshot.EncodeJSON(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back snapshot.Snapshot
+	if err := back.UnmarshalJSON(full); err != nil {
+		t.Fatal(err)
+	}
+	if back.Timeouts != own {
+		t.Errorf("internal form: timeouts %v, want the session's own %v", back.Timeouts, own)
+	}
+	s.Session.State = fsm.StateCompleted
+	if raw, _ := s.MarshalJSON(); !strings.Contains(string(raw), `"deadline":null`) {
+		t.Errorf("terminal: want deadline null in %s", raw)
 	}
 }

@@ -24,6 +24,20 @@ import (
 type Store struct {
 	rdb  redis.UniversalClient
 	keys *keys
+	// defaults are the service's timeout defaults, given to every snapshot
+	// read (Snapshot.TimeoutDefaults); see WithTimeoutDefaults.
+	defaults fsm.Timeouts
+}
+
+// WithTimeoutDefaults returns a store over the same client whose snapshots
+// read (Get, GetMany and the listings) carry the service's timeout defaults
+// (CORREX_TIMEOUT_*) in TimeoutDefaults, so that their JSON form shows the
+// effective timeouts and the armed deadline. The query service and the
+// projector use the same settings.
+func (s *Store) WithTimeoutDefaults(d fsm.Timeouts) *Store {
+	c := *s
+	c.defaults = d
+	return &c
 }
 
 // NewStore returns a store over rdb whose keys start with prefix (DESIGN §6
@@ -57,7 +71,7 @@ func (s *Store) Get(ctx context.Context, sessionID string) (*Snapshot, error) {
 	if err != nil {
 		return nil, &StoreError{Op: "get", Key: key, Err: err}
 	}
-	snap := new(Snapshot)
+	snap := &Snapshot{TimeoutDefaults: s.defaults}
 	if err := Decode(b, snap); err != nil {
 		return nil, &StoreError{Op: "get", Key: key, Err: err}
 	}
@@ -87,7 +101,7 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Snapshot, error) 
 		if err != nil {
 			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
 		}
-		snap := new(Snapshot)
+		snap := &Snapshot{TimeoutDefaults: s.defaults}
 		if err := Decode(b, snap); err != nil {
 			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
 		}
