@@ -2,12 +2,14 @@ package projector
 
 import (
 	"os"
+	"strings"
 	"time"
 
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // DefaultCacheBytes is the default of Config.CacheBytes: 256 MiB.
@@ -69,6 +71,17 @@ type Config struct {
 	// rebalance (flush what they revoke) before dropping them;
 	// CORREX_REBALANCE_TIMEOUT, default 60s.
 	RebalanceTimeout time.Duration
+	// Timeouts are the service defaults of the session timeouts (DESIGN
+	// §10.1), used for a kind a session's SessionCreated leaves out:
+	// CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL, _RECOVERY and
+	// _CANCELLATION, Go durations from 1s to 720h; all unset (zero: not
+	// armed) except cancellation, default 5m (fsm.DefaultTimeouts). The
+	// query service takes the same settings to show effective timeouts.
+	Timeouts fsm.Timeouts
+	// DeadlineResync is how often each owned partition's earliest deadline
+	// is read again from Redis, besides what the flushes report; default
+	// 1s. Not a setting: tests shorten it.
+	DeadlineResync time.Duration
 }
 
 // DefaultConfig returns the configuration with every default: the values
@@ -95,6 +108,8 @@ func DefaultConfig() Config {
 		LeaveOnShutdown:  true,
 		MaxPollRecords:   10000,
 		RebalanceTimeout: 60 * time.Second,
+		Timeouts:         fsm.DefaultTimeouts(),
+		DeadlineResync:   time.Second,
 	}
 }
 
@@ -125,6 +140,30 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.CacheBytes, "cache-bytes", "CORREX_CACHE_BYTES", d.CacheBytes, "estimated bytes of the snapshots kept in memory")
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", d.SessionTimeout, "consumer group session timeout")
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", d.RebalanceTimeout, "how long a rebalance may take before slow members are dropped")
+	c.DeadlineResync = d.DeadlineResync
+	BindTimeouts(b, &c.Timeouts)
+}
+
+// BindTimeouts registers the CORREX_TIMEOUT_<KIND> settings (flags
+// -timeout-<kind>) with fsm.DefaultTimeouts' values as their defaults. The
+// projector arms deadlines with them; the query service shows the
+// effective timeouts with the same settings.
+func BindTimeouts(b *config.Binder, t *fsm.Timeouts) {
+	d := fsm.DefaultTimeouts()
+	for _, k := range fsm.TimeoutKinds() {
+		name := k.String()
+		b.Duration(&t[k], "timeout-"+name, "CORREX_TIMEOUT_"+strings.ToUpper(name), d[k],
+			"default "+name+" timeout of a session that names none (Go duration, 1s to 720h; 0 for none)")
+	}
+}
+
+// ValidateTimeouts reports each default timeout outside 1s..720h.
+func ValidateTimeouts(p *config.Problems, t fsm.Timeouts) {
+	for _, k := range fsm.TimeoutKinds() {
+		if d := t[k]; d != 0 && (d < fsm.MinTimeout || d > fsm.MaxTimeout) {
+			p.Addf("CORREX_TIMEOUT_%s: %v, must be 0 (none) or from %v to %v", strings.ToUpper(k.String()), d, fsm.MinTimeout, fsm.MaxTimeout)
+		}
+	}
 }
 
 // Redis returns the Redis connection settings.
@@ -174,6 +213,7 @@ func (c *Config) Validate() error {
 	if c.SessionTimeout < 6*time.Second {
 		p.Addf("CORREX_SESSION_TIMEOUT: %v, must be at least 6s", c.SessionTimeout)
 	}
+	ValidateTimeouts(&p, c.Timeouts)
 	if c.RebalanceTimeout < time.Second {
 		p.Addf("CORREX_REBALANCE_TIMEOUT: %v, must be at least 1s", c.RebalanceTimeout)
 	}

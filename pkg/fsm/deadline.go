@@ -33,14 +33,18 @@ type Deadline struct {
 // kind's effective duration (s.Timeouts, else defaults); a kind without a
 // duration is not armed.
 //
-//	execution     from CreatedAt            while not terminal
+//	execution     from CreatedAt            while not terminal (nor CANCELLING)
 //	inactivity    from UpdatedAt            in CREATED, INITIALIZING, ACTIVE, PAUSED, RECOVERING
 //	approval      from entering the state   in AWAITING_APPROVAL
 //	recovery      from entering the state   in RECOVERING
 //	cancellation  from entering the state   in CANCELLING
 //
 // UpdatedAt is the occurredAt of the last applied event and StateEnteredAt
-// that of the event that entered the current state. It is a pure function
+// that of the event that entered the current state. In CANCELLING only the
+// cancellation timeout is armed: the table accepts no other TimeoutExpired
+// there, and an execution deadline armed in CANCELLING would be rejected
+// when it fired, and hide the cancellation deadline behind it. Every kind
+// armed is thus one the table applies in the session's state. It is a pure function
 // of the session and the defaults: a replay arms the same deadlines.
 func Deadlines(s *Session, defaults Timeouts) [numTimeoutKinds]int64 {
 	var out [numTimeoutKinds]int64
@@ -53,7 +57,9 @@ func Deadlines(s *Session, defaults Timeouts) [numTimeoutKinds]int64 {
 			out[k] = start + int64(d)
 		}
 	}
-	arm(TimeoutExecution, s.CreatedAt)
+	if s.State != StateCancelling {
+		arm(TimeoutExecution, s.CreatedAt)
+	}
 	switch s.State {
 	case StateCreated, StateInitializing, StateActive, StatePaused, StateRecovering:
 		arm(TimeoutInactivity, s.UpdatedAt)

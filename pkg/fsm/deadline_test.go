@@ -24,7 +24,7 @@ func TestDeadlines(t *testing.T) {
 		fsm.StatePaused:           nonTerminalIdle,
 		fsm.StateRecovering:       {fsm.TimeoutExecution: fromCreated, fsm.TimeoutInactivity: fromUpdated, fsm.TimeoutRecovery: fromEntered},
 		fsm.StateAwaitingApproval: {fsm.TimeoutExecution: fromCreated, fsm.TimeoutApproval: fromEntered},
-		fsm.StateCancelling:       {fsm.TimeoutExecution: fromCreated, fsm.TimeoutCancellation: fromEntered},
+		fsm.StateCancelling:       {fsm.TimeoutCancellation: fromEntered}, // the table rejects every other timeout there
 		fsm.StateCancelled:        {},
 		fsm.StateFailed:           {},
 		fsm.StateCompleted:        {},
@@ -71,9 +71,16 @@ func TestNextDeadlineDefaults(t *testing.T) {
 	if !ok || d.Kind != fsm.TimeoutCancellation || d.At != s.StateEnteredAt+int64(5*time.Minute) {
 		t.Fatalf("got %+v %v, want cancellation 5m after entering CANCELLING", d, ok)
 	}
-	s.Timeouts[fsm.TimeoutExecution] = time.Second // the session's own wins, and is earlier
-	if d, _ := fsm.NextDeadline(s, fsm.DefaultTimeouts()); d.Kind != fsm.TimeoutExecution || d.At != s.CreatedAt+int64(time.Second) {
-		t.Fatalf("got %+v, want execution 1s after creation", d)
+	s.Timeouts[fsm.TimeoutExecution] = time.Second // not armed in CANCELLING
+	if d, _ := fsm.NextDeadline(s, fsm.DefaultTimeouts()); d.Kind != fsm.TimeoutCancellation {
+		t.Fatalf("got %+v, want the cancellation deadline", d)
+	}
+	p := reach(t, fsm.StatePaused)
+	p.s.Timeouts[fsm.TimeoutInactivity] = time.Hour
+	defaults := fsm.DefaultTimeouts()
+	defaults[fsm.TimeoutExecution] = time.Second
+	if d, _ := fsm.NextDeadline(&p.s, defaults); d.Kind != fsm.TimeoutExecution || d.At != p.s.CreatedAt+int64(time.Second) {
+		t.Fatalf("got %+v, want execution (a default) 1s after creation, before its own inactivity", d)
 	}
 	a := reach(t, fsm.StateActive)
 	if d, ok := fsm.NextDeadline(&a.s, fsm.DefaultTimeouts()); ok {
@@ -81,5 +88,30 @@ func TestNextDeadlineDefaults(t *testing.T) {
 	}
 	if eff := a.s.Timeouts.Effective(fsm.DefaultTimeouts()); eff[fsm.TimeoutCancellation] != 5*time.Minute || eff[fsm.TimeoutExecution] != 0 {
 		t.Fatalf("effective: got %v", eff)
+	}
+}
+
+// TestArmedKindsAreApplied: a deadline armed in a state fires a timeout the
+// table applies there, so a fired deadline never comes back rejected (and
+// re-armed as it was, firing again and again).
+func TestArmedKindsAreApplied(t *testing.T) {
+	var all fsm.Timeouts
+	for _, k := range fsm.TimeoutKinds() {
+		all[k] = time.Minute
+	}
+	for _, st := range fsm.States() {
+		if st.Terminal() {
+			continue
+		}
+		for _, k := range fsm.TimeoutKinds() {
+			b := reach(t, st)
+			b.s.Timeouts = all
+			if fsm.Deadlines(&b.s, fsm.Timeouts{})[k] == 0 {
+				continue
+			}
+			if o := b.apply(fsm.TimeoutExpired, fsm.Fields{Timeout: k, ArmedVersion: b.s.Version, HasArmedVersion: true}); o.Result != fsm.Applied {
+				t.Errorf("%s armed in %s: the fold answers %+v", k, st, o)
+			}
+		}
 	}
 }

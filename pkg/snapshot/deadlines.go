@@ -148,34 +148,50 @@ end
 return n
 `)
 
-// ArmDeadlines writes the entries of sessions of one partition of topic:
+// ArmDeadlines writes the entries of sessions of a topic, by partition:
 // an entry with a kind arms (or re-arms) the session's deadline, one with
 // fsm.TimeoutNone removes it; each only if the stored entry's version is
-// not newer. It returns the partition's earliest deadline afterwards
-// (Unix ms precision), or the zero time when none is armed. Idempotent.
-func (s *Store) ArmDeadlines(ctx context.Context, topic string, partition int32, entries []ArmedDeadline) (time.Time, error) {
-	due, armed := s.keys.deadlines(topic, partition)
-	var cmds []*redis.Cmd
+// not newer. All partitions are written in one pipelined round trip (one
+// script call per partition and chunk: each touches one hash slot). It
+// returns each partition's earliest deadline afterwards (Unix ms
+// precision), or the zero time when none is armed. Idempotent.
+func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[int32][]ArmedDeadline) (map[int32]time.Time, error) {
+	type call struct {
+		partition int32
+		cmd       *redis.Cmd
+	}
+	var calls []call
 	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		cmds = cmds[:0]
-		for start := 0; start < len(entries) || start == 0; start += maxCall {
-			chunk := entries[start:min(start+maxCall, len(entries))]
-			args := make([]any, 0, 4*len(chunk))
-			for _, d := range chunk {
-				if d.Kind == fsm.TimeoutNone {
-					args = append(args, d.SessionID, d.Version, "", 0)
-				} else {
-					args = append(args, d.SessionID, d.Version, d.value(), scoreMs(d.At))
+		calls = calls[:0]
+		for p, entries := range byPartition {
+			due, armed := s.keys.deadlines(topic, p)
+			for start := 0; start < len(entries) || start == 0; start += maxCall {
+				chunk := entries[start:min(start+maxCall, len(entries))]
+				args := make([]any, 0, 4*len(chunk))
+				for _, d := range chunk {
+					if d.Kind == fsm.TimeoutNone {
+						args = append(args, d.SessionID, d.Version, "", 0)
+					} else {
+						args = append(args, d.SessionID, d.Version, d.value(), scoreMs(d.At))
+					}
 				}
+				calls = append(calls, call{p, armScript.EvalSha(ctx, pipe, []string{due, armed}, args...)})
 			}
-			cmds = append(cmds, armScript.EvalSha(ctx, pipe, []string{due, armed}, args...))
 		}
-		return cmds
+		return nil
 	})
 	if err != nil {
-		return time.Time{}, &StoreError{Op: "arm", Key: due, Err: err}
+		return nil, &StoreError{Op: "arm deadlines", Err: err}
 	}
-	return nextFrom(cmds[len(cmds)-1].Val())
+	out := make(map[int32]time.Time, len(byPartition))
+	for _, c := range calls { // the last call of a partition answers last
+		next, err := nextFrom(c.cmd.Val())
+		if err != nil {
+			return nil, &StoreError{Op: "arm deadlines", Err: err}
+		}
+		out[c.partition] = next
+	}
+	return out, nil
 }
 
 func nextFrom(v any) (time.Time, error) {

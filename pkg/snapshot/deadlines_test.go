@@ -28,11 +28,11 @@ func TestDeadlineStore(t *testing.T) {
 			ms := int64(time.Millisecond)
 			arm := func(p int32, ds ...snapshot.ArmedDeadline) time.Time {
 				t.Helper()
-				next, err := st.ArmDeadlines(ctx, "ev", p, ds)
+				next, err := st.ArmDeadlines(ctx, "ev", map[int32][]snapshot.ArmedDeadline{p: ds})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return next
+				return next[p]
 			}
 			a := snapshot.ArmedDeadline{SessionID: "a", Kind: fsm.TimeoutInactivity, At: base + 5*ms + 1, Version: 3}
 			b := snapshot.ArmedDeadline{SessionID: "b", Kind: fsm.TimeoutExecution, At: base + 2*ms, Version: 1}
