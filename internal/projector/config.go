@@ -2,7 +2,6 @@ package projector
 
 import (
 	"os"
-	"strings"
 	"time"
 
 	"github.com/correx/sessions/internal/config"
@@ -141,29 +140,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", d.SessionTimeout, "consumer group session timeout")
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", d.RebalanceTimeout, "how long a rebalance may take before slow members are dropped")
 	c.DeadlineResync = d.DeadlineResync
-	BindTimeouts(b, &c.Timeouts)
-}
-
-// BindTimeouts registers the CORREX_TIMEOUT_<KIND> settings (flags
-// -timeout-<kind>) with fsm.DefaultTimeouts' values as their defaults. The
-// projector arms deadlines with them; the query service shows the
-// effective timeouts with the same settings.
-func BindTimeouts(b *config.Binder, t *fsm.Timeouts) {
-	d := fsm.DefaultTimeouts()
-	for _, k := range fsm.TimeoutKinds() {
-		name := k.String()
-		b.Duration(&t[k], "timeout-"+name, "CORREX_TIMEOUT_"+strings.ToUpper(name), d[k],
-			"default "+name+" timeout of a session that names none (Go duration, 1s to 720h; 0 for none)")
-	}
-}
-
-// ValidateTimeouts reports each default timeout outside 1s..720h.
-func ValidateTimeouts(p *config.Problems, t fsm.Timeouts) {
-	for _, k := range fsm.TimeoutKinds() {
-		if d := t[k]; d != 0 && (d < fsm.MinTimeout || d > fsm.MaxTimeout) {
-			p.Addf("CORREX_TIMEOUT_%s: %v, must be 0 (none) or from %v to %v", strings.ToUpper(k.String()), d, fsm.MinTimeout, fsm.MaxTimeout)
-		}
-	}
+	b.Timeouts(&c.Timeouts)
 }
 
 // Redis returns the Redis connection settings.
@@ -213,7 +190,7 @@ func (c *Config) Validate() error {
 	if c.SessionTimeout < 6*time.Second {
 		p.Addf("CORREX_SESSION_TIMEOUT: %v, must be at least 6s", c.SessionTimeout)
 	}
-	ValidateTimeouts(&p, c.Timeouts)
+	p.AddTimeouts(c.Timeouts)
 	if c.RebalanceTimeout < time.Second {
 		p.Addf("CORREX_REBALANCE_TIMEOUT: %v, must be at least 1s", c.RebalanceTimeout)
 	}
