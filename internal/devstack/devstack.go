@@ -200,7 +200,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	s.goRun("projector", func() error { return projector.Serve(ctx, pcfg, prt) })
 
 	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
-		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS}
+		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS,
+		Timeouts: pcfg.Timeouts} // the projector's timeout defaults: the query shows effective timeouts with them
 	qcfg.Kafka.ClientID = "correx-query"
 	qrt := rt("query")
 	qrt.Listener = lq
