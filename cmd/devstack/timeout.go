@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/correx/sessions/internal/devstack"
