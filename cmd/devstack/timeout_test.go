@@ -11,7 +11,8 @@ import (
 )
 
 // TestDemoTimeoutFires runs the devstack's demo until its quiet session is
-// timed out by the projector (its inactivity timeout is 5 s).
+// timed out by the projector (its inactivity timeout is 5 s), and checks
+// that the query service shows the next deadline from the service defaults.
 func TestDemoTimeoutFires(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -26,6 +27,11 @@ func TestDemoTimeoutFires(t *testing.T) {
 	}
 	if s := out.String(); !strings.Contains(s, "timed out: CANCELLING, timeout:inactivity") {
 		t.Fatalf("the demo's quiet session did not time out:\n%s", s)
+	}
+	// The query service shows the deadline armed by the default
+	// cancellation timeout (5m): it has the projector's defaults.
+	if s := out.String(); !strings.Contains(s, "next deadline: cancellation at") {
+		t.Fatalf("the query service did not show the default cancellation deadline:\n%s", s)
 	}
 }
 

@@ -132,3 +132,42 @@ func TestJSONDeadline(t *testing.T) {
 		t.Errorf("terminal: want deadline null in %s", raw)
 	}
 }
+
+// TestStoreGivesTimeoutDefaults: what a store made WithTimeoutDefaults reads
+// (Get, GetMany, listings) carries the defaults, so its JSON shows them.
+func TestStoreGivesTimeoutDefaults(t *testing.T) {
+	rdb, _ := targets()[0].open(t)
+	plain, err := snapshot.NewStore(rdb, "td")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &builderEvents{}
+	b.add(fsm.SessionCreated, fsm.Fields{})
+	s := fold(b.events, 0)
+	if _, err := plain.PutBatch(context.Background(), []snapshot.Entry{snapshot.NewEntry(s)}); err != nil {
+		t.Fatal(err)
+	}
+	defaults := fsm.DefaultTimeouts()
+	defaults[fsm.TimeoutInactivity] = time.Minute
+	st := plain.WithTimeoutDefaults(defaults)
+	got, err := st.Get(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	many, err := st.GetMany(context.Background(), []string{s.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := st.List(context.Background(), fsm.StateNone, "", 10)
+	if err != nil || len(page.Snapshots) != 1 {
+		t.Fatalf("list: %v %v", page, err)
+	}
+	for name, snap := range map[string]*snapshot.Snapshot{"get": got, "getMany": many[0], "list": page.Snapshots[0]} {
+		if snap.TimeoutDefaults != defaults {
+			t.Errorf("%s: defaults %v, want %v", name, snap.TimeoutDefaults, defaults)
+		}
+	}
+	if p, _ := plain.Get(context.Background(), s.ID); p.TimeoutDefaults != (fsm.Timeouts{}) {
+		t.Errorf("the plain store's snapshot has defaults %v", p.TimeoutDefaults)
+	}
+}

@@ -71,10 +71,11 @@ func (s *Store) Get(ctx context.Context, sessionID string) (*Snapshot, error) {
 	if err != nil {
 		return nil, &StoreError{Op: "get", Key: key, Err: err}
 	}
-	snap := &Snapshot{TimeoutDefaults: s.defaults}
+	snap := new(Snapshot)
 	if err := Decode(b, snap); err != nil {
 		return nil, &StoreError{Op: "get", Key: key, Err: err}
 	}
+	snap.TimeoutDefaults = s.defaults // after Decode, which resets the whole snapshot
 	return snap, nil
 }
 
@@ -101,10 +102,11 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Snapshot, error) 
 		if err != nil {
 			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
 		}
-		snap := &Snapshot{TimeoutDefaults: s.defaults}
+		snap := new(Snapshot)
 		if err := Decode(b, snap); err != nil {
 			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
 		}
+		snap.TimeoutDefaults = s.defaults
 		out[i] = snap
 	}
 	return out, nil
