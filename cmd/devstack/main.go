@@ -127,10 +127,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	printBanner(stdout, st, b.Effective(), o)
 
 	var sent atomic.Int64
+	lines := &lockedWriter{w: stdout} // progress and the demo's timeout print lines concurrently
 	if o.demo {
+		go demoTimeout(ctx, st, lines, o.Log)
 		go demo(ctx, st, o, &sent)
 	}
-	progress(ctx, stdout, st, &sent, o.progressIn)
+	progress(ctx, lines, st, &sent, o.progressIn)
 	fmt.Fprintln(stdout, "\nstopping: flushing snapshots and writing checkpoints...")
 	if err := st.Stop(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -163,9 +165,14 @@ Try:
   curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
     -d '{"sessionId":"demo:1","type":"SessionCreated","payload":{"goal":"try it"}}'
   curl -s '%s/v1/sessions/demo:1?minPosition=<position from the answer>&wait=2s'
+  # a session that times out after 5s without events (TimeoutExpired, then CANCELLING)
+  curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
+    -d '%s'
+  curl -s %s/v1/sessions/demo:quiet | grep -o '"state":"[A-Z_]*"'
 
 Ctrl-C stops it. Settings: %s
-`, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL, strings.Join(settings, ", "))
+`, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL,
+		st.IngestURL, quietSessionEvents("demo:quiet"), st.QueryURL, strings.Join(settings, ", "))
 }
 
 // demo runs rounds of realistic sessions against the stack until ctx ends.

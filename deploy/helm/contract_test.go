@@ -35,6 +35,11 @@ var (
 		"query":     {},
 		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES"},
 	}
+	// timeoutEnv are the session timeout defaults, which the projector (to
+	// arm deadlines) and the query service (to show effective timeouts)
+	// both take.
+	timeoutEnv = []string{"CORREX_TIMEOUT_EXECUTION", "CORREX_TIMEOUT_INACTIVITY", "CORREX_TIMEOUT_APPROVAL",
+		"CORREX_TIMEOUT_RECOVERY", "CORREX_TIMEOUT_CANCELLATION"}
 	// apiEnv is what the two API services (ingest, query) get on top of
 	// their componentEnv: the rate limit, always set.
 	apiEnv = []string{"CORREX_RATE_LIMIT", "CORREX_RATE_BURST"}
@@ -73,6 +78,9 @@ func documentedEnv() map[string]bool {
 	for _, n := range apiEnv {
 		all[n] = true
 	}
+	for _, n := range timeoutEnv {
+		all[n] = true
+	}
 	return all
 }
 
@@ -80,7 +88,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 	// A name listed twice would make the exact-set checks below weaker than
 	// they read; so would a security name that is also a base name.
 	seen := map[string]int{}
-	for _, list := range [][]string{commonEnv, componentEnv["ingest"], componentEnv["query"], componentEnv["projector"], securityEnv, apiEnv} {
+	for _, list := range [][]string{commonEnv, componentEnv["ingest"], componentEnv["query"], componentEnv["projector"], securityEnv, apiEnv, timeoutEnv} {
 		for _, n := range list {
 			seen[n]++
 			if !strings.HasPrefix(n, "CORREX_") {
@@ -93,7 +101,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 			t.Errorf("%s is listed %d times", n, count)
 		}
 	}
-	if got, want := len(documentedEnv()), 6+1+5+14+2; got != want {
+	if got, want := len(documentedEnv()), 6+1+5+14+2+5; got != want {
 		t.Errorf("documented CORREX_ names: got %d, want %d", got, want)
 	}
 }
@@ -403,6 +411,9 @@ func checkEnv(t *testing.T, sc scenario, m *manifests) {
 			want := slices.Concat(commonEnv, componentEnv[comp], sc.security[comp])
 			if comp != "projector" {
 				want = append(want, apiEnv...)
+			}
+			if comp != "ingest" {
+				want = append(want, timeoutEnv...)
 			}
 			sort.Strings(want)
 			var got []string

@@ -230,7 +230,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 
 	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
-		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS}
+		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS,
+		Timeouts: pcfg.Timeouts} // the projector's timeout defaults: the query shows effective timeouts with them
 	qcfg.Kafka.ClientID = "correx-query"
 	qrt := rt("query")
 	qrt.Listener = lq

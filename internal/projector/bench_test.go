@@ -94,13 +94,18 @@ func (e *benchEnv) config(group, instance string) Config {
 // catchUp runs a projector from its checkpoints (none: a full rebuild)
 // until every checkpoint reaches the log end, and returns the time taken.
 func (e *benchEnv) catchUp(b *testing.B, prefix, group string, opts ...Option) time.Duration {
+	return e.catchUpWith(b, prefix, e.config(group, "bench-"+group), opts...)
+}
+
+// catchUpWith is catchUp with a configuration.
+func (e *benchEnv) catchUpWith(b *testing.B, prefix string, cfg Config, opts ...Option) time.Duration {
 	b.Helper()
 	st, err := snapshot.NewStore(e.rdb, prefix)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ends := endOffsets(b, e.brokers)
-	p := New(e.config(group, "bench-"+group), st, append([]Option{WithLogger(testLog())}, opts...)...)
+	p := New(cfg, st, append([]Option{WithLogger(testLog())}, opts...)...)
 	c, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	start := time.Now()

@@ -8,6 +8,7 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // DefaultCacheBytes is the default of Config.CacheBytes: 256 MiB.
@@ -69,6 +70,17 @@ type Config struct {
 	// rebalance (flush what they revoke) before dropping them;
 	// CORREX_REBALANCE_TIMEOUT, default 60s.
 	RebalanceTimeout time.Duration
+	// Timeouts are the service defaults of the session timeouts (DESIGN
+	// §10.1), used for a kind a session's SessionCreated leaves out:
+	// CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL, _RECOVERY and
+	// _CANCELLATION, Go durations from 1s to 720h; all unset (zero: not
+	// armed) except cancellation, default 5m (fsm.DefaultTimeouts). The
+	// query service takes the same settings to show effective timeouts.
+	Timeouts fsm.Timeouts
+	// DeadlineResync is how often each owned partition's earliest deadline
+	// is read again from Redis, besides what the flushes report; default
+	// 1s. Not a setting: tests shorten it.
+	DeadlineResync time.Duration
 }
 
 // DefaultConfig returns the configuration with every default: the values
@@ -95,6 +107,8 @@ func DefaultConfig() Config {
 		LeaveOnShutdown:  true,
 		MaxPollRecords:   10000,
 		RebalanceTimeout: 60 * time.Second,
+		Timeouts:         fsm.DefaultTimeouts(),
+		DeadlineResync:   time.Second,
 	}
 }
 
@@ -125,6 +139,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.CacheBytes, "cache-bytes", "CORREX_CACHE_BYTES", d.CacheBytes, "estimated bytes of the snapshots kept in memory")
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", d.SessionTimeout, "consumer group session timeout")
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", d.RebalanceTimeout, "how long a rebalance may take before slow members are dropped")
+	c.DeadlineResync = d.DeadlineResync
+	b.Timeouts(&c.Timeouts)
 }
 
 // Redis returns the Redis connection settings.
@@ -174,6 +190,7 @@ func (c *Config) Validate() error {
 	if c.SessionTimeout < 6*time.Second {
 		p.Addf("CORREX_SESSION_TIMEOUT: %v, must be at least 6s", c.SessionTimeout)
 	}
+	p.AddTimeouts(c.Timeouts)
 	if c.RebalanceTimeout < time.Second {
 		p.Addf("CORREX_REBALANCE_TIMEOUT: %v, must be at least 1s", c.RebalanceTimeout)
 	}

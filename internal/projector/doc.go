@@ -45,6 +45,47 @@
 //     every restart. Any other produce error fails the batch: the
 //     checkpoint is not written and a restart replays the record.
 //
+// # How deadlines are never lost and never doubled
+//
+// A session's armed deadlines (DESIGN §10.2) are a pure function of its
+// snapshot and the service defaults (fsm.NextDeadline); the projector stores
+// the earliest one per session, with the version V it was armed at, in a
+// per-partition deadline store in Redis (snapshot.Store.ArmDeadlines), and
+// fires it from there (firer.go):
+//
+//   - Armed with the snapshot: each write stores the deadline of every
+//     snapshot of the batch (arm, re-arm, or disarm when terminal or
+//     nothing is armed) after the snapshots and before the checkpoints.
+//     A crash before the deadline write leaves the checkpoint behind, so the
+//     restart replays the range; a replayed record that its stored snapshot
+//     already reflects still marks the snapshot dirty (Projector.fold), so
+//     the next batch arms its deadline again. None is only in memory.
+//   - Fenced by version: an entry is replaced or removed only by a write of
+//     the same or a newer version, so a replay or a zombie cannot put an
+//     older deadline over a newer one. An older one written after the entry
+//     was removed is harmless: see "superseded" below.
+//   - Fired at least once: the partition's owner reads the due entries,
+//     produces each TimeoutExpired and waits for the acknowledgement, and
+//     only then removes the entry, and only if it still holds what was
+//     fired (the same version, kind and time). A crash, a revocation or an
+//     error before the removal leaves the entry, and the next owner fires it
+//     again.
+//   - In effect once: the record's eventId is derived from (sessionId,
+//     kind, V), so a second firing is a duplicate for the fold; and once one
+//     is applied the session is at V+1, so any firing armed at V is
+//     superseded (the fold's first rule after the duplicate check), as is a
+//     deadline that fired while an event that moved the session was already
+//     in the log. occurredAt is the deadline, never the wall time, so the
+//     replay of a timeout gives the same snapshot.
+//   - Never rejected, so never re-armed unchanged: every kind armed in a
+//     state is one the table applies there (fsm.Deadlines: execution is not
+//     armed in CANCELLING). A rejected timeout would leave the session at V
+//     and the flush would arm the same deadline again, firing forever.
+//   - Never late by design: the firer of each partition sleeps until the
+//     partition's next deadline, which each write reports (flusher →
+//     firer.hint), and reads it again from Redis every DeadlineResync (1 s),
+//     which covers deadlines armed by a previous owner.
+//
 // # Where each guarantee lives
 //
 //   - The skip rule: Projector.fold (projector.go), through
@@ -66,6 +107,15 @@
 //     lost without writing: onRevoked, onLost (group.go).
 //   - Setting records aside, on their key's partition or not: deadLetter,
 //     classify (deadletter.go), onKeyPartition (partitioning.go).
+//   - Which deadlines a session has: fsm.Deadlines and fsm.NextDeadline;
+//     writing them in a batch, between the snapshots and the checkpoints:
+//     deadlinesOf and flusher.armDeadlines (deadlines.go), called from
+//     flusher.write; the version fencing and the guarded removal:
+//     snapshot.Store's armScript and firedScript (pkg/snapshot/deadlines.go).
+//   - Firing, per owned partition, started and stopped with ownership, and
+//     the deterministic TimeoutExpired (occurredAt, eventId): firer,
+//     timeoutRecord and TimeoutEventID (firer.go); the re-arm of replayed
+//     snapshots: Projector.fold.
 //
 // # Shape
 //
@@ -74,7 +124,10 @@
 // handed to the flush goroutine (flusher), so Redis round trips overlap
 // folding; at most one batch is in flight. The cache and the partitions'
 // state have no lock of their own: they belong to the fold goroutine, and
-// the rebalance callbacks use them under Projector.mu between polls.
+// the rebalance callbacks use them under Projector.mu between polls. The
+// firer runs one goroutine per owned partition, started and stopped by the
+// rebalance callbacks; it shares nothing with the fold but the store and the
+// Kafka client (and the hints the flush goroutine sends it).
 // Readiness (Ready) reads an atomic copy of the stalled partitions and
 // pings Redis; it never takes Projector.mu, which is held across Redis
 // calls. A bounded LRU cache holds hot snapshots; only

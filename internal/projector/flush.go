@@ -27,6 +27,7 @@ type flusher struct {
 	topic string
 	crash *crashPoints
 	cfg   Config
+	fire  *firer // woken with each partition's next deadline after a write
 
 	cl   *kgo.Client     // set by Run before anything is written
 	ctx  context.Context // the flush context, set by Run; ends after the final flush
@@ -55,6 +56,7 @@ type flushJob struct {
 	err         error
 	done        chan struct{}
 	ctx         context.Context // from Observer.FlushStarted: carries the flush span
+	deadlines   map[int32][]snapshot.ArmedDeadline
 }
 
 // due decides whether to start a flush now, given the dirty entries,
@@ -89,6 +91,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 		job.refs = append(job.refs, en)
 		job.positions = append(job.positions, en.snap.Position)
 	}
+	job.deadlines = deadlinesOf(job.refs, f.cfg.Timeouts)
 	ids := make([]int32, 0, len(parts))
 	for id := range parts {
 		if only == nil || only[id] {
@@ -148,8 +151,9 @@ func (f *flusher) run() {
 	}
 }
 
-// write writes a batch: snapshots (fenced), then the dead-letter records
-// produced so far, then checkpoints, then Kafka offsets. Redis errors are
+// write writes a batch: snapshots (fenced), then the sessions' armed
+// deadlines (fenced by version), then the dead-letter records produced so
+// far, then checkpoints, then Kafka offsets. Redis errors are
 // retried until ctx ends; the batch is idempotent.
 func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if job.ctx != nil { // the flush span, under the flusher's cancellation
@@ -174,6 +178,12 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 		}
 	}
 	if f.crash.at("after-put") {
+		return errCrashed
+	}
+	if err := f.armDeadlines(ctx, job); err != nil { // deadlines.go
+		return err
+	}
+	if f.crash.at("after-deadlines") {
 		return errCrashed
 	}
 	if len(job.checkpoints) == 0 {

@@ -22,6 +22,7 @@ func (p *Projector) onAssigned(_ context.Context, _ *kgo.Client, assigned map[st
 			p.pt.refreshed = time.Time{} // the topic grew: read the count at the next doubt
 		}
 		p.addPartition(id)
+		p.fire.start(id)
 	}
 	p.assigned.Store(int32(len(p.parts)))
 	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Topic], "owned", len(p.parts))
@@ -35,6 +36,7 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 	if len(ids) == 0 || p.crash.crashed.Load() {
 		return
 	}
+	p.fire.stop(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.collect(true); err != nil {
@@ -73,6 +75,7 @@ func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 	if len(ids) == 0 {
 		return
 	}
+	p.fire.stop(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.collect(true)

@@ -94,6 +94,9 @@ type Projector struct {
 
 	assigned atomic.Int32 // partitions owned, for tests and logs
 	crash    crashPoints  // test hooks
+
+	clock Clock  // the wall clock deadlines fire by (WithClock)
+	fire  *firer // fires the owned partitions' deadlines (firer.go)
 }
 
 // Option customizes a Projector.
@@ -114,11 +117,13 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
 		parts: map[int32]*partState{}, cache: newCache(cfg), stalls: stalls{byPartition: map[int32]string{}},
-		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{})}
+		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), clock: wallClock{}}
 	for _, o := range opts {
 		o(p)
 	}
 	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash)
+	p.fire = newFirer(cfg, store, p.clock, p.obs, p.log, &p.crash)
+	p.flush.fire = p.fire
 	return p
 }
 
@@ -147,6 +152,11 @@ func (p *Projector) Run(ctx context.Context) error {
 		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
 	}
 	opts = append(opts, p.extra...)
+	// The firing context exists before the client: the group's callbacks
+	// start firing partitions as soon as it joins. It ends with Run (or a
+	// simulated crash).
+	p.fire.ctx, p.fire.cancel = context.WithCancel(ctx)
+	defer p.fire.cancel()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("projector: kafka client: %w", err)
@@ -156,12 +166,15 @@ func (p *Projector) Run(ctx context.Context) error {
 	// callbacks, which flush under it.
 	var stopFlushing context.CancelFunc
 	p.flush.ctx, stopFlushing = context.WithCancel(context.WithoutCancel(ctx))
-	p.crash.stop = stopFlushing
+	p.crash.stop = func() { stopFlushing(); p.fire.cancel() }
 	defer stopFlushing()
 	p.cl, p.adm = cl, kadm.NewClient(cl)
 	p.flush.cl = cl
+	p.fire.cl = cl
+	close(p.fire.ready)
 	close(p.clientsSet)
 	defer cl.CloseAllowingRebalance()
+	defer p.fire.stopAll() // before the client closes
 
 	if err := p.ensureTopics(ctx); err != nil {
 		return err
@@ -397,6 +410,11 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	p.cache.touch(en)
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
 	if !folded {
+		// Already reflected: a replay from the checkpoint. The batch that
+		// stored the snapshot may have crashed before its deadlines were
+		// written, so the snapshot goes in the next batch again (its put
+		// is fenced, a no-op), which arms its deadline.
+		p.cache.markDirty(en)
 		p.obs.Skipped(r)
 		return nil
 	}

@@ -173,6 +173,10 @@ func (p *Projector) rebuild(part *partState) {
 			return
 		}
 	}
+	// Its deadlines go too: the rebuild arms them again from the log.
+	if err := p.store.DeleteDeadlines(p.flush.ctx, p.cfg.Topic, part.id); err != nil {
+		p.log.Warn("deleting the partition's deadlines before the rebuild", "partition", part.id, "err", err)
+	}
 	part.restart()
 	p.rebuiltNow[part.id] = true
 	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})

@@ -62,6 +62,8 @@ type Telemetry struct {
 	flushSize                                                     metric.Int64Histogram
 	flushDuration                                                 metric.Float64Histogram
 
+	timeouts timeoutMetrics // telemetry_timeouts.go
+
 	mu    sync.Mutex
 	lag   map[int32]int64
 	links []trace.Link
@@ -115,7 +117,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	o.flushDuration, e2 = m.Float64Histogram("correx.projector.flush.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to write a flush: snapshots, dead letters, checkpoints."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-	err = errors.Join(err, e1, e2)
+	err = errors.Join(err, e1, e2, o.timeouts.init(m))
 
 	msgAttrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.destination.name", topic), attribute.String("messaging.consumer.group.name", group))
@@ -248,6 +250,7 @@ func seconds(ns int64) float64 { return float64(max(ns, 0)) / float64(time.Secon
 // Folded implements Observer.
 func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out fsm.Outcome) {
 	o.consumed.Add(1)
+	o.timeouts.count(out)
 	switch out.Result {
 	case fsm.Applied:
 		o.applied.Add(1)

@@ -12,6 +12,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // Config configures the query service.
@@ -31,6 +32,10 @@ type Config struct {
 	Auth auth.Config
 	// TLS serves HTTPS (CORREX_TLS_*).
 	TLS httpx.TLSConfig
+	// Timeouts are the service defaults of the session timeouts
+	// (CORREX_TIMEOUT_*, the projector's settings): a snapshot's
+	// "timeouts" and "deadline" show the effective values with them.
+	Timeouts fsm.Timeouts
 }
 
 // Redis returns the Redis connection settings.
@@ -52,6 +57,7 @@ func (c *Config) Bind(b *config.Binder) {
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
 	c.TLS.Bind(b)
+	b.Timeouts(&c.Timeouts)
 }
 
 // Validate reports every problem at once.
@@ -71,6 +77,7 @@ func (c *Config) Validate() error {
 	if c.RedisPrefix == "" {
 		p.Addf("CORREX_REDIS_PREFIX: must not be empty")
 	}
+	p.AddTimeouts(c.Timeouts)
 	return p.Err()
 }
 
@@ -86,6 +93,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		return err
 	}
 	defer closeStore()
+	store = store.WithTimeoutDefaults(cfg.Timeouts)
 	opts := Options{Log: rt.Logger(), Guard: guard}
 	var replayer Replayer
 	if len(cfg.Kafka.Brokers) > 0 {

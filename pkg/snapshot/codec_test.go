@@ -173,7 +173,7 @@ func TestAPIShape(t *testing.T) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"annotations", "approval", "cancellation", "correlationId", "counters", "createdAt", "digest", "durationsMs",
+	want := []string{"annotations", "approval", "cancellation", "correlationId", "counters", "createdAt", "deadline", "digest", "durationsMs",
 		"failure", "firstOffset", "goal", "labels", "lastEventId", "metadata", "parentClosePolicy", "parentSessionId",
 		"position", "predecessorSessionId", "recovery", "rejections", "replacement", "sessionId", "state",
 		"stateEnteredAt", "successorSessionId", "terminal", "timeouts", "transitions", "updatedAt", "version"}

@@ -30,6 +30,7 @@ type jsonSnapshot struct {
 	ParentSessionID      *string           `json:"parentSessionId"`
 	ParentClosePolicy    string            `json:"parentClosePolicy"`
 	Timeouts             map[string]string `json:"timeouts"`
+	Deadline             *jsonDeadline     `json:"deadline"`
 	SuccessorSessionID   *string           `json:"successorSessionId"`
 	Replacement          *jsonReplacement  `json:"replacement"`
 	CreatedAt            jsonTime          `json:"createdAt"`
@@ -97,6 +98,12 @@ type jsonRejection struct {
 	State   fsm.State   `json:"state"`
 	Reason  string      `json:"reason"`
 	At      jsonTime    `json:"at"`
+}
+
+// jsonDeadline is the earliest armed deadline (DESIGN §10.1).
+type jsonDeadline struct {
+	Kind string   `json:"kind"`
+	At   jsonTime `json:"at"`
 }
 
 type jsonApproval struct {
@@ -201,10 +208,20 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 		p := s.ParentSessionID
 		v.ParentSessionID = &p
 	}
-	for k, d := range s.Timeouts {
+	// The API form shows the effective timeouts (the session's own, else
+	// the service defaults); the internal form keeps the session's own, so
+	// that it reads back exactly.
+	timeouts := s.Timeouts
+	if !internal {
+		timeouts = timeouts.Effective(s.TimeoutDefaults)
+	}
+	for k, d := range timeouts {
 		if d > 0 {
 			v.Timeouts[fsm.TimeoutKind(k).String()] = d.String()
 		}
+	}
+	if d, ok := fsm.NextDeadline(&s.Session, s.TimeoutDefaults); ok {
+		v.Deadline = &jsonDeadline{Kind: d.Kind.String(), At: jsonTime(d.At)}
 	}
 	if s.SuccessorSessionID != "" {
 		p := s.SuccessorSessionID

@@ -161,4 +161,5 @@ end
 return n
 `)
 
-var scripts = []*redis.Script{putScript, checkpointScript, countScript, deletePartitionScript}
+var scripts = []*redis.Script{putScript, checkpointScript, countScript, deletePartitionScript,
+	armScript, dueScript, firedScript}

@@ -54,6 +54,12 @@ type Snapshot struct {
 	// FirstOffset is the offset of the session's SessionCreated record, where
 	// a replay of the session starts.
 	FirstOffset int64
+	// TimeoutDefaults are the service's timeout defaults (CORREX_TIMEOUT_*),
+	// which the JSON form applies to show the effective timeouts and the
+	// armed deadline (DESIGN §10.1). They are configuration, not state:
+	// never stored, never read by the fold; Store.WithTimeoutDefaults sets
+	// them on what it reads.
+	TimeoutDefaults fsm.Timeouts
 }
 
 // Fold folds e, read from the log at pos, into s, and reports the outcome.

@@ -27,6 +27,20 @@ type Store struct {
 	// waitReplicas and waitTimeout: see WaitReplicas.
 	waitReplicas int
 	waitTimeout  time.Duration
+	// defaults are the service's timeout defaults, given to every snapshot
+	// read (Snapshot.TimeoutDefaults); see WithTimeoutDefaults.
+	defaults fsm.Timeouts
+}
+
+// WithTimeoutDefaults returns a store over the same client whose snapshots
+// read (Get, GetMany and the listings) carry the service's timeout defaults
+// (CORREX_TIMEOUT_*) in TimeoutDefaults, so that their JSON form shows the
+// effective timeouts and the armed deadline. The query service and the
+// projector use the same settings.
+func (s *Store) WithTimeoutDefaults(d fsm.Timeouts) *Store {
+	c := *s
+	c.defaults = d
+	return &c
 }
 
 // NewStore returns a store over rdb whose keys start with prefix (DESIGN §6
@@ -88,6 +102,7 @@ func (s *Store) Get(ctx context.Context, sessionID string) (*Snapshot, error) {
 	if err := Decode(b, snap); err != nil {
 		return nil, &StoreError{Op: "get", Key: key, Err: err}
 	}
+	snap.TimeoutDefaults = s.defaults // after Decode, which resets the whole snapshot
 	return snap, nil
 }
 
@@ -118,6 +133,7 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Snapshot, error) 
 		if err := Decode(b, snap); err != nil {
 			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
 		}
+		snap.TimeoutDefaults = s.defaults
 		out[i] = snap
 	}
 	return out, nil

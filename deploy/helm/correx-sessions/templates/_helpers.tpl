@@ -127,6 +127,10 @@ appear here only as file paths. The pod template hashes this output
 {{- end }}
 {{- if eq $c "ingest" }}
 {{- $_ = set $d "CORREX_PRODUCE_TIMEOUT" $v.produceTimeout }}
+{{- else }}
+{{- range $kind := list "execution" "inactivity" "approval" "recovery" "cancellation" }}
+{{- $_ = set $d (printf "CORREX_TIMEOUT_%s" (upper $kind)) (index $root.Values.timeouts $kind | default "0s") }}
+{{- end }}
 {{- end }}
 {{- if include "correx.hasAuth" . }}
 {{- $_ = set $d "CORREX_RATE_LIMIT" (toString $v.rateLimit.requestsPerSecond) }}

@@ -1,0 +1,31 @@
+package config
+
+import (
+	"strings"
+
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+// BindTimeouts registers the service defaults of the session timeouts
+// (DESIGN §10.1), CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL,
+// _RECOVERY and _CANCELLATION (flags -timeout-<kind>), with
+// fsm.DefaultTimeouts' values as their defaults: all unset except
+// cancellation, 5m. The projector arms deadlines with them and the query
+// service shows effective timeouts with them, so both take the same ones.
+func (b *Binder) Timeouts(t *fsm.Timeouts) {
+	d := fsm.DefaultTimeouts()
+	for _, k := range fsm.TimeoutKinds() {
+		name := k.String()
+		b.Duration(&t[k], "timeout-"+name, "CORREX_TIMEOUT_"+strings.ToUpper(name), d[k],
+			"default "+name+" timeout of a session that names none (Go duration, 1s to 720h; 0 for none)")
+	}
+}
+
+// AddTimeouts reports each default timeout outside 1s..720h (0 is none).
+func (p *Problems) AddTimeouts(t fsm.Timeouts) {
+	for _, k := range fsm.TimeoutKinds() {
+		if d := t[k]; d != 0 && (d < fsm.MinTimeout || d > fsm.MaxTimeout) {
+			p.Addf("CORREX_TIMEOUT_%s: %v, must be 0 (none) or from %v to %v", strings.ToUpper(k.String()), d, fsm.MinTimeout, fsm.MaxTimeout)
+		}
+	}
+}

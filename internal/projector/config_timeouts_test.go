@@ -1,0 +1,36 @@
+package projector
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+// TestTimeoutSettings: CORREX_TIMEOUT_* bind with cancellation 5m and the
+// others unset, and a value outside 1s..720h is reported by name.
+func TestTimeoutSettings(t *testing.T) {
+	var c Config
+	b := config.NewBinder(flag.NewFlagSet("projector", flag.ContinueOnError), func(k string) string {
+		return map[string]string{"CORREX_TIMEOUT_INACTIVITY": "90s"}[k]
+	})
+	c.Bind(b)
+	if err := b.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	want := fsm.DefaultTimeouts()
+	want[fsm.TimeoutInactivity] = 90 * time.Second
+	if c.Timeouts != want {
+		t.Fatalf("got %v, want %v", c.Timeouts, want)
+	}
+	c = DefaultConfig()
+	c.Timeouts[fsm.TimeoutExecution] = 500 * time.Millisecond
+	c.Timeouts[fsm.TimeoutApproval] = 721 * time.Hour
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "CORREX_TIMEOUT_EXECUTION") || !strings.Contains(err.Error(), "CORREX_TIMEOUT_APPROVAL") {
+		t.Fatalf("got %v, want both bad timeouts named", err)
+	}
+}

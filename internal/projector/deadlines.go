@@ -1,0 +1,86 @@
+package projector
+
+import (
+	"context"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+)
+
+// deadlinesOf returns, by partition, the deadline entry of every snapshot
+// of a batch: its earliest armed deadline (fsm.NextDeadline with the
+// service defaults) at its version, or a disarm when it is terminal or has
+// nothing armed. Called by the fold goroutine when the batch is built, so
+// it reads each snapshot as the batch stores it.
+func deadlinesOf(refs []*entry, defaults fsm.Timeouts) map[int32][]snapshot.ArmedDeadline {
+	if len(refs) == 0 {
+		return nil
+	}
+	out := map[int32][]snapshot.ArmedDeadline{}
+	for _, en := range refs {
+		s := &en.snap
+		d := snapshot.ArmedDeadline{SessionID: s.ID, Version: s.Version}
+		if next, ok := fsm.NextDeadline(&s.Session, defaults); ok {
+			d.Kind, d.At = next.Kind, next.At
+		}
+		out[s.Position.Partition] = append(out[s.Position.Partition], d)
+	}
+	return out
+}
+
+// armDeadlines is the step of flusher.write that stores the batch's
+// deadlines: after the snapshots, before the checkpoints, so a crash
+// between the two replays the range and arms them again (a replayed record
+// that its snapshot already reflects still marks the snapshot for the next
+// batch, see Projector.fold). Redis errors are retried until ctx ends; the
+// write is idempotent and fenced by version. The partitions' earliest
+// deadlines afterwards wake the firer.
+func (f *flusher) armDeadlines(ctx context.Context, job *flushJob) error {
+	if len(job.deadlines) == 0 {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		next, err := f.store.ArmDeadlines(ctx, f.topic, job.deadlines)
+		if err == nil {
+			if f.fire != nil {
+				for p, at := range next {
+					f.fire.hint(p, at)
+				}
+			}
+			return nil
+		}
+		f.log.Warn("writing deadlines", "err", err, "attempt", attempt)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+	}
+}
+
+// Clock is the wall clock of the firer, the one place the projector reads
+// it for what a session does (DESIGN §10.2: deadlines fire when the wall
+// clock passes them). Tests inject a clock they move by hand.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a timer that fires once d has passed on this clock.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a Clock's timer.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                 { return time.Now() }
+func (wallClock) NewTimer(d time.Duration) Timer { return wallTimer{time.NewTimer(d)} }
+
+type wallTimer struct{ t *time.Timer }
+
+func (w wallTimer) C() <-chan time.Time { return w.t.C }
+func (w wallTimer) Stop() bool          { return w.t.Stop() }
+
+// WithClock sets the clock deadlines fire by (default the wall clock).
+func WithClock(c Clock) Option { return func(p *Projector) { p.clock = c } }

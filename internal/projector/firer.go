@@ -1,0 +1,291 @@
+package projector
+
+import (
+	"context"
+	"crypto/sha1"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// firer fires the armed deadlines of the partitions this projector owns
+// (DESIGN §10.2). One goroutine per owned partition, started on assignment
+// and stopped on revocation or loss, so firing scales with the group and
+// moves with ownership. Each reads its partition's due entries from the
+// deadline store (score <= now), produces a TimeoutExpired for each on the
+// session's own key, waits for the broker's acknowledgement, then removes
+// the entries that still hold what was fired.
+//
+// It sleeps until the partition's next deadline: the flusher reports each
+// partition's earliest deadline after every write (hint), and the earliest
+// is read again from Redis every Config.DeadlineResync, which covers what
+// another writer armed (a previous owner, a replay). It is the only reader
+// of the wall clock (Clock) for what a session does.
+//
+// Safe for concurrent use: start, stop and hint are called from the
+// rebalance callbacks and the flush goroutine.
+type firer struct {
+	store  *snapshot.Store
+	topic  string
+	clock  Clock
+	resync time.Duration
+	log    *slog.Logger
+	obs    timeoutObserver
+	crash  *crashPoints
+	batch  int // entries read and produced per round
+
+	ctx    context.Context // the firing context, set by Run before the client exists
+	cancel context.CancelFunc
+	cl     *kgo.Client // set by Run; every partition goroutine waits for ready first
+
+	ready chan struct{} // closed when cl is set
+	mu    sync.Mutex
+	parts map[int32]*partFirer
+}
+
+// timeoutObserver sees deadlines fire; Telemetry implements it. Fired is
+// called before the record is produced, from a partition's firing
+// goroutine: it may set the record's trace headers, and returns the
+// function that ends what it started once the produce is acknowledged.
+type timeoutObserver interface {
+	TimeoutFired(d snapshot.ArmedDeadline, lag time.Duration, rec *kgo.Record) (end func(error))
+}
+
+type nopTimeoutObserver struct{}
+
+func (nopTimeoutObserver) TimeoutFired(snapshot.ArmedDeadline, time.Duration, *kgo.Record) func(error) {
+	return func(error) {}
+}
+
+// partFirer is one partition's firing goroutine.
+type partFirer struct {
+	id      int32
+	wake    chan struct{} // a hint arrived
+	mu      sync.Mutex
+	hinted  time.Time // the earliest deadline hinted since the goroutine last looked
+	hasHint bool      // hinted is set
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newFirer(cfg Config, store *snapshot.Store, clock Clock, obs Observer, log *slog.Logger, crash *crashPoints) *firer {
+	f := &firer{store: store, topic: cfg.Topic, clock: clock, resync: cfg.DeadlineResync, log: log, crash: crash,
+		batch: 1000, ready: make(chan struct{}), parts: map[int32]*partFirer{}, obs: nopTimeoutObserver{}}
+	if f.resync <= 0 {
+		f.resync = time.Second
+	}
+	if o, ok := obs.(timeoutObserver); ok {
+		f.obs = o
+	}
+	return f
+}
+
+// start begins firing a partition's deadlines (on assignment).
+func (f *firer) start(id int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.parts[id] != nil {
+		return
+	}
+	pf := &partFirer{id: id, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	var ctx context.Context
+	ctx, pf.cancel = context.WithCancel(f.ctx)
+	f.parts[id] = pf
+	go func() {
+		defer close(pf.done)
+		select {
+		case <-f.ready: // the client is set
+		case <-ctx.Done():
+			return
+		}
+		f.run(ctx, pf)
+	}()
+}
+
+// stop stops firing partitions (on revocation, loss and shutdown) and
+// waits until their goroutines are done: a produce in flight is abandoned
+// (its entry stays armed, so the partition's next owner fires it again,
+// a duplicate by eventId if the first one was written).
+func (f *firer) stop(ids ...int32) {
+	f.mu.Lock()
+	var stopped []*partFirer
+	for _, id := range ids {
+		if pf := f.parts[id]; pf != nil {
+			pf.cancel()
+			stopped = append(stopped, pf)
+			delete(f.parts, id)
+		}
+	}
+	f.mu.Unlock()
+	for _, pf := range stopped {
+		<-pf.done
+	}
+}
+
+// stopAll stops every partition.
+func (f *firer) stopAll() {
+	f.mu.Lock()
+	ids := make([]int32, 0, len(f.parts))
+	for id := range f.parts {
+		ids = append(ids, id)
+	}
+	f.mu.Unlock()
+	f.stop(ids...)
+}
+
+// hint tells a partition's goroutine its earliest deadline after a flush
+// (the zero time: none). It never blocks.
+func (f *firer) hint(id int32, next time.Time) {
+	f.mu.Lock()
+	pf := f.parts[id]
+	f.mu.Unlock()
+	if pf == nil {
+		return
+	}
+	pf.mu.Lock()
+	if !next.IsZero() && (!pf.hasHint || next.Before(pf.hinted)) {
+		pf.hinted, pf.hasHint = next, true
+	}
+	pf.mu.Unlock()
+	select {
+	case pf.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (pf *partFirer) takeHint() (time.Time, bool) {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	t, ok := pf.hinted, pf.hasHint
+	pf.hinted, pf.hasHint = time.Time{}, false
+	return t, ok
+}
+
+// run is a partition's firing loop: fire what is due, then sleep until the
+// next deadline, a hint or the next resync, whichever comes first.
+func (f *firer) run(ctx context.Context, pf *partFirer) {
+	var next time.Time // the partition's earliest deadline as known; zero: none
+	var synced time.Time
+	for attempt := 0; ctx.Err() == nil; {
+		now := f.clock.Now()
+		if synced.IsZero() || now.Sub(synced) >= f.resync {
+			n, err := f.store.NextDeadline(ctx, f.topic, pf.id)
+			if err != nil {
+				f.log.Warn("reading the next deadline", "partition", pf.id, "err", err, "attempt", attempt)
+				if sleep(ctx, backoff(attempt)) != nil {
+					return
+				}
+				attempt++
+				continue
+			}
+			next, synced = n, now
+		}
+		if t, ok := pf.takeHint(); ok && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+		if !next.IsZero() && !now.Before(next) {
+			n, err := f.fire(ctx, pf.id, now)
+			if err != nil {
+				if ctx.Err() != nil || errors.Is(err, errCrashed) {
+					return
+				}
+				f.log.Warn("firing deadlines", "partition", pf.id, "err", err, "attempt", attempt)
+				if sleep(ctx, backoff(attempt)) != nil {
+					return
+				}
+				attempt++
+				continue
+			}
+			next, attempt = n, 0
+			continue
+		}
+		attempt = 0
+		wait := f.resync - now.Sub(synced)
+		if !next.IsZero() {
+			wait = min(wait, next.Sub(now))
+		}
+		t := f.clock.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-pf.wake:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// fire produces TimeoutExpired for the entries of a partition due at now,
+// in rounds of at most batch, and returns the next deadline after them.
+// An entry is removed only after its record is acknowledged, and only if
+// it still holds what was fired: a crash before the removal fires it again
+// (the same eventId: a duplicate), and a session re-armed meanwhile keeps
+// its newer entry.
+func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.Time, error) {
+	for {
+		due, next, err := f.store.DueDeadlines(ctx, f.topic, partition, now, f.batch)
+		if err != nil || len(due) == 0 {
+			return next, err
+		}
+		recs := make([]*kgo.Record, len(due))
+		ends := make([]func(error), len(due))
+		for i, d := range due {
+			recs[i] = timeoutRecord(f.topic, d)
+			ends[i] = f.obs.TimeoutFired(d, now.Sub(d.Due()), recs[i])
+		}
+		res := f.cl.ProduceSync(ctx, recs...)
+		for i, r := range res {
+			ends[i](r.Err)
+		}
+		if err := res.FirstErr(); err != nil {
+			return time.Time{}, err
+		}
+		if f.crash.at("fired") {
+			return time.Time{}, errCrashed
+		}
+		if _, err := f.store.RemoveFired(ctx, f.topic, partition, due); err != nil {
+			return time.Time{}, err
+		}
+		if len(due) < f.batch {
+			return next, nil
+		}
+	}
+}
+
+// timeoutRecord is the TimeoutExpired of a deadline (DESIGN §10.2): on the
+// session's key, occurredAt the deadline (never the wall time), and an
+// eventId derived from (sessionId, kind, armedVersion), so that firing it
+// again is a duplicate.
+func timeoutRecord(topic string, d snapshot.ArmedDeadline) *kgo.Record {
+	at := d.Due()
+	e := fsm.NewEvent(TimeoutEventID(d.SessionID, d.Kind, d.Version), d.SessionID, fsm.TimeoutExpired, at,
+		fsm.Fields{Timeout: d.Kind, ArmedVersion: d.Version, HasArmedVersion: true, Deadline: at})
+	return &kgo.Record{Topic: topic, Key: []byte(d.SessionID), Value: fsm.AppendRecord(make([]byte, 0, 256), &e),
+		Headers: []kgo.RecordHeader{{Key: kafka.HeaderEventType, Value: []byte(e.TypeName())}}}
+}
+
+// timeoutNamespace is the name space of TimeoutEventID (a fixed random UUID).
+var timeoutNamespace = [16]byte{0x6b, 0x1f, 0x0c, 0x5e, 0x93, 0x2a, 0x4d, 0x61, 0x8f, 0x07, 0x3c, 0xd2, 0x58, 0xa4, 0x11, 0xe9}
+
+// TimeoutEventID is the eventId of the TimeoutExpired that a deadline of
+// kind armed at version of a session produces: a name-based UUID (version
+// 5, RFC 9562) over "sessionId/kind/version", so every firing of the same
+// deadline, from any replica and after any crash, carries the same id.
+func TimeoutEventID(sessionID string, kind fsm.TimeoutKind, version uint64) fsm.EventID {
+	h := sha1.New()
+	h.Write(timeoutNamespace[:])
+	h.Write([]byte(sessionID + "/" + kind.String() + "/" + strconv.FormatUint(version, 10)))
+	var id fsm.EventID
+	copy(id[:], h.Sum(nil))
+	id[6] = 0x50 | id[6]&0x0f
+	id[8] = 0x80 | id[8]&0x3f
+	return id
+}

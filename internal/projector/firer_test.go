@@ -1,0 +1,397 @@
+package projector
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// manualClock is a Clock that moves only when the test advances it.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	c       chan time.Time
+	at      time.Time
+	stopped atomic.Bool
+}
+
+func (t *manualTimer) C() <-chan time.Time { return t.c }
+func (t *manualTimer) Stop() bool          { return !t.stopped.Swap(true) }
+
+func newManualClock(start time.Time) *manualClock { return &manualClock{now: start} }
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *manualClock) NewTimer(d time.Duration) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &manualTimer{c: make(chan time.Time, 1), at: c.now.Add(d)}
+	if d <= 0 {
+		t.c <- c.now
+		t.stopped.Store(true)
+		return t
+	}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Advance moves the clock by d and fires the timers now due.
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		switch {
+		case t.stopped.Load():
+		case !t.at.After(c.now):
+			if !t.stopped.Swap(true) {
+				t.c <- c.now
+			}
+		default:
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+}
+
+var clockStart = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+// timeoutEnv is a projector environment whose deadlines fire by a manual clock.
+type timeoutEnv struct {
+	*env
+	clock  *manualClock
+	prefix string
+	n      int // event ids issued
+}
+
+func newTimeoutEnv(t *testing.T) *timeoutEnv {
+	return &timeoutEnv{env: newEnv(t, 4), clock: newManualClock(clockStart), prefix: "to"}
+}
+
+func (e *timeoutEnv) config() Config {
+	cfg := e.env.config("t")
+	cfg.Timeouts = fsm.DefaultTimeouts()
+	cfg.DeadlineResync = 50 * time.Millisecond
+	return cfg
+}
+
+func (e *timeoutEnv) start(hook func(string) bool, opts ...Option) *running {
+	p := New(e.config(), e.store(e.prefix), append([]Option{WithLogger(testLog()), WithClock(e.clock)}, opts...)...)
+	p.crash.hook = hook
+	c, cancel := contextWithCancel()
+	r := &running{p: p, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(c) }()
+	return r
+}
+
+func (e *timeoutEnv) event(sid string, t fsm.EventType, at time.Time, f fsm.Fields) fsm.Event {
+	e.n++
+	var id fsm.EventID
+	id[0], id[14], id[15] = 0x7e, byte(e.n>>8), byte(e.n)
+	id[6], id[8] = 0x40, 0x80
+	return fsm.NewEvent(id, sid, t, at, f)
+}
+
+func timeouts(kind fsm.TimeoutKind, d time.Duration) fsm.Fields {
+	var t fsm.Timeouts
+	t[kind] = d
+	return fsm.Fields{Timeouts: t}
+}
+
+func (e *timeoutEnv) get(sid string) *snapshot.Snapshot {
+	e.t.Helper()
+	s, err := e.store(e.prefix).Get(ctx, sid)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// advanceUntil moves the clock in steps of step until cond holds.
+func (e *timeoutEnv) advanceUntil(what string, step time.Duration, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			for p := int32(0); p < 4; p++ {
+				n, err := e.store(e.prefix).NextDeadline(ctx, topic, p)
+				e.t.Logf("partition %d: next deadline %v %v", p, n, err)
+			}
+			e.t.Fatalf("timed out waiting for %s (clock at %v)", what, e.clock.Now())
+		}
+		e.clock.Advance(step)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEveryTimeoutKindFires arms each kind on its own session and moves the
+// clock past the deadlines: each session is cancelled by its own kind,
+// then the default cancellation timeout (5m) ends it CANCELLED, forced.
+func TestEveryTimeoutKindFires(t *testing.T) {
+	e := newTimeoutEnv(t)
+	at := clockStart.Add(-time.Second)
+	var events []fsm.Event
+	setups := map[fsm.TimeoutKind][]fsm.EventType{
+		fsm.TimeoutExecution:    {fsm.SessionStarted},
+		fsm.TimeoutInactivity:   {fsm.SessionStarted},
+		fsm.TimeoutApproval:     {fsm.SessionStarted, fsm.ApprovalRequested},
+		fsm.TimeoutRecovery:     {fsm.SessionStarted, fsm.RecoveryStarted},
+		fsm.TimeoutCancellation: {fsm.SessionStarted, fsm.CancellationRequested},
+	}
+	for kind, types := range setups {
+		sid := "to-" + kind.String()
+		events = append(events, e.event(sid, fsm.SessionCreated, at, timeouts(kind, 10*time.Second)))
+		for i, typ := range types {
+			events = append(events, e.event(sid, typ, at.Add(time.Duration(i+1)*time.Millisecond), fsm.Fields{}))
+		}
+	}
+	e.produce(events)
+	r := e.start(nil)
+	defer r.halt()
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	for kind := range setups {
+		sid := "to-" + kind.String()
+		if s := e.get(sid); s == nil || s.State.Terminal() || s.State == fsm.StateCancelled {
+			t.Fatalf("%s: fired before its deadline: %+v", sid, s)
+		}
+	}
+	e.advanceUntil("every session cancelled", 2*time.Second, func() bool {
+		for kind := range setups {
+			if s := e.get("to-" + kind.String()); s == nil || s.State != fsm.StateCancelled {
+				if e.clock.Now().After(clockStart.Add(20 * time.Minute)) {
+					j, _ := s.MarshalJSON()
+					t.Logf("%s", j)
+				}
+				return false
+			}
+		}
+		return true
+	})
+	for kind := range setups {
+		s := e.get("to-" + kind.String())
+		if kind == fsm.TimeoutCancellation { // requested by the client, completed by the timeout at its deadline
+			want := at.Add(10*time.Second + 2*time.Millisecond)
+			if !s.Cancellation.Forced || s.Cancellation.CompletedAt != want.UnixNano() {
+				t.Errorf("%s: completed at %v (forced %v), want forced at %v", s.ID, time.Unix(0, s.Cancellation.CompletedAt).UTC(), s.Cancellation.Forced, want)
+			}
+			continue
+		}
+		if s.Cancellation.Timeout != kind || !s.Cancellation.Forced {
+			t.Errorf("%s: cancelled by %s (forced %v), want %s then the cancellation timeout", s.ID, s.Cancellation.Timeout, s.Cancellation.Forced, kind)
+		}
+		wantDeadline := at.Add(10 * time.Second).Add(time.Duration(len(setups[kind])) * time.Millisecond)
+		if kind == fsm.TimeoutExecution {
+			wantDeadline = at.Add(10 * time.Second)
+		}
+		if got := time.Unix(0, s.Cancellation.RequestedAt).UTC(); !got.Equal(wantDeadline) {
+			t.Errorf("%s: requested at %v, want the deadline %v (occurredAt is the deadline, not the wall time)", s.ID, got, wantDeadline)
+		}
+	}
+	if next, err := e.store(e.prefix).NextDeadline(ctx, topic, 0); err != nil || !next.IsZero() {
+		// partition 0 may or may not hold a session; any armed entry left would be a leak
+		for p := int32(0); p < 4; p++ {
+			if n, _ := e.store(e.prefix).NextDeadline(ctx, topic, p); !n.IsZero() {
+				t.Errorf("partition %d still has a deadline at %v after every session ended", p, n)
+			}
+		}
+	}
+}
+
+// TestMovedOnIsNeverTimedOut: an event just before the deadline wins. The
+// deadline armed at the earlier version, fired late, is superseded, and
+// the session is cancelled only by the deadline re-armed from that event.
+func TestMovedOnIsNeverTimedOut(t *testing.T) {
+	e := newTimeoutEnv(t)
+	at := clockStart.Add(-time.Second)
+	created := e.event("quiet", fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 5*time.Second))
+	started := e.event("quiet", fsm.SessionStarted, at, fsm.Fields{})
+	e.produce([]fsm.Event{created, started})
+	r := e.start(nil)
+	defer r.halt()
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	s := e.get("quiet")
+	armedV := s.Version
+	deadline := at.Add(5 * time.Second)
+	// The session moves on 1 ms before its deadline, and the stale deadline
+	// fires anyway (as a firer that read it just before the re-arm would).
+	e.produce([]fsm.Event{e.event("quiet", fsm.ModelRequested, deadline.Add(-time.Millisecond), fsm.Fields{})})
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	cl := e.client()
+	defer cl.Close()
+	stale := timeoutRecord(topic, snapshot.ArmedDeadline{SessionID: "quiet", Kind: fsm.TimeoutInactivity, At: deadline.UnixNano(), Version: armedV})
+	if err := cl.ProduceSync(ctx, stale).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(deadline.Sub(clockStart) + time.Second) // past the stale deadline, before the re-armed one
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	time.Sleep(200 * time.Millisecond) // let a (wrong) firing of the old deadline show up, if any
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	s = e.get("quiet")
+	if s.State != fsm.StateActive || s.Counters.SupersededTimeouts != 1 {
+		t.Fatalf("after the stale deadline: state %s, superseded %d; want ACTIVE, 1", s.State, s.Counters.SupersededTimeouts)
+	}
+	e.advanceUntil("the re-armed deadline fires", 500*time.Millisecond, func() bool {
+		s := e.get("quiet")
+		return s != nil && s.State == fsm.StateCancelling
+	})
+	if s := e.get("quiet"); s.Cancellation.RequestedAt != deadline.Add(-time.Millisecond+5*time.Second).UnixNano() {
+		t.Fatalf("cancelled at %v, want 5s after the last event", time.Unix(0, s.Cancellation.RequestedAt).UTC())
+	}
+}
+
+// TestDeadlinesSurviveCrashes kills the projector at random points (while
+// folding, around every step of a write, right after a firing before its
+// entry is removed) while deadlines are due, and restarts it: every session
+// ends CANCELLED through exactly one inactivity and one cancellation
+// timeout, and none is lost.
+func TestDeadlinesSurviveCrashes(t *testing.T) {
+	e := newTimeoutEnv(t)
+	const sessions = 60
+	at := clockStart.Add(-time.Second)
+	var events []fsm.Event
+	for i := range sessions {
+		sid := fmt.Sprintf("c-%02d", i)
+		f := timeouts(fsm.TimeoutInactivity, 2*time.Second)
+		f.Timeouts[fsm.TimeoutCancellation] = 3 * time.Second
+		events = append(events, e.event(sid, fsm.SessionCreated, at, f),
+			e.event(sid, fsm.SessionStarted, at.Add(time.Duration(i)*100*time.Millisecond), fsm.Fields{}))
+	}
+	e.produce(events)
+	points := []string{"fold", "before-put", "after-put", "after-deadlines", "before-checkpoint", "after-checkpoint", "fired"}
+	rng := rand.New(rand.NewPCG(7, 7))
+	crashes := 0
+	done := func() bool {
+		for i := range sessions {
+			if s := e.get(fmt.Sprintf("c-%02d", i)); s == nil || s.State != fsm.StateCancelled {
+				return false
+			}
+		}
+		return true
+	}
+	for round := 0; !done(); round++ {
+		if round > 200 {
+			t.Fatalf("not all sessions cancelled after %d rounds", round)
+		}
+		point := points[rng.IntN(len(points))]
+		r := e.start(crashAt(point, int64(1+rng.IntN(3))))
+		for step := 0; step < 10; step++ {
+			e.clock.Advance(250 * time.Millisecond)
+			time.Sleep(15 * time.Millisecond)
+		}
+		select {
+		case err := <-r.done:
+			if err != nil {
+				crashes++
+			}
+		default:
+			if err := r.halt(); err != nil && err != errCrashed {
+				t.Fatalf("round %d: %v", round, err)
+			} else if err == errCrashed {
+				crashes++
+			}
+		}
+	}
+	t.Logf("%d crashes", crashes)
+	r := e.start(nil)
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	fired := e.firedRecords()
+	for i := range sessions {
+		s := e.get(fmt.Sprintf("c-%02d", i))
+		var cancelling, cancelled int
+		for j := range s.NumTransitions() {
+			switch tr := s.TransitionAt(j); tr.To {
+			case fsm.StateCancelling:
+				cancelling++
+			case fsm.StateCancelled:
+				cancelled++
+			}
+		}
+		if cancelling != 1 || cancelled != 1 || s.Cancellation.Timeout != fsm.TimeoutInactivity || !s.Cancellation.Forced {
+			t.Errorf("%s: %d CANCELLING, %d CANCELLED, timeout %s, forced %v", s.ID, cancelling, cancelled, s.Cancellation.Timeout, s.Cancellation.Forced)
+		}
+		if want := uint64(fired[s.ID]) - 2; s.Counters.Duplicates+s.Counters.SupersededTimeouts != want {
+			t.Errorf("%s: %d timeouts produced, %d duplicates + %d superseded, want %d", s.ID, fired[s.ID], s.Counters.Duplicates, s.Counters.SupersededTimeouts, want)
+		}
+	}
+	if crashes == 0 {
+		t.Fatal("no crash happened")
+	}
+}
+
+// firedRecords counts the TimeoutExpired records in the topic by session.
+func (e *timeoutEnv) firedRecords() map[string]int {
+	e.t.Helper()
+	ends := endOffsets(e.t, e.brokers)
+	cl := e.client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cl.Close()
+	var total, want int64
+	for _, end := range ends {
+		want += end
+	}
+	out := map[string]int{}
+	for total < want {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			total++
+			var ev fsm.Event
+			if fsm.DecodeRecord(r.Value, &ev) == nil && ev.Type == fsm.TimeoutExpired {
+				out[ev.SessionID]++
+			}
+		})
+	}
+	return out
+}
+
+// TestCrashBetweenSnapshotsAndDeadlines crashes a write after its
+// snapshots are stored and before their deadlines are: the restart replays
+// records its snapshots already reflect, and must arm them all the same.
+func TestCrashBetweenSnapshotsAndDeadlines(t *testing.T) {
+	for _, point := range []string{"after-put", "after-deadlines", "fired"} {
+		t.Run(point, func(t *testing.T) {
+			e := newTimeoutEnv(t)
+			at := clockStart.Add(-time.Second)
+			var events []fsm.Event
+			for i := range 20 {
+				sid := fmt.Sprintf("k-%02d", i)
+				events = append(events, e.event(sid, fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 2*time.Second)))
+			}
+			e.produce(events)
+			r := e.start(crashAt(point, 1))
+			if point == "fired" {
+				e.advanceUntil("a crash after firing", time.Second, func() bool { return r.p.crash.crashed.Load() })
+			}
+			if err := <-r.done; err != errCrashed {
+				t.Fatalf("got %v, want the simulated crash", err)
+			}
+			r = e.start(nil)
+			defer r.halt()
+			e.advanceUntil("every session cancelling", 500*time.Millisecond, func() bool {
+				for i := range 20 {
+					if s := e.get(fmt.Sprintf("k-%02d", i)); s == nil || s.State != fsm.StateCancelling {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}

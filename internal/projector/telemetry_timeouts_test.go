@@ -1,0 +1,81 @@
+package projector
+
+import (
+	"testing"
+	"time"
+
+	correxotel "github.com/correx/sessions/otel"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// TestTimeoutTelemetry fires one deadline and feeds one stale timeout:
+// correx.timeouts.fired counts the kind, correx.timeouts.superseded the
+// stale one, correx.timeouts.lag records the firing, and a session.timeout
+// span in the session's derived trace is ended.
+func TestTimeoutTelemetry(t *testing.T) {
+	e := newTimeoutEnv(t)
+	tel, rec, reader := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	at := clockStart.Add(-time.Second)
+	e.produce([]fsm.Event{e.event("m", fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 2*time.Second))})
+	r := e.start(nil, WithObserver(obs))
+	defer r.halt()
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	cl := e.client()
+	defer cl.Close()
+	stale := timeoutRecord(topic, snapshot.ArmedDeadline{SessionID: "m", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 7})
+	if err := cl.ProduceSync(ctx, stale).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e.advanceUntil("the inactivity timeout", 500*time.Millisecond, func() bool {
+		s := e.get("m")
+		return s != nil && s.State == fsm.StateCancelling && s.Counters.SupersededTimeouts == 1
+	})
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	var lags uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if k, ok := p.Attributes.Value("correx.timeout"); ok {
+						got[m.Name+"/"+k.AsString()] += p.Value
+					} else {
+						got[m.Name] += p.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				if m.Name == "correx.timeouts.lag" {
+					for _, p := range d.DataPoints {
+						lags += p.Count
+					}
+				}
+			}
+		}
+	}
+	if got["correx.timeouts.fired/inactivity"] != 1 || got["correx.timeouts.superseded"] != 1 || lags != 1 {
+		t.Fatalf("fired %d, superseded %d, lag samples %d; want 1, 1, 1", got["correx.timeouts.fired/inactivity"], got["correx.timeouts.superseded"], lags)
+	}
+	found := false
+	for _, s := range rec.Ended() {
+		if s.Name() == "session.timeout" {
+			found = true
+			if s.SpanContext().TraceID() != correxotel.DeriveTraceID("m") || len(s.Links()) != 1 {
+				t.Fatalf("session.timeout in trace %v with %d links, want the session's derived trace and a link", s.SpanContext().TraceID(), len(s.Links()))
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no session.timeout span")
+	}
+}

@@ -1,0 +1,95 @@
+package fsm
+
+import "time"
+
+// DefaultTimeouts returns the service defaults of DESIGN §10.1 when none
+// is configured: every kind unset except cancellation, 5 minutes.
+func DefaultTimeouts() Timeouts {
+	var t Timeouts
+	t[TimeoutCancellation] = 5 * time.Minute
+	return t
+}
+
+// Effective returns the durations that apply: the session's own where it
+// named one, else the service default (zero: the kind is not armed).
+func (t Timeouts) Effective(defaults Timeouts) Timeouts {
+	for k := range t {
+		if t[k] == 0 {
+			t[k] = defaults[k]
+		}
+	}
+	return t
+}
+
+// Deadline is one armed deadline: the kind of timeout and when it expires
+// (nanoseconds since the Unix epoch, from the events' occurredAt).
+type Deadline struct {
+	Kind TimeoutKind
+	At   int64
+}
+
+// Deadlines returns the deadlines armed for s, one per kind (At zero for a
+// kind not armed), following DESIGN §10.2: each is the start below plus the
+// kind's effective duration (s.Timeouts, else defaults); a kind without a
+// duration is not armed.
+//
+//	execution     from CreatedAt            while not terminal (nor CANCELLING)
+//	inactivity    from UpdatedAt            in CREATED, INITIALIZING, ACTIVE, PAUSED, RECOVERING
+//	approval      from entering the state   in AWAITING_APPROVAL
+//	recovery      from entering the state   in RECOVERING
+//	cancellation  from entering the state   in CANCELLING
+//
+// UpdatedAt is the occurredAt of the last applied event and StateEnteredAt
+// that of the event that entered the current state. In CANCELLING only the
+// cancellation timeout is armed: the table accepts no other TimeoutExpired
+// there, and an execution deadline armed in CANCELLING would be rejected
+// when it fired, and hide the cancellation deadline behind it. Every kind
+// armed is thus one the table applies in the session's state. It is a pure function
+// of the session and the defaults: a replay arms the same deadlines.
+func Deadlines(s *Session, defaults Timeouts) [numTimeoutKinds]int64 {
+	var out [numTimeoutKinds]int64
+	if !s.Exists() || s.Terminal() {
+		return out
+	}
+	eff := s.Timeouts.Effective(defaults)
+	arm := func(k TimeoutKind, start int64) {
+		if d := eff[k]; d > 0 {
+			out[k] = start + int64(d)
+		}
+	}
+	if s.State != StateCancelling {
+		arm(TimeoutExecution, s.CreatedAt)
+	}
+	switch s.State {
+	case StateCreated, StateInitializing, StateActive, StatePaused, StateRecovering:
+		arm(TimeoutInactivity, s.UpdatedAt)
+	}
+	switch s.State {
+	case StateAwaitingApproval:
+		arm(TimeoutApproval, s.StateEnteredAt)
+	case StateRecovering:
+		arm(TimeoutRecovery, s.StateEnteredAt)
+	case StateCancelling:
+		arm(TimeoutCancellation, s.StateEnteredAt)
+	}
+	return out
+}
+
+// NextDeadline returns the earliest deadline armed for s (see Deadlines),
+// and false when none is armed. Of two kinds due at the same time the one
+// listed first in TimeoutKind order wins, so the result is deterministic.
+func NextDeadline(s *Session, defaults Timeouts) (Deadline, bool) {
+	all := Deadlines(s, defaults)
+	var best Deadline
+	for k := TimeoutExecution; int(k) < numTimeoutKinds; k++ {
+		if at := all[k]; at != 0 && (best.Kind == TimeoutNone || at < best.At) {
+			best = Deadline{Kind: k, At: at}
+		}
+	}
+	return best, best.Kind != TimeoutNone
+}
+
+// TimeoutKinds returns every timeout kind, in order.
+func TimeoutKinds() []TimeoutKind {
+	return []TimeoutKind{TimeoutExecution, TimeoutInactivity, TimeoutApproval, TimeoutRecovery, TimeoutCancellation}
+}

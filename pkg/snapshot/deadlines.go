@@ -1,0 +1,274 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/redis/go-redis/v9"
+)
+
+// Armed deadlines (DESIGN §10.2) are stored per partition of the events
+// topic, like the sessions they belong to, in two keys that share one hash
+// tag (so every script touches one Redis Cluster slot):
+//
+//	<prefix>:{dl:<topic>:<partition>}:due     sorted set: member sessionId,
+//	                                          score the deadline in Unix ms (rounded up)
+//	<prefix>:{dl:<topic>:<partition>}:armed   hash: sessionId -> "V:kind:atNanos"
+//
+// A session has at most one entry: its earliest armed deadline, with the
+// version V it was armed at. Writes are fenced by V: an entry is replaced or
+// removed only by a write of the same or a newer version, so a stale writer
+// (a zombie projector, a replay) cannot re-arm an older version over a
+// newer one. An older version written after the entry was removed can
+// appear (nothing remembers a removed entry); it is harmless, because the
+// fold supersedes a TimeoutExpired whose armedVersion is not the session's
+// version.
+
+// ArmedDeadline is one session's entry in the deadline store.
+type ArmedDeadline struct {
+	SessionID string
+	// Kind is the timeout that expires first; fsm.TimeoutNone, given to
+	// ArmDeadlines, disarms the session (terminal, or nothing armed).
+	Kind    fsm.TimeoutKind
+	At      int64  // the deadline, nanoseconds since the Unix epoch
+	Version uint64 // the session's version when it was armed
+}
+
+// Due returns the deadline as a time.
+func (d ArmedDeadline) Due() time.Time { return time.Unix(0, d.At).UTC() }
+
+func (d ArmedDeadline) value() string {
+	return strconv.FormatUint(d.Version, 10) + ":" + d.Kind.String() + ":" + strconv.FormatInt(d.At, 10)
+}
+
+// scoreMs is the score of a deadline: Unix milliseconds, rounded up, so an
+// entry is never due before its deadline.
+func scoreMs(at int64) int64 {
+	ms := at / int64(time.Millisecond)
+	if at%int64(time.Millisecond) > 0 {
+		ms++
+	}
+	return ms
+}
+
+func parseArmed(sessionID, v string) (ArmedDeadline, error) {
+	ver, rest, ok1 := strings.Cut(v, ":")
+	kind, at, ok2 := strings.Cut(rest, ":")
+	d := ArmedDeadline{SessionID: sessionID}
+	var err1, err2 error
+	d.Version, err1 = strconv.ParseUint(ver, 10, 64)
+	d.At, err2 = strconv.ParseInt(at, 10, 64)
+	k, ok3 := fsm.ParseTimeoutKind([]byte(kind))
+	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil {
+		return d, fmt.Errorf("%w: deadline entry %q of %s", ErrCorrupt, v, sessionID)
+	}
+	d.Kind = k
+	return d, nil
+}
+
+func (k *keys) deadlines(topic string, partition int32) (due, armed string) {
+	tag := k.prefix + ":{dl:" + topic + ":" + strconv.FormatInt(int64(partition), 10) + "}"
+	return tag + ":due", tag + ":armed"
+}
+
+// armScript arms, re-arms and disarms, fenced by version.
+//
+//	KEYS   the partition's due set, then its armed hash
+//	ARGV   quadruples (session id, version, value or "" to disarm, score)
+//
+// It returns the earliest score left in the set, or "" when it is empty.
+var armScript = redis.NewScript(`
+local z, h = KEYS[1], KEYS[2]
+for i = 1, #ARGV, 4 do
+  local sid, v, val = ARGV[i], tonumber(ARGV[i+1]), ARGV[i+2]
+  local cur = redis.call('HGET', h, sid)
+  if not cur or tonumber(string.match(cur, '^(%d+):')) <= v then
+    if val == '' then
+      if cur then
+        redis.call('HDEL', h, sid)
+        redis.call('ZREM', z, sid)
+      end
+    elseif cur ~= val then
+      redis.call('HSET', h, sid, val)
+      redis.call('ZADD', z, ARGV[i+3], sid)
+    end
+  end
+end
+local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+return first[2] or ''
+`)
+
+// dueScript reads the entries due at a time.
+//
+//	KEYS   the partition's due set, then its armed hash
+//	ARGV   the time (Unix ms), the most entries to return
+//
+// It returns pairs (session id, value), then the earliest score left after
+// them ("" when none).
+var dueScript = redis.NewScript(`
+local z, h = KEYS[1], KEYS[2]
+local ids = redis.call('ZRANGEBYSCORE', z, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+local gone = 0
+for _, sid in ipairs(ids) do
+  local v = redis.call('HGET', h, sid)
+  if v then
+    out[#out+1] = sid
+    out[#out+1] = v
+  else
+    redis.call('ZREM', z, sid)
+    gone = gone + 1
+  end
+end
+local nxt = redis.call('ZRANGE', z, #ids - gone, #ids - gone, 'WITHSCORES')
+out[#out+1] = nxt[2] or ''
+return out
+`)
+
+// firedScript removes fired entries that still hold what was fired.
+//
+//	KEYS   the partition's due set, then its armed hash
+//	ARGV   pairs (session id, value fired)
+//
+// It returns how many it removed.
+var firedScript = redis.NewScript(`
+local z, h = KEYS[1], KEYS[2]
+local n = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', h, ARGV[i]) == ARGV[i+1] then
+    redis.call('HDEL', h, ARGV[i])
+    redis.call('ZREM', z, ARGV[i])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// ArmDeadlines writes the entries of sessions of a topic, by partition:
+// an entry with a kind arms (or re-arms) the session's deadline, one with
+// fsm.TimeoutNone removes it; each only if the stored entry's version is
+// not newer. All partitions are written in one pipelined round trip (one
+// script call per partition and chunk: each touches one hash slot). It
+// returns each partition's earliest deadline afterwards (Unix ms
+// precision), or the zero time when none is armed. Idempotent.
+func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[int32][]ArmedDeadline) (map[int32]time.Time, error) {
+	type call struct {
+		partition int32
+		cmd       *redis.Cmd
+	}
+	var calls []call
+	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		calls = calls[:0]
+		for p, entries := range byPartition {
+			due, armed := s.keys.deadlines(topic, p)
+			for start := 0; start < len(entries) || start == 0; start += maxCall {
+				chunk := entries[start:min(start+maxCall, len(entries))]
+				args := make([]any, 0, 4*len(chunk))
+				for _, d := range chunk {
+					if d.Kind == fsm.TimeoutNone {
+						args = append(args, d.SessionID, d.Version, "", 0)
+					} else {
+						args = append(args, d.SessionID, d.Version, d.value(), scoreMs(d.At))
+					}
+				}
+				calls = append(calls, call{p, armScript.EvalSha(ctx, pipe, []string{due, armed}, args...)})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, &StoreError{Op: "arm deadlines", Err: err}
+	}
+	out := make(map[int32]time.Time, len(byPartition))
+	for _, c := range calls { // the last call of a partition answers last
+		next, err := nextFrom(c.cmd.Val())
+		if err != nil {
+			return nil, &StoreError{Op: "arm deadlines", Err: err}
+		}
+		out[c.partition] = next
+	}
+	return out, nil
+}
+
+func nextFrom(v any) (time.Time, error) {
+	str, _ := v.(string)
+	if str == "" {
+		return time.Time{}, nil
+	}
+	ms, err := strconv.ParseFloat(str, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: deadline score %q", ErrCorrupt, str)
+	}
+	return time.UnixMilli(int64(ms)).UTC(), nil
+}
+
+// DueDeadlines returns at most limit entries of one partition due at now
+// (their deadline, in Unix ms, not after now), earliest first, and the
+// earliest deadline after them, or the zero time.
+func (s *Store) DueDeadlines(ctx context.Context, topic string, partition int32, now time.Time, limit int) ([]ArmedDeadline, time.Time, error) {
+	due, armed := s.keys.deadlines(topic, partition)
+	res, err := dueScript.Run(ctx, s.rdb, []string{due, armed}, now.UnixMilli(), limit).StringSlice()
+	if err == nil && len(res) == 0 {
+		err = fmt.Errorf("%w: empty answer", ErrCorrupt)
+	}
+	if err != nil {
+		return nil, time.Time{}, &StoreError{Op: "due", Key: due, Err: err}
+	}
+	out := make([]ArmedDeadline, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		d, err := parseArmed(res[i], res[i+1])
+		if err != nil {
+			return nil, time.Time{}, &StoreError{Op: "due", Key: due, Err: err}
+		}
+		out = append(out, d)
+	}
+	next, err := nextFrom(res[len(res)-1])
+	return out, next, err
+}
+
+// NextDeadline returns the earliest deadline armed on a partition, or
+// the zero time.
+func (s *Store) NextDeadline(ctx context.Context, topic string, partition int32) (time.Time, error) {
+	due, _ := s.keys.deadlines(topic, partition)
+	zs, err := s.rdb.ZRangeWithScores(ctx, due, 0, 0).Result()
+	if err != nil {
+		return time.Time{}, &StoreError{Op: "next deadline", Key: due, Err: err}
+	}
+	if len(zs) == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(int64(zs[0].Score)).UTC(), nil
+}
+
+// RemoveFired removes the entries fired, each only if the store still
+// holds exactly what was fired (same version, kind and time): an entry
+// re-armed since by a newer version stays. It returns how many it removed.
+func (s *Store) RemoveFired(ctx context.Context, topic string, partition int32, fired []ArmedDeadline) (int, error) {
+	if len(fired) == 0 {
+		return 0, nil
+	}
+	due, armed := s.keys.deadlines(topic, partition)
+	args := make([]any, 0, 2*len(fired))
+	for _, d := range fired {
+		args = append(args, d.SessionID, d.value())
+	}
+	n, err := firedScript.Run(ctx, s.rdb, []string{due, armed}, args...).Int()
+	if err != nil {
+		return n, &StoreError{Op: "remove fired", Key: due, Err: err}
+	}
+	return n, nil
+}
+
+// DeleteDeadlines deletes every armed deadline of a partition (before the
+// partition is rebuilt from the earliest offset, which arms them again).
+func (s *Store) DeleteDeadlines(ctx context.Context, topic string, partition int32) error {
+	due, armed := s.keys.deadlines(topic, partition)
+	if err := s.rdb.Del(ctx, due, armed).Err(); err != nil {
+		return &StoreError{Op: "delete deadlines", Key: due, Err: err}
+	}
+	return nil
+}
