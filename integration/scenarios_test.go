@@ -5,6 +5,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -445,4 +446,145 @@ func TestCheckpointBeyondLog(t *testing.T) {
 			t.Errorf("session %s of the old log still served after the reset (%d %v)", id, code, err)
 		}
 	}
+}
+
+// TestDeadlinesSurviveProjectorKill arms an inactivity deadline on 200
+// sessions, SIGKILLs the projector before they fall due and keeps it down
+// while they do, then starts it again: every deadline fires, once in effect
+// (each session is CANCELLING by timeout:inactivity at version 3, with one
+// transition into CANCELLING), and sessions that kept moving are not timed
+// out.
+func TestDeadlinesSurviveProjectorKill(t *testing.T) {
+	s := pipeline(t, "projector-0")
+	in, q := s.url(s.ingest), s.url(s.query)
+	post := func(events ...string) string {
+		t.Helper()
+		body := `{"events":[` + strings.Join(events, ",") + `]}`
+		resp, err := http.Post(in+"/v1/events", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 202 {
+			t.Fatalf("ingest: %d %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	ev := func(id, typ, payload string) string {
+		if payload == "" {
+			return fmt.Sprintf(`{"sessionId":%q,"type":%q}`, id, typ)
+		}
+		return fmt.Sprintf(`{"sessionId":%q,"type":%q,"payload":%s}`, id, typ, payload)
+	}
+	const quiet, busy = 200, 20
+	for i := 0; i < quiet; i += 50 {
+		var batch []string
+		for j := i; j < i+50; j++ {
+			id := fmt.Sprintf("dl:quiet-%03d", j)
+			batch = append(batch, ev(id, "SessionCreated", `{"timeouts":{"inactivity":"6s"}}`), ev(id, "SessionStarted", ""))
+		}
+		post(batch...)
+	}
+	var batch []string
+	for j := range busy {
+		id := fmt.Sprintf("dl:busy-%02d", j)
+		batch = append(batch, ev(id, "SessionCreated", `{"timeouts":{"inactivity":"6s"}}`), ev(id, "SessionStarted", ""))
+	}
+	post(batch...)
+	armedAt := time.Now()
+	// The deadlines are armed (flushed) before the kill.
+	s.waitFor("the sessions folded", 20*time.Second, 100*time.Millisecond, func() error {
+		return sessionState(q, fmt.Sprintf("dl:quiet-%03d", quiet-1), "ACTIVE")
+	})
+	p := s.projectors["projector-0"]
+	s.kill(p)
+	// Keep the busy sessions moving while the projector is down and after.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var b []string
+			for j := range busy {
+				b = append(b, ev(fmt.Sprintf("dl:busy-%02d", j), "ToolRequested", ""))
+			}
+			post(b...)
+		}
+	}()
+	time.Sleep(time.Until(armedAt.Add(8 * time.Second))) // due while nothing runs
+	s.start(p)
+	s.waitFor("every quiet session timed out", 60*time.Second, 250*time.Millisecond, func() error {
+		for i := range quiet {
+			if err := sessionState(q, fmt.Sprintf("dl:quiet-%03d", i), "CANCELLING"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	t.Logf("%d deadlines fired %v after they were armed, across a SIGKILL of the projector", quiet, time.Since(armedAt).Round(100*time.Millisecond))
+	close(stop)
+	<-done
+	for i := range quiet {
+		id := fmt.Sprintf("dl:quiet-%03d", i)
+		snap := getSnapshot(t, q, id)
+		c, _ := snap["cancellation"].(map[string]any)
+		if snap["version"] != float64(3) || c == nil || c["reason"] != "timeout:inactivity" {
+			t.Errorf("%s: version %v, cancellation %v; want version 3 cancelled by timeout:inactivity", id, snap["version"], c)
+		}
+		into := 0
+		for _, tr := range snap["transitions"].([]any) {
+			if tr.(map[string]any)["to"] == "CANCELLING" {
+				into++
+			}
+		}
+		if into != 1 {
+			t.Errorf("%s: %d transitions into CANCELLING", id, into)
+		}
+	}
+	for j := range busy {
+		if err := sessionState(q, fmt.Sprintf("dl:busy-%02d", j), "ACTIVE"); err != nil {
+			t.Errorf("a session that kept moving: %v", err)
+		}
+	}
+}
+
+func getSnapshot(t *testing.T, queryURL, id string) map[string]any {
+	t.Helper()
+	resp, err := http.Get(queryURL + "/v1/sessions/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: %d %v", id, resp.StatusCode, err)
+	}
+	return m
+}
+
+// sessionState returns nil when the session is in state.
+func sessionState(queryURL, id, state string) error {
+	resp, err := http.Get(queryURL + "/v1/sessions/" + id)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var m struct {
+		State string `json:"state"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return fmt.Errorf("%s: %d %v", id, resp.StatusCode, err)
+	}
+	if m.State != state {
+		return fmt.Errorf("%s is %s, not %s", id, m.State, state)
+	}
+	return nil
 }
