@@ -87,21 +87,23 @@ return out
 //
 //	KEYS[1]   the topic's checkpoint hash
 //	ARGV[1]   the writer's time, Unix milliseconds
-//	then per partition: partition, next offset, high watermark, expected (0/1)
+//	then per partition: partition, next offset, high watermark, expected (0/1),
+//	the offset the writer knows is stored
 //
 // A lower offset never replaces a higher one; an equal one refreshes the
 // time and the high watermark (so an idle, caught-up projector shows a fresh
-// checkpoint time). An expected checkpoint that is missing is not written:
-// the store lost it, and the writer must rebuild rather than record progress
-// over the hole. Returns, per partition, the offset stored before the call,
-// or -1 when there was none.
+// checkpoint time). An expected checkpoint that is missing, or stored lower
+// than the writer knows it was, is not written: the store lost it (emptied,
+// or gone back in time), and the writer must rebuild rather than record
+// progress over the hole. Returns, per partition, the offset stored before
+// the call, or -1 when there was none.
 var checkpointScript = redis.NewScript(`
 local out = {}
-for i = 2, #ARGV, 4 do
-  local p, o, hw, expected = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
+for i = 2, #ARGV, 5 do
+  local p, o, hw, expected, known = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
   local cur = redis.call('HGET', KEYS[1], p)
   if cur then out[#out + 1] = tonumber(cur) else out[#out + 1] = -1 end
-  if (cur and tonumber(cur) <= o) or (not cur and expected == '0') then
+  if (cur and tonumber(cur) <= o and (expected == '0' or tonumber(cur) >= known)) or (not cur and expected == '0') then
     redis.call('HSET', KEYS[1], p, o, p .. ':t', ARGV[1], p .. ':hw', hw)
   end
 end

@@ -312,25 +312,33 @@ type Checkpoint struct {
 	// store has lost it: nothing is written, and -1 is returned, so the
 	// writer can rebuild instead of recording progress over a hole.
 	Expected bool
+	// Known, with Expected, is the offset the writer knows is stored (the
+	// checkpoint it loaded or last wrote). A stored offset lower than Known
+	// means Redis went back in time (a promoted replica that lagged, a
+	// restart from an older file): nothing is written either, and the
+	// lower offset is returned, so the writer can rebuild. 0 checks only
+	// that a checkpoint is stored.
+	Known int64
 }
 
 // SaveCheckpoints advances the checkpoints of a topic's partitions. A lower
 // offset never replaces a stored higher one, and a checkpoint marked Expected
-// is not written where none is stored. It returns, per checkpoint, the
-// offset stored before the call, or -1 where there was none.
+// is not written where none is stored, or where the stored one is lower
+// than Known. It returns, per checkpoint, the offset stored before the
+// call, or -1 where there was none.
 func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpoint, now time.Time) ([]int64, error) {
 	if len(cps) == 0 {
 		return nil, nil
 	}
 	key := s.keys.checkpoints(topic)
-	args := make([]any, 0, 1+4*len(cps))
+	args := make([]any, 0, 1+5*len(cps))
 	args = append(args, now.UnixMilli())
 	for _, cp := range cps {
 		expected := 0
 		if cp.Expected {
 			expected = 1
 		}
-		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark, expected)
+		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark, expected, cp.Known)
 	}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		return []*redis.Cmd{checkpointScript.EvalSha(ctx, pipe, []string{key}, args...)}

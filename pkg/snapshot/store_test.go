@@ -255,6 +255,20 @@ var contract = []struct {
 		if _, ok := cps[0]; ok || cps[1].Offset != 9 {
 			t.Fatalf("after loss: %+v", cps)
 		}
+		// A writer that knows a higher checkpoint than the stored one (Redis
+		// went back in time) learns the lower one and writes nothing; a
+		// writer whose known checkpoint is stored advances it.
+		prev, err = st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 1, Offset: 30, Expected: true, Known: 20}}, now)
+		if err != nil || prev[0] != 9 {
+			t.Fatalf("gone back: %v %v", prev, err)
+		}
+		if cps, _ = st.Checkpoints(ctx, "events"); cps[1].Offset != 9 {
+			t.Fatalf("a checkpoint was written over a store that went back: %+v", cps[1])
+		}
+		prev, err = st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 1, Offset: 30, Expected: true, Known: 9}}, now)
+		if cps, _ = st.Checkpoints(ctx, "events"); err != nil || prev[0] != 9 || cps[1].Offset != 30 {
+			t.Fatalf("known and stored: %v %v %+v", prev, err, cps[1])
+		}
 	}},
 	{"listing and counts", func(t *testing.T, st *snapshot.Store, _ func()) {
 		want := map[fsm.State][]string{}
