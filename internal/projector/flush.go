@@ -27,6 +27,7 @@ type flusher struct {
 	topic string
 	crash *crashPoints
 	cfg   Config
+	feed  *changeFeed // nil when the change feed is off
 
 	cl   *kgo.Client     // set by Run before anything is written
 	ctx  context.Context // the flush context, set by Run; ends after the final flush
@@ -40,15 +41,18 @@ type flusher struct {
 	last     time.Time // when the latest batch was built
 }
 
-func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints) *flusher {
-	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, jobs: make(chan *flushJob, 1)}
+func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, feed *changeFeed) *flusher {
+	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, feed: feed, jobs: make(chan *flushJob, 1)}
 }
 
-// flushJob is one batch: encoded snapshots and the checkpoints they allow.
+// flushJob is one batch: encoded snapshots, the change feed's records
+// (in fold order) and their outbox, and the checkpoints they allow.
 type flushJob struct {
 	entries     []snapshot.Entry
 	refs        []*entry
 	positions   []snapshot.Position
+	records     []*kgo.Record
+	outbox      []snapshot.OutboxBatch
 	checkpoints []snapshot.Checkpoint
 	prev        []int64
 	result      snapshot.PutResult
@@ -101,6 +105,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 			job.checkpoints = append(job.checkpoints, cp)
 		}
 	}
+	f.feed.take(job, parts, only)
 	job.ctx = f.obs.FlushStarted(len(job.entries), len(job.checkpoints))
 	return job
 }
@@ -109,7 +114,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 // previous one first.
 func (f *flusher) start(job *flushJob) {
 	f.last = time.Now()
-	if len(job.entries) == 0 && len(job.checkpoints) == 0 {
+	if len(job.entries) == 0 && len(job.checkpoints) == 0 && len(job.records) == 0 {
 		return
 	}
 	f.inflight = job
@@ -148,9 +153,10 @@ func (f *flusher) run() {
 	}
 }
 
-// write writes a batch: snapshots (fenced), then the dead-letter records
-// produced so far, then checkpoints, then Kafka offsets. Redis errors are
-// retried until ctx ends; the batch is idempotent.
+// write writes a batch: the change feed's outbox, snapshots (fenced), the
+// change feed's records, then, once the dead-letter and change records
+// produced so far are acknowledged, checkpoints, then Kafka offsets. Redis
+// errors are retried until ctx ends; the batch is idempotent.
 func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if job.ctx != nil { // the flush span, under the flusher's cancellation
 		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(job.ctx))
@@ -159,6 +165,11 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	defer func() { f.obs.Flushed(ctx, job.result, time.Since(start), err) }()
 	if f.crash.at("before-put") {
 		return errCrashed
+	}
+	// The change feed's records are kept in Redis before the snapshots
+	// they derive from (see changeFeed).
+	if err := f.feed.persist(ctx, f.store, f.topic, job); err != nil {
+		return err
 	}
 	if len(job.entries) > 0 {
 		for attempt := 0; ; attempt++ {
@@ -176,14 +187,20 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if f.crash.at("after-put") {
 		return errCrashed
 	}
+	// The change feed: after the snapshots, before the checkpoints, which
+	// the flush below makes wait for these records too.
+	f.feed.produce(ctx, f.cl, job.records)
 	if len(job.checkpoints) == 0 {
 		return nil
 	}
 	if err := f.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("projector: dead-letter produce: %w", err)
+		return fmt.Errorf("projector: dead-letter and change feed produce: %w", err)
 	}
 	if errp := f.dlqErr.Load(); errp != nil {
 		return fmt.Errorf("projector: dead-letter produce: %w", *errp)
+	}
+	if err := f.feed.failed(); err != nil {
+		return err
 	}
 	if f.crash.at("before-checkpoint") {
 		return errCrashed

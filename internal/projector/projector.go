@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -85,6 +86,7 @@ type Projector struct {
 	progress  bool      // a partition advanced since the last flush was built
 	lastCheck time.Time // when the stored checkpoints were last checked
 	reducer   fsm.Reducer
+	feed      *changeFeed // nil when the change feed is off
 	events    []fsm.Event // decode buffer, reused across polls
 	stalls    stalls
 	pt        partitioning
@@ -118,7 +120,8 @@ func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	for _, o := range opts {
 		o(p)
 	}
-	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash)
+	p.feed = newChangeFeed(cfg, p.log, &p.crash)
+	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash, p.feed)
 	return p
 }
 
@@ -141,7 +144,9 @@ func (p *Projector) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(p.onLost),
 		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
 		kgo.DefaultProduceTopic(kafka.DLQTopic(p.cfg.Topic)),
-		kgo.RecordPartitioner(kafka.Partitioner()),
+		// Dead letters keep the key hash; change records name their
+		// source record's partition.
+		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(p.cfg.Topic))),
 	)
 	if p.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
@@ -406,6 +411,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	}
 	p.cache.markDirty(en)
 	p.obs.Folded(r, e, &en.snap, o)
+	p.feed.add(r, e, &en.snap, o)
 	return nil
 }
 

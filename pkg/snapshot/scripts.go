@@ -161,4 +161,4 @@ end
 return n
 `)
 
-var scripts = []*redis.Script{putScript, checkpointScript, countScript, deletePartitionScript}
+var scripts = []*redis.Script{putScript, checkpointScript, countScript, deletePartitionScript, outboxScript}
