@@ -46,19 +46,20 @@
 //     checkpoint is not written and a restart replays the record.
 //   - The change feed (DESIGN §10.4) is written at least once, in order per
 //     session, and a record written again is byte-identical: its value and
-//     headers are a function of the source record and the session's state
-//     before it, which the fold makes deterministic. A batch stores its
-//     change records in the topic's outbox in Redis before its snapshots,
-//     produces them after the snapshots, and its checkpoints wait for the
-//     produce (any produce error fails the batch). A crash before the
-//     snapshots are stored replays the records' events, which build the
-//     same records again. A crash after it cannot build them again (the
-//     skip rule passes the events the stored snapshots reflect), so on
-//     assignment a partition's outbox records at or after its checkpoint
-//     are produced again before it folds anything: a record is never lost,
-//     and one written twice is a duplicate by (sessionId, position).
-//     Produced on their source record's partition, a session's records
-//     follow its events' order.
+//     headers are a function of the source record and of what the fold did
+//     with it, which the fold makes deterministic. A batch stores what the
+//     fold did with each of its records (a few bytes each) in the topic's
+//     outbox in Redis before its snapshots, produces the records after the
+//     snapshots, and its checkpoints wait for the produce (any produce
+//     error fails the batch). A crash before the snapshots are stored
+//     replays the events, and the fold builds the same records again. A
+//     crash after it makes the replay skip the events the stored snapshots
+//     reflect, so the fold cannot tell what they did: the partition's
+//     outbox, loaded on assignment from its checkpoint on, tells it, and
+//     each skipped record found there is built again in its place in the
+//     fold order. A record is never lost, and one written twice is a
+//     duplicate by (sessionId, position). Produced on their source record's
+//     partition, a session's records follow its events' order.
 //
 // # Where each guarantee lives
 //
@@ -81,12 +82,14 @@
 //     lost without writing: onRevoked, onLost (group.go).
 //   - Setting records aside, on their key's partition or not: deadLetter,
 //     classify (deadletter.go), onKeyPartition (partitioning.go).
-//   - The change feed: which outcomes get a record and its bytes,
-//     changeFeed.add; the outbox before the snapshots and the produce
-//     after them, changeFeed.persist and changeFeed.produce, called by
-//     flusher.write; producing the outbox again on assignment,
-//     changeFeed.replay, called by adjustOffsets (changes.go); the outbox's
-//     storage, snapshot.Store.PutOutbox; records on their source
+//   - The change feed: which outcomes get a record, changeFeed.add, and
+//     its bytes, appendChangeJSON (changejson.go, equal to
+//     feed.Change.AppendJSON); the outbox before the snapshots and the
+//     produce after them, changeFeed.persist and changeFeed.produce, called
+//     by flusher.write; loading the outbox on assignment, changeFeed.read
+//     and load, called by adjustOffsets; building a skipped record again,
+//     changeFeed.skipped, called by Projector.fold (changes.go); the
+//     outbox's storage, snapshot.Store.PutOutbox; records on their source
 //     partition, kafka.PartitionerKeepingPartitions.
 //
 // # Shape

@@ -45,14 +45,13 @@ func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logge
 	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, feed: feed, jobs: make(chan *flushJob, 1)}
 }
 
-// flushJob is one batch: encoded snapshots, the change feed's records
-// (in fold order) and their outbox, and the checkpoints they allow.
+// flushJob is one batch: encoded snapshots, the change feed's records (in
+// fold order per partition), and the checkpoints they allow.
 type flushJob struct {
 	entries     []snapshot.Entry
 	refs        []*entry
 	positions   []snapshot.Position
-	records     []*kgo.Record
-	outbox      []snapshot.OutboxBatch
+	changes     []feedBatch
 	checkpoints []snapshot.Checkpoint
 	prev        []int64
 	result      snapshot.PutResult
@@ -114,7 +113,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 // previous one first.
 func (f *flusher) start(job *flushJob) {
 	f.last = time.Now()
-	if len(job.entries) == 0 && len(job.checkpoints) == 0 && len(job.records) == 0 {
+	if len(job.entries) == 0 && len(job.checkpoints) == 0 && len(job.changes) == 0 {
 		return
 	}
 	f.inflight = job
@@ -166,10 +165,11 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if f.crash.at("before-put") {
 		return errCrashed
 	}
-	// The change feed's records are kept in Redis before the snapshots
-	// they derive from (see changeFeed).
+	// The change feed's outcomes are kept in Redis before the snapshots
+	// they derive from; its records are encoded meanwhile (see changeFeed).
+	changes := f.feed.encode(job)
 	if err := f.feed.persist(ctx, f.store, f.topic, job); err != nil {
-		return err
+		return err // the encoding ends on its own
 	}
 	if len(job.entries) > 0 {
 		for attempt := 0; ; attempt++ {
@@ -189,7 +189,7 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	}
 	// The change feed: after the snapshots, before the checkpoints, which
 	// the flush below makes wait for these records too.
-	f.feed.produce(ctx, f.cl, job.records)
+	f.feed.produce(ctx, f.cl, changes())
 	if len(job.checkpoints) == 0 {
 		return nil
 	}

@@ -403,6 +403,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
 	if !folded {
 		p.obs.Skipped(r)
+		p.feed.skipped(r, e, &en.snap)
 		return nil
 	}
 	if o.Result == fsm.Orphan {

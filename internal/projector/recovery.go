@@ -84,12 +84,14 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 		cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
 		if err == nil {
 			ends, eerr := p.adm.ListEndOffsets(ctx, p.cfg.Topic)
+			var ob outboxRead
 			if eerr == nil {
-				eerr = p.feed.replay(ctx, p.store, p.cfg.Topic, p.cl, replayStarts(ids, cps, ends, p.cfg.Topic))
+				ob, eerr = p.feed.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
 			}
 			if eerr == nil {
 				p.mu.Lock()
 				defer p.mu.Unlock()
+				p.feed.load(ob)
 				var stall []int32
 				for _, id := range ids {
 					part := p.parts[id]
