@@ -19,65 +19,79 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// changeFeed builds and produces the change feed (DESIGN §10.4): one record
-// per applied transition, per rejection and per applied custom event, on
-// the topic feed.Topic(events topic), keyed by session id, on the source
-// record's partition, its value feed.Change.AppendJSON and its headers the
-// source record's trace context.
+// derived builds and produces what the fold derives beyond snapshots: the
+// change feed (DESIGN §10.4) and the derived events of replacement linking
+// (DESIGN §10.3, reactions.go).
 //
-// Every part of a record is a function of the source record and of what
-// the fold did with it (the outcome, the states, the version after it, and
-// the session's labels, parent and correlation id, which never change after
-// the creation), so a record written again after a crash is byte-identical.
-// Baggage is not carried: it is not trace context, and its encoding does
-// not keep an order. The projector's Kafka client must not inject trace
-// context into produced records (no kotel producer hooks), or the headers
-// would differ.
+// The change feed has one record per applied transition, per rejection and
+// per applied custom event, on the topic feed.Topic(events topic), keyed by
+// session id, on the source record's partition, its value
+// feed.Change.AppendJSON (written by appendChangeJSON) and its headers the
+// source record's trace context. A derived event is an event record on the
+// events topic, keyed by the session it is for, as ingest writes one.
 //
-// How a record is written at least once through a crash: the fold notes
-// what it did (add), per partition, until a batch takes the notes (take).
+// Every byte of both is a function of the source record and of what the
+// fold did with it (the outcome, the states, the version after it, and the
+// session's labels, parent and correlation id, which never change after the
+// creation), so a record written again after a crash is byte-identical, and
+// a derived event written again is a duplicate of the first by its event
+// id. Baggage is not carried: it is not trace context, and its encoding
+// does not keep an order. The projector's Kafka client must not inject
+// trace context into produced records (no kotel producer hooks), or the
+// headers would differ.
+//
+// How they are written at least once through a crash: the fold notes what
+// it did (add), per partition, until a batch takes the notes (take).
 // flusher.write stores the batch's outcomes in the topic's outbox in Redis
-// before the snapshots (persist: a few bytes per record, see appendOutcome),
-// then, after the snapshots, encodes and produces the records (produce);
-// the checkpoint waits for the produce. A crash before the snapshots are
-// stored replays the events, and the fold notes the same changes again. A
-// crash after it makes the replay skip the events the stored snapshots
-// reflect, so the fold cannot say what they did: on assignment the
-// partition's outbox outcomes at or after its checkpoint are loaded
-// (load), and a skipped record with an outcome there is noted again from it
-// (skipped), in its place in the fold order.
+// before the snapshots (persist: a few bytes per record, see
+// appendOutcome), then, after the snapshots, encodes and produces the
+// records (encode, produce); the checkpoint waits for the produce. A crash
+// before the snapshots are stored replays the events, and the fold notes
+// the same things again. A crash after it makes the replay skip the events
+// the stored snapshots reflect, so the fold cannot say what they did: on
+// assignment the partition's outbox outcomes at or after its checkpoint are
+// loaded (read, load), and a skipped record with an outcome there is noted
+// again from it (skipped), in its place in the fold order.
 //
 // The fold goroutine owns pending and outbox (add, skipped, take, drop,
-// load, under Projector.mu); persist and produce run in whoever writes the
-// batch, on the job only; err is set from the Kafka client's produce
-// callback. A nil *changeFeed is the feed turned off
-// (CORREX_CHANGE_FEED=false): every method does nothing.
-type changeFeed struct {
-	topic   string
-	log     *slog.Logger
-	crash   *crashPoints
-	pending map[int32][]change
+// load, under Projector.mu); persist, encode and produce run in whoever
+// writes the batch, on the job only; err is set from the Kafka client's
+// produce callback. With the change feed off (CORREX_CHANGE_FEED=false)
+// feedTopic is empty and only derived events are noted.
+type derived struct {
+	feedTopic   string // "" when the change feed is off
+	eventsTopic string
+	log         *slog.Logger
+	crash       *crashPoints
+	pending     map[int32][]change
 	// outbox holds, per partition, the outcomes loaded on assignment, by
 	// source offset; an entry is used once.
 	outbox map[int32]map[int64]outcome
-	// err is the first produce error of a change record: the next write
-	// fails before its checkpoints, so a restart produces the record again.
+	// err is the first produce error: the next write fails before its
+	// checkpoints, so a restart produces the record again.
 	err atomic.Pointer[error]
 }
 
 // outcome is what the fold did with one record, as the outbox keeps it.
 type outcome struct {
 	rejected bool
+	orphan   bool // no session: only a derived event can come of it
+	feed     bool // the change feed has a record for it
 	terminal bool
 	reason   fsm.Reason
 	from, to fsm.State
 	version  uint64
+	// digest is the session's digest after the record, kept for an applied
+	// SessionReplaced (its ReplacementLinked carries it).
+	digest    [32]byte
+	hasDigest bool
 }
 
-// change is one record of the feed before it is encoded (encoding waits
-// for the flush goroutine): the source record's offset, what the fold did,
-// the event's id, type and time, and the session's ids and labels (the
-// labels slice is the session's, never changed after the creation).
+// change is one noted record before it is encoded (encoding waits for the
+// flush goroutine): the source record's offset, what the fold did, the
+// event's id, type and time, the session's ids and labels (the labels
+// slice is the session's, never changed after the creation), and the
+// derived event, if any.
 type change struct {
 	source                       int64
 	out                          outcome
@@ -87,6 +101,8 @@ type change struct {
 	session, parent, correlation string
 	labels                       []fsm.Label
 	headers                      []kgo.RecordHeader
+	feed                         bool // a change feed record is produced
+	react                        reaction
 }
 
 // feedChange returns the change as a feed.Change of a record on partition.
@@ -119,8 +135,8 @@ func (ch *change) feedChange(partition int32) feed.Change {
 	return c
 }
 
-// feedBatch is the part of a flush that belongs to the feed: per
-// partition, its changes in fold order, and the outbox batches below
+// feedBatch is the part of a flush that belongs to the derived records:
+// per partition, its changes in fold order, and the outbox batches below
 // which the partition's stored checkpoint has passed.
 type feedBatch struct {
 	partition int32
@@ -128,54 +144,63 @@ type feedBatch struct {
 	changes   []change
 }
 
-func newChangeFeed(cfg Config, log *slog.Logger, crash *crashPoints) *changeFeed {
-	if !cfg.ChangeFeed {
-		return nil
-	}
-	return &changeFeed{topic: feed.Topic(cfg.Topic), log: log, crash: crash,
+func newDerived(cfg Config, log *slog.Logger, crash *crashPoints) *derived {
+	d := &derived{eventsTopic: cfg.Topic, log: log, crash: crash,
 		pending: map[int32][]change{}, outbox: map[int32]map[int64]outcome{}}
+	if cfg.ChangeFeed {
+		d.feedTopic = feed.Topic(cfg.Topic)
+	}
+	return d
 }
 
 // traceContext is the propagator of the feed's headers: W3C traceparent and
 // tracestate (bounded by correxotel.InjectRecord), nothing else.
 var traceContext = propagation.TraceContext{}
 
-// add notes the change of e, folded from r into s with outcome o, if the
-// feed has one for it.
-func (c *changeFeed) add(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, o fsm.Outcome) {
-	if c == nil {
-		return
-	}
+// add notes what the fold did with e, folded from r into s with outcome
+// o, if the change feed has a record for it or an event derives from it.
+func (d *derived) add(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, o fsm.Outcome) {
 	var out outcome
-	switch {
-	case o.Result == fsm.Rejected:
-		out.rejected, out.reason = true, o.Reason
-	case o.Result == fsm.Applied && (o.Transitioned() || e.Type == fsm.EventCustom):
+	switch o.Result {
+	case fsm.Rejected:
+		out.rejected, out.reason, out.feed = true, o.Reason, true
+	case fsm.Applied:
+		out.feed = o.Transitioned() || e.Type == fsm.EventCustom
+		if e.Type == fsm.SessionReplaced {
+			out.digest, out.hasDigest = s.Digest, true
+		}
+	case fsm.Orphan:
+		out.orphan = true
 	default:
 		return
 	}
 	out.from, out.to, out.terminal, out.version = o.From, o.To, s.State.Terminal(), s.Version
-	c.note(r, e, s, out)
+	d.note(r, e, s, out)
 }
 
-// skipped notes again the change of a record the fold skipped (its session
-// is already past it) if the outbox has what the fold did with it.
-func (c *changeFeed) skipped(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot) {
-	if c == nil || len(c.outbox[r.Partition]) == 0 {
+// skipped notes again what the fold did with a record it skipped (its
+// session is already past it) if the outbox has it.
+func (d *derived) skipped(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot) {
+	if len(d.outbox[r.Partition]) == 0 {
 		return
 	}
-	out, ok := c.outbox[r.Partition][r.Offset]
+	out, ok := d.outbox[r.Partition][r.Offset]
 	if !ok {
 		return
 	}
-	delete(c.outbox[r.Partition], r.Offset)
-	c.note(r, e, s, out)
+	delete(d.outbox[r.Partition], r.Offset)
+	d.note(r, e, s, out)
 }
 
-func (c *changeFeed) note(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out outcome) {
-	c.pending[r.Partition] = append(c.pending[r.Partition], change{source: r.Offset, out: out, id: e.ID, typ: e.TypeName(),
-		at: e.OccurredAt, session: s.ID, parent: s.ParentSessionID, correlation: s.CorrelationID, labels: s.Labels,
-		headers: traceHeaders(r)})
+func (d *derived) note(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out outcome) {
+	react, reacts := reactionOf(e, out)
+	feedRec := out.feed && d.feedTopic != ""
+	if !feedRec && !reacts {
+		return
+	}
+	d.pending[r.Partition] = append(d.pending[r.Partition], change{source: r.Offset, out: out, id: e.ID, typ: e.TypeName(),
+		at: e.OccurredAt, session: e.SessionID, parent: s.ParentSessionID, correlation: s.CorrelationID, labels: s.Labels,
+		headers: traceHeaders(r), feed: feedRec, react: react})
 }
 
 // traceHeaders returns the trace context of src as record headers, or nil.
@@ -195,20 +220,17 @@ func traceHeaders(src *kgo.Record) []kgo.RecordHeader {
 // take moves the changes noted for the given partitions (all when only is
 // nil) into job, with each partition's stored checkpoint (the outbox drops
 // the batches below it).
-func (c *changeFeed) take(job *flushJob, parts map[int32]*partState, only map[int32]bool) {
-	if c == nil {
-		return
-	}
-	ids := make([]int32, 0, len(c.pending))
-	for id := range c.pending {
+func (d *derived) take(job *flushJob, parts map[int32]*partState, only map[int32]bool) {
+	ids := make([]int32, 0, len(d.pending))
+	for id := range d.pending {
 		if only == nil || only[id] {
 			ids = append(ids, id)
 		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		b := feedBatch{partition: id, changes: c.pending[id]}
-		delete(c.pending, id)
+		b := feedBatch{partition: id, changes: d.pending[id]}
+		delete(d.pending, id)
 		if part := parts[id]; part != nil && part.ckptKnown {
 			b.below = part.lastCkpt
 		}
@@ -218,17 +240,15 @@ func (c *changeFeed) take(job *flushJob, parts map[int32]*partState, only map[in
 
 // drop forgets what was noted and loaded for a partition given up
 // (revoked, lost) or rebuilt: whoever folds it next notes it again.
-func (c *changeFeed) drop(id int32) {
-	if c != nil {
-		delete(c.pending, id)
-		delete(c.outbox, id)
-	}
+func (d *derived) drop(id int32) {
+	delete(d.pending, id)
+	delete(d.outbox, id)
 }
 
 // persist stores the batch's outcomes in the outbox, retrying until ctx
 // ends. It runs before the batch's snapshots are stored.
-func (c *changeFeed) persist(ctx context.Context, store *snapshot.Store, topic string, job *flushJob) error {
-	if c == nil || len(job.changes) == 0 {
+func (d *derived) persist(ctx context.Context, store *snapshot.Store, topic string, job *flushJob) error {
+	if len(job.changes) == 0 {
 		return nil
 	}
 	batches := make([]snapshot.OutboxBatch, 0, len(job.changes))
@@ -245,7 +265,7 @@ func (c *changeFeed) persist(ctx context.Context, store *snapshot.Store, topic s
 		if err == nil {
 			return nil
 		}
-		c.log.Warn("writing the change feed's outbox", "err", err, "attempt", attempt)
+		d.log.Warn("writing the outbox of the change feed and derived events", "err", err, "attempt", attempt)
 		if err := sleep(ctx, backoff(attempt)); err != nil {
 			return err
 		}
@@ -255,32 +275,43 @@ func (c *changeFeed) persist(ctx context.Context, store *snapshot.Store, topic s
 // encode builds the batch's records in a goroutine of its own, so that the
 // encoding overlaps the snapshots' write; the returned function waits for
 // them. Called by whoever writes the batch, before the snapshots.
-func (c *changeFeed) encode(job *flushJob) (wait func() []*kgo.Record) {
-	if c == nil || len(job.changes) == 0 {
+func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
+	if len(job.changes) == 0 {
 		return func() []*kgo.Record { return nil }
 	}
 	done := make(chan []*kgo.Record, 1)
 	go func() {
 		n := 0
 		for _, fb := range job.changes {
-			n += len(fb.changes)
+			for i := range fb.changes {
+				if fb.changes[i].feed {
+					n++
+				}
+				if fb.changes[i].react.kind != 0 {
+					n++
+				}
+			}
 		}
 		recs := make([]kgo.Record, n)
-		out := make([]*kgo.Record, n)
-		var buf []byte // values are cut from shared chunks: far fewer allocations
-		i := 0
+		out := make([]*kgo.Record, 0, n)
+		var buf []byte // feed values are cut from shared chunks: far fewer allocations
 		for _, fb := range job.changes {
 			for j := range fb.changes {
 				ch := &fb.changes[j]
-				if cap(buf)-len(buf) < 1024 {
-					buf = make([]byte, 0, 256<<10)
+				if ch.feed {
+					if cap(buf)-len(buf) < 1024 {
+						buf = make([]byte, 0, 256<<10)
+					}
+					start := len(buf)
+					buf = appendChangeJSON(buf, ch, fb.partition)
+					recs[len(out)] = kgo.Record{Topic: d.feedTopic, Partition: fb.partition, Key: []byte(ch.session),
+						Value: buf[start:len(buf):len(buf)], Headers: ch.headers}
+					out = append(out, &recs[len(out)])
 				}
-				start := len(buf)
-				buf = appendChangeJSON(buf, ch, fb.partition)
-				recs[i] = kgo.Record{Topic: c.topic, Partition: fb.partition, Key: []byte(ch.session),
-					Value: buf[start:len(buf):len(buf)], Headers: ch.headers}
-				out[i] = &recs[i]
-				i++
+				if ch.react.kind != 0 {
+					recs[len(out)] = ch.react.record(d.eventsTopic, ch)
+					out = append(out, &recs[len(out)])
+				}
 			}
 		}
 		done <- out
@@ -290,26 +321,23 @@ func (c *changeFeed) encode(job *flushJob) (wait func() []*kgo.Record) {
 
 // produce hands the batch's records (from encode), in fold order per
 // partition, to the Kafka client. It does not wait: the flush before the
-// checkpoints does, and checks c.err (failed).
-func (c *changeFeed) produce(ctx context.Context, cl *kgo.Client, records []*kgo.Record) {
+// checkpoints does, and checks d.err (failed).
+func (d *derived) produce(ctx context.Context, cl *kgo.Client, records []*kgo.Record) {
 	for _, rec := range records {
-		cl.Produce(ctx, rec, c.produced)
+		cl.Produce(ctx, rec, d.produced)
 	}
 }
 
-func (c *changeFeed) produced(_ *kgo.Record, err error) {
-	if err != nil && !c.crash.crashed.Load() {
-		c.err.CompareAndSwap(nil, &err)
+func (d *derived) produced(_ *kgo.Record, err error) {
+	if err != nil && !d.crash.crashed.Load() {
+		d.err.CompareAndSwap(nil, &err)
 	}
 }
 
 // failed returns the first produce error, or nil.
-func (c *changeFeed) failed() error {
-	if c == nil {
-		return nil
-	}
-	if errp := c.err.Load(); errp != nil {
-		return fmt.Errorf("projector: change feed produce: %w", *errp)
+func (d *derived) failed() error {
+	if errp := d.err.Load(); errp != nil {
+		return fmt.Errorf("projector: change feed or derived event produce: %w", *errp)
 	}
 	return nil
 }
@@ -321,8 +349,8 @@ type outboxRead map[int32]map[int64]outcome
 // read returns the outbox outcomes of the given partitions at or after
 // each one's start offset (its checkpoint). Called on assignment, before
 // the partitions fold anything.
-func (c *changeFeed) read(ctx context.Context, store *snapshot.Store, topic string, starts map[int32]int64) (outboxRead, error) {
-	if c == nil || len(starts) == 0 {
+func (d *derived) read(ctx context.Context, store *snapshot.Store, topic string, starts map[int32]int64) (outboxRead, error) {
+	if len(starts) == 0 {
 		return nil, nil
 	}
 	batches, err := store.Outbox(ctx, topic)
@@ -345,36 +373,49 @@ func (c *changeFeed) read(ctx context.Context, store *snapshot.Store, topic stri
 				m[source] = o
 			}
 		}); err != nil { // written by this code only; a torn value would be Redis's fault
-			c.log.Error("skipping an undecodable outbox batch of the change feed", "partition", b.Partition, "last", b.Last, "err", err)
+			d.log.Error("skipping an undecodable outbox batch", "partition", b.Partition, "last", b.Last, "err", err)
 		}
 	}
 	return out, nil
 }
 
 // load installs what read returned.
-func (c *changeFeed) load(ob outboxRead) {
-	if c == nil {
-		return
-	}
+func (d *derived) load(ob outboxRead) {
 	for id, m := range ob {
-		c.outbox[id] = m
+		d.outbox[id] = m
 	}
 }
 
+// Flags of an outbox entry.
+const (
+	obRejected = 1 << iota
+	obTerminal
+	obOrphan
+	obFeed
+	obDigest
+	obFlags = 1<<iota - 1
+)
+
 // appendOutcome encodes one outbox entry: the source offset (uvarint), a
-// flags byte (1 rejected, 2 terminal), the reason, from and to states (a
-// byte each) and the version (uvarint).
+// flags byte, the reason, from and to states (a byte each), the version
+// (uvarint) and, with obDigest, the 32-byte digest.
 func appendOutcome(dst []byte, source int64, o outcome) []byte {
 	dst = binary.AppendUvarint(dst, uint64(source))
 	var flags byte
-	if o.rejected {
-		flags |= 1
-	}
-	if o.terminal {
-		flags |= 2
+	for _, f := range [...]struct {
+		set  bool
+		flag byte
+	}{{o.rejected, obRejected}, {o.terminal, obTerminal}, {o.orphan, obOrphan}, {o.feed, obFeed}, {o.hasDigest, obDigest}} {
+		if f.set {
+			flags |= f.flag
+		}
 	}
 	dst = append(dst, flags, byte(o.reason), byte(o.from), byte(o.to))
-	return binary.AppendUvarint(dst, o.version)
+	dst = binary.AppendUvarint(dst, o.version)
+	if o.hasDigest {
+		dst = append(dst, o.digest[:]...)
+	}
+	return dst
 }
 
 var errOutbox = errors.New("truncated or malformed outbox batch")
@@ -389,11 +430,22 @@ func decodeOutcomes(data []byte, fn func(int64, outcome)) error {
 		flags, reason, from, to := data[n], fsm.Reason(data[n+1]), fsm.State(data[n+2]), fsm.State(data[n+3])
 		data = data[n+4:]
 		version, m := binary.Uvarint(data)
-		if m <= 0 || flags > 3 || !to.Valid() || (from != fsm.StateNone && !from.Valid()) || (flags&1 != 0) != reason.Rejection() {
+		if m <= 0 || flags&^obFlags != 0 || (flags&obRejected != 0) != reason.Rejection() ||
+			(from != fsm.StateNone && !from.Valid()) || (to != fsm.StateNone && !to.Valid()) {
 			return errOutbox
 		}
 		data = data[m:]
-		fn(int64(src), outcome{rejected: flags&1 != 0, terminal: flags&2 != 0, reason: reason, from: from, to: to, version: version})
+		o := outcome{rejected: flags&obRejected != 0, terminal: flags&obTerminal != 0, orphan: flags&obOrphan != 0,
+			feed: flags&obFeed != 0, reason: reason, from: from, to: to, version: version}
+		if flags&obDigest != 0 {
+			if len(data) < 32 {
+				return errOutbox
+			}
+			o.hasDigest = true
+			copy(o.digest[:], data)
+			data = data[32:]
+		}
+		fn(int64(src), o)
 	}
 	return nil
 }

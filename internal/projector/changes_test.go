@@ -14,6 +14,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// waitSettled waits until every partition's checkpoint under prefix has
+// reached the end of the log, and the log has not grown meanwhile: the
+// derived events produced by the flushes are folded too.
+func (e *env) waitSettled(prefix string) {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ends := endOffsets(e.t, e.brokers)
+		cps, err := e.store(prefix).Checkpoints(ctx, topic)
+		if err == nil && caughtUp(cps, ends) && fmt.Sprint(endOffsets(e.t, e.brokers)) == fmt.Sprint(ends) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("not settled: checkpoints %v, ends %v", cps, ends)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // feedConfig is the test configuration with the change feed on.
 func (e *env) feedConfig(instance string) Config {
 	cfg := e.config(instance)
@@ -219,7 +238,9 @@ func (e *env) checkFeed(want map[string][]expectedChange) (dups int) {
 // every record written twice byte-identical.
 func TestChangeFeedAcrossCrashes(t *testing.T) {
 	e := newEnv(t, 4)
-	events := workloadEvents(3, 300)
+	// The replacement sessions make derived events, which must survive the
+	// crashes too (checked at the end).
+	events := append(replacementEvents(), workloadEvents(3, 300)...)
 	points := []struct {
 		point string
 		n     int64
@@ -250,12 +271,19 @@ func TestChangeFeedAcrossCrashes(t *testing.T) {
 	}
 	e.produceTraced(events[len(points)*chunk:], len(points)*chunk)
 	r := e.start(e.feedConfig("a"), "feed", nil)
-	e.waitCaughtUp("feed", 60*time.Second)
+	e.waitSettled("feed")
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
 	want := e.expectedFeed()
 	dups := e.checkFeed(want)
+	st := e.store("feed")
+	for id, status := range map[string]fsm.ReplacementStatus{"s-ok": fsm.ReplacementStatusLinked,
+		"s-notfailed": fsm.ReplacementStatusRefused, "s-orphan": fsm.ReplacementStatusRefused} {
+		if s, err := st.Get(ctx, id); err != nil || s.Replacement.Status != status {
+			t.Errorf("%s: replacement %+v (%v), want %v", id, s, err, status)
+		}
+	}
 	n := 0
 	for _, ws := range want {
 		n += len(ws)

@@ -21,13 +21,13 @@ import (
 // flush goroutine touches only the job it was handed, until it closes
 // job.done. At most one batch is in flight.
 type flusher struct {
-	store *snapshot.Store
-	obs   Observer
-	log   *slog.Logger
-	topic string
-	crash *crashPoints
-	cfg   Config
-	feed  *changeFeed // nil when the change feed is off
+	store   *snapshot.Store
+	obs     Observer
+	log     *slog.Logger
+	topic   string
+	crash   *crashPoints
+	cfg     Config
+	derived *derived // the change feed and the derived events
 
 	cl   *kgo.Client     // set by Run before anything is written
 	ctx  context.Context // the flush context, set by Run; ends after the final flush
@@ -41,8 +41,8 @@ type flusher struct {
 	last     time.Time // when the latest batch was built
 }
 
-func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, feed *changeFeed) *flusher {
-	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, feed: feed, jobs: make(chan *flushJob, 1)}
+func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived) *flusher {
+	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, derived: d, jobs: make(chan *flushJob, 1)}
 }
 
 // flushJob is one batch: encoded snapshots, the change feed's records (in
@@ -104,7 +104,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 			job.checkpoints = append(job.checkpoints, cp)
 		}
 	}
-	f.feed.take(job, parts, only)
+	f.derived.take(job, parts, only)
 	job.ctx = f.obs.FlushStarted(len(job.entries), len(job.checkpoints))
 	return job
 }
@@ -167,8 +167,8 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	}
 	// The change feed's outcomes are kept in Redis before the snapshots
 	// they derive from; its records are encoded meanwhile (see changeFeed).
-	changes := f.feed.encode(job)
-	if err := f.feed.persist(ctx, f.store, f.topic, job); err != nil {
+	changes := f.derived.encode(job)
+	if err := f.derived.persist(ctx, f.store, f.topic, job); err != nil {
 		return err // the encoding ends on its own
 	}
 	if len(job.entries) > 0 {
@@ -189,7 +189,7 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	}
 	// The change feed: after the snapshots, before the checkpoints, which
 	// the flush below makes wait for these records too.
-	f.feed.produce(ctx, f.cl, changes())
+	f.derived.produce(ctx, f.cl, changes())
 	if len(job.checkpoints) == 0 {
 		return nil
 	}
@@ -199,7 +199,7 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if errp := f.dlqErr.Load(); errp != nil {
 		return fmt.Errorf("projector: dead-letter produce: %w", *errp)
 	}
-	if err := f.feed.failed(); err != nil {
+	if err := f.derived.failed(); err != nil {
 		return err
 	}
 	if f.crash.at("before-checkpoint") {

@@ -86,7 +86,7 @@ func (p *Projector) drop(ids []int32) {
 	for _, id := range ids {
 		if p.parts[id] != nil {
 			p.cache.dropPartition(id)
-			p.feed.drop(id)
+			p.derived.drop(id)
 			delete(p.parts, id)
 			p.stalls.clear(id)
 		}
@@ -135,11 +135,11 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
 		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
 		var err3 error
-		if p.feed != nil && err1 == nil {
+		if ft := p.derived.feedTopic; ft != "" && err1 == nil {
 			var m int32
-			if m, err3 = kafka.EnsureTopic(ctx, p.adm, p.feed.topic, n); err3 == nil && m != n {
+			if m, err3 = kafka.EnsureTopic(ctx, p.adm, ft, n); err3 == nil && m != n {
 				return fmt.Errorf("projector: the change feed's topic %s has %d partitions and the events topic %s has %d: they must be equal (recreate %s, or set CORREX_CHANGE_FEED=false)",
-					p.feed.topic, m, p.cfg.Topic, n, p.feed.topic)
+					ft, m, p.cfg.Topic, n, ft)
 			}
 		}
 		if err := errors.Join(err1, err2, err3); err == nil {

@@ -86,7 +86,7 @@ type Projector struct {
 	progress  bool      // a partition advanced since the last flush was built
 	lastCheck time.Time // when the stored checkpoints were last checked
 	reducer   fsm.Reducer
-	feed      *changeFeed // nil when the change feed is off
+	derived   *derived    // the change feed and the derived events
 	events    []fsm.Event // decode buffer, reused across polls
 	stalls    stalls
 	pt        partitioning
@@ -120,8 +120,8 @@ func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	for _, o := range opts {
 		o(p)
 	}
-	p.feed = newChangeFeed(cfg, p.log, &p.crash)
-	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash, p.feed)
+	p.derived = newDerived(cfg, p.log, &p.crash)
+	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash, p.derived)
 	return p
 }
 
@@ -403,16 +403,20 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
 	if !folded {
 		p.obs.Skipped(r)
-		p.feed.skipped(r, e, &en.snap)
+		p.derived.skipped(r, e, &en.snap)
 		return nil
 	}
 	if o.Result == fsm.Orphan {
+		if e.Type == fsm.SessionReplaced { // the successor hears of it (reactions.go)
+			p.derived.add(r, e, &en.snap, o)
+			return nil
+		}
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
 	p.cache.markDirty(en)
 	p.obs.Folded(r, e, &en.snap, o)
-	p.feed.add(r, e, &en.snap, o)
+	p.derived.add(r, e, &en.snap, o)
 	return nil
 }
 

@@ -86,12 +86,12 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 			ends, eerr := p.adm.ListEndOffsets(ctx, p.cfg.Topic)
 			var ob outboxRead
 			if eerr == nil {
-				ob, eerr = p.feed.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
+				ob, eerr = p.derived.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
 			}
 			if eerr == nil {
 				p.mu.Lock()
 				defer p.mu.Unlock()
-				p.feed.load(ob)
+				p.derived.load(ob)
 				var stall []int32
 				for _, id := range ids {
 					part := p.parts[id]
@@ -184,7 +184,7 @@ func (p *Projector) rebuild(part *partState) {
 		"partition", part.id)
 	p.cache.dropPartition(part.id)
 	p.cache.addPartition(part.id)
-	p.feed.drop(part.id)
+	p.derived.drop(part.id)
 	for attempt := 0; ; attempt++ {
 		n, err := p.store.DeletePartition(p.flush.ctx, part.id)
 		if err == nil {
