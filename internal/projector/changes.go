@@ -101,8 +101,8 @@ type change struct {
 	session, parent, correlation string
 	labels                       []fsm.Label
 	headers                      []kgo.RecordHeader
-	feed                         bool // a change feed record is produced
-	react                        reaction
+	feed                         bool      // a change feed record is produced
+	react                        *reaction // the derived event, if any (rare: kept out of line)
 }
 
 // feedChange returns the change as a feed.Change of a record on partition.
@@ -193,9 +193,9 @@ func (d *derived) skipped(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot) {
 }
 
 func (d *derived) note(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out outcome) {
-	react, reacts := reactionOf(e, out)
+	react := reactionOf(e, out)
 	feedRec := out.feed && d.feedTopic != ""
-	if !feedRec && !reacts {
+	if !feedRec && react == nil {
 		return
 	}
 	d.pending[r.Partition] = append(d.pending[r.Partition], change{source: r.Offset, out: out, id: e.ID, typ: e.TypeName(),
@@ -287,7 +287,7 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 				if fb.changes[i].feed {
 					n++
 				}
-				if fb.changes[i].react.kind != 0 {
+				if fb.changes[i].react != nil {
 					n++
 				}
 			}
@@ -308,7 +308,7 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 						Value: buf[start:len(buf):len(buf)], Headers: ch.headers}
 					out = append(out, &recs[len(out)])
 				}
-				if ch.react.kind != 0 {
+				if ch.react != nil {
 					recs[len(out)] = ch.react.record(d.eventsTopic, ch)
 					out = append(out, &recs[len(out)])
 				}

@@ -35,21 +35,21 @@ type reaction struct {
 }
 
 // reactionOf returns the event derived from e given what the fold did
-// with it, if any.
-func reactionOf(e *fsm.Event, out outcome) (reaction, bool) {
+// with it, or nil.
+func reactionOf(e *fsm.Event, out outcome) *reaction {
 	switch e.Type {
 	case fsm.SessionCreated:
 		if out.orphan || out.rejected || out.from != fsm.StateNone || e.Fields.PredecessorSessionID == "" ||
 			!fsm.ValidSessionID(e.Fields.PredecessorSessionID) {
-			return reaction{}, false
+			return nil
 		}
-		return reaction{kind: fsm.SessionReplaced, target: e.Fields.PredecessorSessionID,
-			fields: fsm.Fields{SuccessorSessionID: e.SessionID}}, true
+		return &reaction{kind: fsm.SessionReplaced, target: e.Fields.PredecessorSessionID,
+			fields: fsm.Fields{SuccessorSessionID: e.SessionID}}
 	case fsm.SessionReplaced:
 		if !fsm.ValidSessionID(e.Fields.SuccessorSessionID) {
-			return reaction{}, false
+			return nil
 		}
-		r := reaction{kind: fsm.ReplacementRefused, target: e.Fields.SuccessorSessionID}
+		r := &reaction{kind: fsm.ReplacementRefused, target: e.Fields.SuccessorSessionID}
 		switch {
 		case out.orphan:
 			r.fields.Reason = ReasonUnknownPredecessor
@@ -58,11 +58,11 @@ func reactionOf(e *fsm.Event, out outcome) (reaction, bool) {
 		case out.hasDigest:
 			r.kind, r.fields.PredecessorDigest = fsm.ReplacementLinked, out.digest
 		default:
-			return reaction{}, false
+			return nil
 		}
-		return r, true
+		return r
 	}
-	return reaction{}, false
+	return nil
 }
 
 // record returns the derived event's record for the events topic, keyed
