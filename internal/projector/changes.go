@@ -103,6 +103,7 @@ type change struct {
 	headers                      []kgo.RecordHeader
 	feed                         bool      // a change feed record is produced
 	react                        *reaction // the derived event, if any (rare: kept out of line)
+	fam                          *family   // what it means for parents and children, if anything
 }
 
 // feedChange returns the change as a feed.Change of a record on partition.
@@ -193,14 +194,14 @@ func (d *derived) skipped(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot) {
 }
 
 func (d *derived) note(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out outcome) {
-	react := reactionOf(e, out)
+	react, fam := reactionOf(e, out), familyOf(e, s, out)
 	feedRec := out.feed && d.feedTopic != ""
-	if !feedRec && react == nil {
+	if !feedRec && react == nil && fam == nil {
 		return
 	}
 	d.pending[r.Partition] = append(d.pending[r.Partition], change{source: r.Offset, out: out, id: e.ID, typ: e.TypeName(),
 		at: e.OccurredAt, session: e.SessionID, parent: s.ParentSessionID, correlation: s.CorrelationID, labels: s.Labels,
-		headers: traceHeaders(r), feed: feedRec, react: react})
+		headers: traceHeaders(r), feed: feedRec, react: react, fam: fam})
 }
 
 // traceHeaders returns the trace context of src as record headers, or nil.
@@ -319,13 +320,19 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 	return func() []*kgo.Record { return <-done }
 }
 
-// produce hands the batch's records (from encode), in fold order per
-// partition, to the Kafka client. It does not wait: the flush before the
-// checkpoints does, and checks d.err (failed).
-func (d *derived) produce(ctx context.Context, cl *kgo.Client, records []*kgo.Record) {
-	for _, rec := range records {
+// produce runs after the batch's snapshots are stored: it hands the
+// batch's records (from encode, in fold order per partition) to the Kafka
+// client, and the cancellations of children (cascade). It does not wait:
+// the flush before the checkpoints does, and checks d.err (failed).
+func (d *derived) produce(ctx context.Context, store *snapshot.Store, cl *kgo.Client, job *flushJob, encoded func() []*kgo.Record) error {
+	for _, rec := range encoded() {
 		cl.Produce(ctx, rec, d.produced)
 	}
+	cancels, err := d.cascade(ctx, store, job)
+	for _, rec := range cancels {
+		cl.Produce(ctx, rec, d.produced)
+	}
+	return err
 }
 
 func (d *derived) produced(_ *kgo.Record, err error) {

@@ -240,7 +240,7 @@ func TestChangeFeedAcrossCrashes(t *testing.T) {
 	e := newEnv(t, 4)
 	// The replacement sessions make derived events, which must survive the
 	// crashes too (checked at the end).
-	events := append(replacementEvents(), workloadEvents(3, 300)...)
+	events := append(append(replacementEvents(), familyEvents()...), workloadEvents(3, 300)...)
 	points := []struct {
 		point string
 		n     int64
@@ -282,6 +282,11 @@ func TestChangeFeedAcrossCrashes(t *testing.T) {
 		"s-notfailed": fsm.ReplacementStatusRefused, "s-orphan": fsm.ReplacementStatusRefused} {
 		if s, err := st.Get(ctx, id); err != nil || s.Replacement.Status != status {
 			t.Errorf("%s: replacement %+v (%v), want %v", id, s, err, status)
+		}
+	}
+	for _, id := range []string{"f-kid", "f-grandkid"} {
+		if s, err := st.Get(ctx, id); err != nil || s.State != fsm.StateCancelling || s.Cancellation.Reason != ReasonParentCancelled {
+			t.Errorf("%s: %+v (%v), want CANCELLING for %s", id, s, err, ReasonParentCancelled)
 		}
 	}
 	n := 0

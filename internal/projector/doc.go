@@ -45,8 +45,11 @@
 //     every restart. Any other produce error fails the batch: the
 //     checkpoint is not written and a restart replays the record.
 //   - The change feed (DESIGN §10.4) and the derived events (replacement
-//     linking, DESIGN §10.3: SessionReplaced for a successor's predecessor,
-//     ReplacementLinked or ReplacementRefused back to the successor) are
+//     linking and cancellation reaching children, DESIGN §10.3:
+//     SessionReplaced for a successor's predecessor, ReplacementLinked or
+//     ReplacementRefused back to the successor, CancellationRequested for
+//     the children of a session that enters CANCELLING, FAILED or
+//     CANCELLED) are
 //     written at least once, a session's feed records in its events'
 //     order. A feed record written again is byte-identical, and a derived
 //     event written again is a duplicate of the first (its id is derived
@@ -67,6 +70,13 @@
 //     and by event id for derived events. A SessionReplaced for a session
 //     that does not exist is not a dead letter: its successor gets
 //     ReplacementRefused "unknown_predecessor".
+//   - A child is cancelled even when it is created on another partition,
+//     by another projector, at the moment its parent ends: a child's
+//     creation adds it to its parent's children index in Redis before
+//     reading its parent's snapshot, and a parent's end is stored (its
+//     snapshot) before its children index is read, both after the batch's
+//     snapshots and before its checkpoint, so whichever comes second sees
+//     the other. A child cancelled both ways gets the same event id twice.
 //
 // # Where each guarantee lives
 //
@@ -97,7 +107,9 @@
 //     after them, derived.persist, encode and produce, called by
 //     flusher.write; loading the outbox on assignment, derived.read and
 //     load, called by adjustOffsets; building a skipped record again,
-//     derived.skipped, called by Projector.fold (changes.go); the outbox's
+//     derived.skipped, called by Projector.fold (changes.go); children and
+//     their cancellation, familyOf and derived.cascade (cascade.go) with
+//     snapshot.Store.AddChildren and Children; the outbox's
 //     storage, snapshot.Store.PutOutbox; feed records on their source
 //     partition, kafka.PartitionerKeepingPartitions.
 //

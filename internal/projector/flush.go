@@ -187,9 +187,11 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if f.crash.at("after-put") {
 		return errCrashed
 	}
-	// The change feed: after the snapshots, before the checkpoints, which
-	// the flush below makes wait for these records too.
-	f.derived.produce(ctx, f.cl, changes())
+	// The change feed and the derived events: after the snapshots, before
+	// the checkpoints, which the flush below makes wait for them too.
+	if err := f.derived.produce(ctx, f.store, f.cl, job, changes); err != nil {
+		return err
+	}
 	if len(job.checkpoints) == 0 {
 		return nil
 	}
