@@ -96,26 +96,38 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 		return nil, err
 	}
 	var out []*kgo.Record
-	for _, ch := range ended {
-		var kids []string
-		var cut bool
+	if len(ended) > 0 {
+		parents := make([]string, len(ended))
+		for i, ch := range ended {
+			parents[i] = ch.session
+		}
+		var kids [][]string
+		var cut []bool
 		if err := d.retry(ctx, "reading children", func() (err error) {
-			kids, cut, err = store.Children(ctx, ch.session, MaxCascadeChildren)
+			kids, cut, err = store.Children(ctx, parents, MaxCascadeChildren)
 			return err
 		}); err != nil {
 			return nil, err
 		}
-		if cut {
-			d.log.Warn("a session has more children than are cancelled with it", "session", ch.session, "cancelled", MaxCascadeChildren)
+		var all []string
+		var of []*change // the parent of each of all
+		for i, ch := range ended {
+			if cut[i] {
+				d.log.Warn("a session has more children than are cancelled with it", "session", ch.session, "cancelled", MaxCascadeChildren)
+			}
+			for _, k := range kids[i] {
+				all, of = append(all, k), append(of, ch)
+			}
 		}
 		var snaps []*snapshot.Snapshot
 		if err := d.retry(ctx, "reading children", func() (err error) {
-			snaps, err = store.GetMany(ctx, kids)
+			snaps, err = store.GetMany(ctx, all)
 			return err
 		}); err != nil {
 			return nil, err
 		}
-		for _, k := range snaps {
+		for i, k := range snaps {
+			ch := of[i]
 			if k == nil || k.State.Terminal() || k.ParentClosePolicy == fsm.ParentCloseAbandon || k.ParentSessionID != ch.session {
 				continue
 			}

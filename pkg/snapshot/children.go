@@ -1,6 +1,10 @@
 package snapshot
 
-import "context"
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // ChildLink says that a session was created under a parent
 // (SessionCreated.parentSessionId).
@@ -25,28 +29,44 @@ func (s *Store) AddChildren(ctx context.Context, links []ChildLink) error {
 	return nil
 }
 
-// Children returns at most limit of parent's children from the index (in
-// no particular order), and whether some were left out.
-func (s *Store) Children(ctx context.Context, parent string, limit int) ([]string, bool, error) {
-	key := s.keys.children(parent)
-	var out []string
-	var cursor uint64
-	for {
-		keys, next, err := s.rdb.SScan(ctx, key, cursor, "", 1000).Result()
-		if err != nil {
-			return nil, false, &StoreError{Op: "children", Key: key, Err: err}
-		}
-		for _, k := range keys {
-			if len(out) == limit {
-				return out, true, nil
-			}
-			out = append(out, k)
-		}
-		if next == 0 {
-			return out, false, nil
-		}
-		cursor = next
+// Children returns, for each parent, at most limit of its children from
+// the index (in no particular order), and whether some were left out. The
+// first page of every parent's set is read in one pipelined round trip;
+// only a parent with more children than a page costs more.
+func (s *Store) Children(ctx context.Context, parents []string, limit int) ([][]string, []bool, error) {
+	const page = 1000
+	kids, cut := make([][]string, len(parents)), make([]bool, len(parents))
+	if len(parents) == 0 {
+		return kids, cut, nil
 	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.ScanCmd, len(parents))
+	for i, p := range parents {
+		cmds[i] = pipe.SScan(ctx, s.keys.children(p), 0, "", page)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, &StoreError{Op: "children", Err: err}
+	}
+	for i, cmd := range cmds {
+		keys, cursor, err := cmd.Result()
+		for err == nil {
+			for _, k := range keys {
+				if len(kids[i]) == limit {
+					cut[i] = true
+					break
+				}
+				kids[i] = append(kids[i], k)
+			}
+			if cursor == 0 || cut[i] {
+				break
+			}
+			keys, cursor, err = s.rdb.SScan(ctx, s.keys.children(parents[i]), cursor, "", page).Result()
+		}
+		if err != nil {
+			return nil, nil, &StoreError{Op: "children", Key: s.keys.children(parents[i]), Err: err}
+		}
+	}
+	return kids, cut, nil
 }
 
 func (k *keys) children(parent string) string { return k.tags[Bucket(parent)] + ":kids:" + parent }

@@ -27,16 +27,19 @@ func TestChildren(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			kids, cut, err := st.Children(ctx, "p0", 100)
-			sort.Strings(kids)
-			if err != nil || cut || len(kids) != 15 || kids[0] != "c00" || kids[14] != "c28" {
-				t.Fatalf("children of p0: %v, cut %v, %v", kids, cut, err)
+			all, cut, err := st.Children(ctx, []string{"p0", "none"}, 100)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if kids, cut, err := st.Children(ctx, "p1", 10); err != nil || !cut || len(kids) != 10 {
-				t.Fatalf("10 children of p1: %v, cut %v, %v", kids, cut, err)
+			sort.Strings(all[0])
+			if cut[0] || len(all[0]) != 15 || all[0][0] != "c00" || all[0][14] != "c28" {
+				t.Fatalf("children of p0: %v, cut %v", all[0], cut[0])
 			}
-			if kids, cut, err := st.Children(ctx, "none", 10); err != nil || cut || len(kids) != 0 {
-				t.Fatalf("children of none: %v, cut %v, %v", kids, cut, err)
+			if cut[1] || len(all[1]) != 0 {
+				t.Fatalf("children of none: %v, cut %v", all[1], cut[1])
+			}
+			if some, cut, err := st.Children(ctx, []string{"p1"}, 10); err != nil || !cut[0] || len(some[0]) != 10 {
+				t.Fatalf("10 children of p1: %v, cut %v, %v", some, cut, err)
 			}
 		})
 	}
