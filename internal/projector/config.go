@@ -81,6 +81,10 @@ type Config struct {
 	// is read again from Redis, besides what the flushes report; default
 	// 1s. Not a setting: tests shorten it.
 	DeadlineResync time.Duration
+	// ChangeFeed produces the change feed (DESIGN §10.4) to
+	// "<Topic>.changes", created with the events topic's partition count;
+	// CORREX_CHANGE_FEED, default true.
+	ChangeFeed bool
 }
 
 // DefaultConfig returns the configuration with every default: the values
@@ -109,6 +113,7 @@ func DefaultConfig() Config {
 		RebalanceTimeout: 60 * time.Second,
 		Timeouts:         fsm.DefaultTimeouts(),
 		DeadlineResync:   time.Second,
+		ChangeFeed:       true,
 	}
 }
 
@@ -141,6 +146,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", d.RebalanceTimeout, "how long a rebalance may take before slow members are dropped")
 	c.DeadlineResync = d.DeadlineResync
 	b.Timeouts(&c.Timeouts)
+	b.Bool(&c.ChangeFeed, "change-feed", "CORREX_CHANGE_FEED", d.ChangeFeed, "produce the change feed to <topic>.changes")
 }
 
 // Redis returns the Redis connection settings.
