@@ -33,7 +33,8 @@ var (
 	componentEnv = map[string][]string{
 		"ingest":    {"CORREX_PRODUCE_TIMEOUT"},
 		"query":     {},
-		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES", "CORREX_CHANGE_FEED"},
+		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES", "CORREX_CHANGE_FEED",
+			"CORREX_REDIS_WAIT_REPLICAS", "CORREX_REDIS_WAIT_TIMEOUT"},
 	}
 	// timeoutEnv are the session timeout defaults, which the projector (to
 	// arm deadlines) and the query service (to show effective timeouts)
@@ -101,7 +102,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 			t.Errorf("%s is listed %d times", n, count)
 		}
 	}
-	if got, want := len(documentedEnv()), 6+1+6+14+2+5; got != want {
+	if got, want := len(documentedEnv()), 6+1+8+14+2+5; got != want {
 		t.Errorf("documented CORREX_ names: got %d, want %d", got, want)
 	}
 }

@@ -85,6 +85,15 @@ type Config struct {
 	// "<Topic>.changes", created with the events topic's partition count;
 	// CORREX_CHANGE_FEED, default true.
 	ChangeFeed bool
+	// RedisWaitReplicas makes every snapshot batch wait until that many
+	// Redis replicas acknowledged it (Redis WAIT) before the batch counts
+	// as written, so that no checkpoint passes snapshot writes a failover
+	// could lose (docs/guarantees.md); CORREX_REDIS_WAIT_REPLICAS, default
+	// 0 (no wait). Single server and Sentinel only.
+	RedisWaitReplicas int
+	// RedisWaitTimeout bounds that wait; a batch not acknowledged in time
+	// is retried. CORREX_REDIS_WAIT_TIMEOUT, default 1s.
+	RedisWaitTimeout time.Duration
 }
 
 // DefaultConfig returns the configuration with every default: the values
@@ -114,6 +123,7 @@ func DefaultConfig() Config {
 		Timeouts:         fsm.DefaultTimeouts(),
 		DeadlineResync:   time.Second,
 		ChangeFeed:       true,
+		RedisWaitTimeout: time.Second,
 	}
 }
 
@@ -147,6 +157,10 @@ func (c *Config) Bind(b *config.Binder) {
 	c.DeadlineResync = d.DeadlineResync
 	b.Timeouts(&c.Timeouts)
 	b.Bool(&c.ChangeFeed, "change-feed", "CORREX_CHANGE_FEED", d.ChangeFeed, "produce the change feed to <topic>.changes")
+	b.Int(&c.RedisWaitReplicas, "redis-wait-replicas", "CORREX_REDIS_WAIT_REPLICAS", d.RedisWaitReplicas,
+		"Redis replicas that must acknowledge each snapshot batch before its checkpoint is written (0: no wait)")
+	b.Duration(&c.RedisWaitTimeout, "redis-wait-timeout", "CORREX_REDIS_WAIT_TIMEOUT", d.RedisWaitTimeout,
+		"longest wait for those replicas; the batch is retried after it")
 }
 
 // Redis returns the Redis connection settings.
@@ -157,6 +171,13 @@ func (c *Config) Redis() redisconn.Options {
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
 	var p config.Problems
+	if c.RedisWaitReplicas < 0 || (c.RedisWaitReplicas > 0 && c.RedisWaitTimeout <= 0) {
+		p.Addf("CORREX_REDIS_WAIT_REPLICAS (%d) must be at least 0, and CORREX_REDIS_WAIT_TIMEOUT (%v) positive when it is set",
+			c.RedisWaitReplicas, c.RedisWaitTimeout)
+	}
+	if c.RedisWaitReplicas > 0 && c.RedisCluster {
+		p.Addf("CORREX_REDIS_WAIT_REPLICAS: not supported on Redis Cluster (docs/guarantees.md)")
+	}
 	for _, s := range c.Kafka.Validate() {
 		p.Addf("%s", s)
 	}

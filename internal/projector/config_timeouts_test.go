@@ -34,3 +34,34 @@ func TestTimeoutSettings(t *testing.T) {
 		t.Fatalf("got %v, want both bad timeouts named", err)
 	}
 }
+
+// TestRedisWaitSettings: CORREX_REDIS_WAIT_REPLICAS and _TIMEOUT bind, and
+// bad combinations are named.
+func TestRedisWaitSettings(t *testing.T) {
+	var c Config
+	b := config.NewBinder(flag.NewFlagSet("projector", flag.ContinueOnError), func(k string) string {
+		return map[string]string{"CORREX_REDIS_WAIT_REPLICAS": "1", "CORREX_REDIS_WAIT_TIMEOUT": "250ms"}[k]
+	})
+	c.Bind(b)
+	if err := b.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.RedisWaitReplicas != 1 || c.RedisWaitTimeout != 250*time.Millisecond {
+		t.Fatalf("got %d replicas, %v", c.RedisWaitReplicas, c.RedisWaitTimeout)
+	}
+	for _, tc := range []struct {
+		name  string
+		set   func(*Config)
+		wants string
+	}{
+		{"negative", func(c *Config) { c.RedisWaitReplicas = -1 }, "CORREX_REDIS_WAIT_REPLICAS"},
+		{"no timeout", func(c *Config) { c.RedisWaitReplicas, c.RedisWaitTimeout = 1, 0 }, "CORREX_REDIS_WAIT_TIMEOUT"},
+		{"cluster", func(c *Config) { c.RedisWaitReplicas, c.RedisCluster = 1, true }, "Redis Cluster"},
+	} {
+		c := DefaultConfig()
+		tc.set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.wants) {
+			t.Errorf("%s: %v, want %q named", tc.name, err, tc.wants)
+		}
+	}
+}

@@ -16,12 +16,20 @@
 //   - On assignment a partition starts at its Redis checkpoint, not at the
 //     Kafka committed offset; with no checkpoint it starts at the earliest
 //     offset (a full rebuild).
-//   - A checkpoint that was stored and is gone means Redis lost the read
-//     model: the partition's snapshots are deleted and it is rebuilt from the
-//     earliest offset (a snapshot folded after the loss may lack the history
-//     Redis lost, and the skip rule would protect it). A flush notices when
-//     it writes the checkpoint; an idle projector checks the stored
-//     checkpoints every MaxFlushInterval.
+//   - A checkpoint that was stored and is gone, or is stored lower than the
+//     one this projector wrote, means Redis lost the read model (emptied, or
+//     gone back in time: a lagging replica promoted, a restart from an older
+//     file): the partition's snapshots are deleted and it is rebuilt from
+//     the earliest offset (a snapshot folded after the loss may lack the
+//     history Redis lost, and the skip rule would protect it). The
+//     checkpoint script writes nothing over such a hole. A flush notices
+//     when it writes the checkpoint; an idle projector checks the stored
+//     checkpoints every MaxFlushInterval; /readyz reports the partition
+//     until its rebuild reaches the log's end as it was when it began.
+//   - With RedisWaitReplicas, a batch counts as written only once that many
+//     replicas acknowledged it (Redis WAIT in the batch's round trip), so a
+//     checkpoint never passes snapshot writes a failover could lose
+//     (docs/guarantees.md says what each Redis deployment guarantees).
 //   - A crash anywhere (before, during or after a batch, before the
 //     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
 //     replays from the checkpoint and skips what is already reflected.

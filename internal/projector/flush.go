@@ -262,8 +262,8 @@ func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*p
 		if part == nil {
 			continue
 		}
-		if cp.Expected && i < len(job.prev) && job.prev[i] == -1 {
-			lost(part)
+		if cp.Expected && i < len(job.prev) && (job.prev[i] == -1 || job.prev[i] < cp.Known) {
+			lost(part) // the store wrote nothing over the hole
 			continue
 		}
 		part.stored(cp)

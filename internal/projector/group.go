@@ -56,7 +56,7 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 		// Not fatal: the next owner replays from the last checkpoint.
 		p.log.Error("flush of revoked partitions", "partitions", ids, "err", err)
 	} else {
-		p.flush.finish(job, p.parts, p.rebuild)
+		p.finish(job)
 		offsets := map[int32]kgo.EpochOffset{}
 		for _, cp := range job.checkpoints {
 			offsets[cp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: cp.Offset}
@@ -92,6 +92,7 @@ func (p *Projector) drop(ids []int32) {
 			p.derived.drop(id)
 			delete(p.parts, id)
 			p.stalls.clear(id)
+			p.stalls.done(id)
 		}
 	}
 	p.assigned.Store(int32(len(p.parts)))

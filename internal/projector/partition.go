@@ -13,6 +13,10 @@ type partState struct {
 	lastCkpt  int64 // the latest checkpoint known to be stored
 	ckptKnown bool  // a checkpoint is known to be stored (loaded or written)
 	lastHW    int64 // the high watermark stored with lastCkpt
+	// rebuildUntil is, while the partition is rebuilt after Redis lost or
+	// rolled back its read model, the end of the log when the rebuild
+	// began; 0 otherwise.
+	rebuildUntil int64
 }
 
 func newPartState(id int32) *partState {
@@ -21,13 +25,19 @@ func newPartState(id int32) *partState {
 
 // checkpoint returns the checkpoint to write for the partition, and false
 // when there is none (nothing folded yet) or it is the one already stored.
-// Expected tells the store that a checkpoint should already be there: its
-// absence means Redis lost the read model.
+// Expected tells the store that a checkpoint should already be there, and
+// Known which one: its absence means Redis lost the read model, and a lower
+// one that Redis went back in time (a lagging replica promoted, a restart
+// from an older file).
 func (part *partState) checkpoint() (snapshot.Checkpoint, bool) {
 	if part.next < 0 || (part.ckptKnown && part.next == part.lastCkpt && part.hw == part.lastHW) {
 		return snapshot.Checkpoint{}, false
 	}
-	return snapshot.Checkpoint{Partition: part.id, Offset: part.next, HighWatermark: part.hw, Expected: part.ckptKnown}, true
+	cp := snapshot.Checkpoint{Partition: part.id, Offset: part.next, HighWatermark: part.hw, Expected: part.ckptKnown}
+	if part.ckptKnown {
+		cp.Known = part.lastCkpt // stored lower: Redis went back in time
+	}
+	return cp, true
 }
 
 // stored records that cp is the partition's stored checkpoint.

@@ -269,7 +269,7 @@ func (p *Projector) shutdown() error {
 	if err := p.flush.write(ctx, job); err != nil {
 		return fmt.Errorf("projector: final flush: %w", err)
 	}
-	p.flush.finish(job, p.parts, p.rebuild)
+	p.finish(job)
 	p.log.Info("flushed and checkpointed on shutdown", "snapshots", len(job.entries), "partitions", len(job.checkpoints))
 	return nil
 }
@@ -315,7 +315,7 @@ func (p *Projector) startFlush() error {
 func (p *Projector) collect(wait bool) error {
 	job, err := p.flush.collect(wait)
 	if job != nil {
-		p.flush.finish(job, p.parts, p.rebuild)
+		p.finish(job)
 	}
 	return err
 }

@@ -15,12 +15,31 @@ import (
 )
 
 // stalls holds the partitions paused until an operator acts, with the
-// reason of each. The map belongs to whoever holds Projector.mu; readiness
-// reads err, an atomic snapshot replaced whenever the set changes, so that
-// /readyz never waits for the fold or a flush.
+// reason of each, and the partitions being rebuilt after Redis lost or
+// rolled back their read model. The maps belong to whoever holds
+// Projector.mu; readiness reads err, an atomic snapshot replaced whenever
+// either changes, so that /readyz never waits for the fold or a flush.
 type stalls struct {
 	byPartition map[int32]string
-	msg         atomic.Pointer[string] // nil when none is stalled
+	rebuilding  map[int32]string
+	msg         atomic.Pointer[string] // nil when none is stalled or rebuilt
+}
+
+// rebuild marks a partition as being rebuilt (reported by /readyz) until
+// done is called for it.
+func (s *stalls) rebuild(id int32, why string) {
+	if s.rebuilding == nil {
+		s.rebuilding = map[int32]string{}
+	}
+	s.rebuilding[id] = why
+	s.publish()
+}
+
+func (s *stalls) done(id int32) {
+	if _, ok := s.rebuilding[id]; ok {
+		delete(s.rebuilding, id)
+		s.publish()
+	}
 }
 
 func (s *stalls) stall(id int32, reason string) {
@@ -39,13 +58,16 @@ func (s *stalls) stalled(id int32) bool { return s.byPartition[id] != "" }
 
 // publish replaces the snapshot err reads.
 func (s *stalls) publish() {
-	if len(s.byPartition) == 0 {
+	if len(s.byPartition)+len(s.rebuilding) == 0 {
 		s.msg.Store(nil)
 		return
 	}
-	msgs := make([]string, 0, len(s.byPartition))
+	msgs := make([]string, 0, len(s.byPartition)+len(s.rebuilding))
 	for id, msg := range s.byPartition {
 		msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
+	}
+	for id, why := range s.rebuilding {
+		msgs = append(msgs, fmt.Sprintf("partition %d: rebuilding from the log: %s", id, why))
 	}
 	sort.Strings(msgs)
 	m := strings.Join(msgs, "; ")
@@ -166,7 +188,8 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 		return
 	}
 	for id, part := range p.parts {
-		if _, ok := cps[id]; part.ckptKnown && !ok && !p.stalls.stalled(id) {
+		cp, ok := cps[id]
+		if part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !p.stalls.stalled(id) {
 			p.rebuild(part)
 		}
 	}
@@ -179,9 +202,26 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 // then a duplicate SessionCreated), and the skip rule would otherwise protect
 // such a snapshot from the rebuild. Records of the partition already polled
 // are not folded (see rebuiltNow); the replay delivers them again.
+//
+// The same happens when the stored checkpoint is lower than the one this
+// projector knows it stored: Redis went back in time (a replica that lagged
+// was promoted, or Redis restarted from an older file), and snapshots
+// written after the stored point may be gone with it while this
+// projector's cache still holds them.
 func (p *Projector) rebuild(part *partState) {
-	p.log.Warn("the partition's checkpoint vanished from Redis: rebuilding it from the earliest offset",
-		"partition", part.id)
+	why := "its checkpoint vanished from Redis"
+	if cps, err := p.store.Checkpoints(p.flush.ctx, p.cfg.Topic); err == nil {
+		if cp, ok := cps[part.id]; ok && cp.Offset < part.lastCkpt {
+			why = fmt.Sprintf("Redis went back in time (checkpoint %d, %d was stored)", cp.Offset, part.lastCkpt)
+		}
+	}
+	p.log.Warn("the partition's read model was lost: rebuilding it from the earliest offset",
+		"partition", part.id, "why", why)
+	part.rebuildUntil = max(part.hw, part.lastCkpt, 1)
+	p.stalls.rebuild(part.id, why)
+	if r, ok := p.obs.(interface{ Rebuilt(partition int32) }); ok {
+		r.Rebuilt(part.id)
+	}
 	p.cache.dropPartition(part.id)
 	p.cache.addPartition(part.id)
 	p.derived.drop(part.id)
@@ -203,4 +243,18 @@ func (p *Projector) rebuild(part *partState) {
 	part.restart()
 	p.rebuiltNow[part.id] = true
 	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
+}
+
+// finish records what a written batch made durable (flusher.finish), and
+// ends the rebuild of every partition whose checkpoint reached the end of
+// the log as it was when its rebuild began.
+func (p *Projector) finish(job *flushJob) {
+	p.flush.finish(job, p.parts, p.rebuild)
+	for id, part := range p.parts {
+		if part.rebuildUntil > 0 && part.ckptKnown && part.lastCkpt >= part.rebuildUntil {
+			part.rebuildUntil = 0
+			p.stalls.done(id)
+			p.log.Info("the partition is rebuilt", "partition", id, "checkpoint", part.lastCkpt)
+		}
+	}
 }

@@ -16,6 +16,9 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 		return err
 	}
 	defer closeStore()
+	if err := store.WaitReplicas(cfg.RedisWaitReplicas, cfg.RedisWaitTimeout); err != nil {
+		return err
+	}
 	// No kotel consumer hooks here: a span per consumed record would cost
 	// more than the fold; the lifecycle spans continue the records' traces.
 	opts = append([]Option{WithLogger(rt.Logger()), WithKafkaOpts(rt.KafkaOpts...)}, opts...)

@@ -56,6 +56,7 @@ type Telemetry struct {
 	rejected    [8]atomic.Int64 // by fsm.Reason
 	deadLetters [len(dlqReasons)]atomic.Int64
 	refusedDLQ  [len(dlqReasons)]atomic.Int64 // dead letters the broker refused
+	rebuilds    atomic.Int64                  // partitions rebuilt after Redis lost or rolled back their read model
 	transitions [fsm.NumStates][fsm.NumStates]atomic.Int64
 
 	sessionDuration, approvalWait, cancellation, recovery, paused metric.Float64Histogram
@@ -135,7 +136,9 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("Lifecycle spans the fold had to wait to queue, because the emitter was behind."))
 	refusedDLQ, e9 := m.Int64ObservableCounter("correx.projector.dead_letters.refused", metric.WithUnit("{message}"),
 		metric.WithDescription("Records set aside whose dead letter the broker refused (too large, invalid), by reason: skipped without a dead letter."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9)
+	rebuilds, e10 := m.Int64ObservableCounter("correx.projector.rebuilds", metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions rebuilt from the log because Redis lost their checkpoint or went back in time (emptied, a lagging replica promoted, a restart from an older file)."))
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +146,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		obs.ObserveInt64(consumed, o.consumed.Load(), msgAttrs)
 		obs.ObserveInt64(dropped, o.dropped.Load())
+		obs.ObserveInt64(rebuilds, o.rebuilds.Load())
 		obs.ObserveInt64(events, o.applied.Load(), metric.WithAttributes(outcome("applied")))
 		obs.ObserveInt64(events, o.duplicates.Load(), metric.WithAttributes(outcome("duplicate")))
 		obs.ObserveInt64(events, o.skipped.Load(), metric.WithAttributes(outcome("skipped")))
@@ -174,7 +178,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, dropped, refusedDLQ)
+	}, consumed, events, trans, dlq, lag, dropped, refusedDLQ, rebuilds)
 	if err != nil {
 		return nil, err
 	}
@@ -356,3 +360,6 @@ func (o *Telemetry) Checkpointed(cp snapshot.Checkpoint) {
 	o.lag[cp.Partition] = max(0, cp.HighWatermark-cp.Offset)
 	o.mu.Unlock()
 }
+
+// Rebuilt counts a partition rebuilt from the log (recovery.go).
+func (o *Telemetry) Rebuilt(int32) { o.rebuilds.Add(1) }

@@ -125,6 +125,8 @@ appear here only as file paths. The pod template hashes this output
 {{- $_ = set $d "CORREX_CACHE_SIZE" ($v.cacheSize | int64 | toString) }}
 {{- $_ = set $d "CORREX_CACHE_BYTES" ($v.cacheBytes | int64 | toString) }}
 {{- $_ = set $d "CORREX_CHANGE_FEED" (toString $v.changeFeed) }}
+{{- $_ = set $d "CORREX_REDIS_WAIT_REPLICAS" ($root.Values.redis.waitReplicas | int64 | toString) }}
+{{- $_ = set $d "CORREX_REDIS_WAIT_TIMEOUT" $root.Values.redis.waitTimeout }}
 {{- end }}
 {{- if eq $c "ingest" }}
 {{- $_ = set $d "CORREX_PRODUCE_TIMEOUT" $v.produceTimeout }}
