@@ -18,23 +18,26 @@
 // handed to it again unless the checkpoint write after it failed. Argued in
 // the order of the steps that keep it:
 //
-//   - The checkpoint of a changes-topic partition holds two numbers: next,
-//     the changes-topic offset to read next, and seen, the highest
-//     events-topic offset (Change.Position.Offset) handled from that
-//     partition. They are different things: the changes offset of a record
-//     written again after a projector crash is new, its Position is not.
+//   - The checkpoint of a changes-topic partition is one Redis hash
+//     ("<prefix>:feed:<group>:<changes topic>:<partition>") holding next,
+//     the changes-topic offset to read next, and per session the Position
+//     of the last change handled. They are different things: a record the
+//     projector wrote again after a crash has a new changes-topic offset,
+//     but its Position is the one already handled.
 //   - On assignment (a consumer group; several instances share the
 //     partitions) each partition is started at its Redis checkpoint's next,
 //     never at the Kafka committed offset; with no checkpoint at the
 //     earliest offset, or with StartAt(Latest) at the end of the log, which
 //     is then stored as the checkpoint at once so a restart does not move
 //     it.
-//   - The projector writes a partition's changes in the order it folded its
-//     events, so first writes arrive with increasing Position.Offset; a
-//     record written again after a projector crash repeats a range already
-//     written. So a change whose Position.Offset is at or below seen is a
-//     duplicate and is dropped; its session's changes above seen are new
-//     and in order.
+//   - The feed is in order per session, and a session's events are on one
+//     events partition, so a session's first-written changes arrive with
+//     increasing Position.Offset. A change whose Position is at or below its
+//     session's last handled Position is therefore a duplicate (re-read
+//     after this consumer's restart, or written again after a projector
+//     crash) and is dropped; the others are new, and in order. The
+//     sessions' positions are read from Redis in one round trip per fetch
+//     and kept in memory while the partition is owned.
 //   - The checkpoint is written after the handler returns nil for a change
 //     (one Redis round trip per handled change, on a context that outlives
 //     Run's, so a change handled before a shutdown is not handed out
@@ -53,6 +56,11 @@
 //
 // Kafka offsets are committed too, after the checkpoint, only so that lag
 // tools see the group's progress.
+//
+// The checkpoint grows by one hash field per session ever handled (the
+// session id and about 12 bytes), and so does an instance's memory for the
+// sessions of the partitions it owns: a session's field must outlive any
+// record of it the projector may write again, which no time bounds.
 //
 // A checkpoint ahead of the end of its partition means the changes topic
 // was recreated or truncated: Run stops with ErrCheckpointAhead rather than
