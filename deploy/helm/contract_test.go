@@ -33,7 +33,7 @@ var (
 	componentEnv = map[string][]string{
 		"ingest":    {"CORREX_PRODUCE_TIMEOUT"},
 		"query":     {},
-		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES"},
+		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES", "CORREX_CHANGE_FEED"},
 	}
 	// apiEnv is what the two API services (ingest, query) get on top of
 	// their componentEnv: the rate limit, always set.
@@ -93,7 +93,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 			t.Errorf("%s is listed %d times", n, count)
 		}
 	}
-	if got, want := len(documentedEnv()), 6+1+5+14+2; got != want {
+	if got, want := len(documentedEnv()), 6+1+6+14+2; got != want {
 		t.Errorf("documented CORREX_ names: got %d, want %d", got, want)
 	}
 }

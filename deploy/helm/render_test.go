@@ -40,6 +40,7 @@ func TestConfigChangeRollsPods(t *testing.T) {
 		{"topic, read by all", "kafka.topic=other-topic", []string{"ingest", "query", "projector"}},
 		{"projector cache", "projector.cacheSize=5000", []string{"projector"}},
 		{"projector cache bytes", "projector.cacheBytes=67108864", []string{"projector"}},
+		{"projector change feed", "projector.changeFeed=false", []string{"projector"}},
 		{"ingest produce timeout", "ingest.produceTimeout=3s", []string{"ingest"}},
 		{"replicas are no configuration", "ingest.replicas=5", nil},
 	}

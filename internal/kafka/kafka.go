@@ -236,6 +236,28 @@ func (c Config) mechanism() (sasl.Mechanism, error) {
 // for keyed records (murmur2, high bit masked, modulo the partition count).
 func Partitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(nil) }
 
+// PartitionerKeepingPartitions is Partitioner, except for records to the
+// given topics: those go to the partition the record names (r.Partition).
+// The projector writes the change feed with it, each record on its source
+// record's partition, while its dead letters keep Kafka's key hash.
+func PartitionerKeepingPartitions(topics ...string) kgo.Partitioner {
+	return keepPartitions{topics: topics, keyed: Partitioner(), manual: kgo.ManualPartitioner()}
+}
+
+type keepPartitions struct {
+	topics        []string
+	keyed, manual kgo.Partitioner
+}
+
+func (k keepPartitions) ForTopic(topic string) kgo.TopicPartitioner {
+	for _, t := range k.topics {
+		if t == topic {
+			return k.manual.ForTopic(topic)
+		}
+	}
+	return k.keyed.ForTopic(topic)
+}
+
 // DLQTopic is the dead-letter topic of a topic.
 func DLQTopic(topic string) string { return topic + ".dlq" }
 

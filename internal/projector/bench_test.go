@@ -29,6 +29,8 @@ type benchEnv struct {
 	srv     *redistest.Server
 	rdb     *redis.Client
 	events  int
+	// noFeed turns the change feed off in config (it is on by default).
+	noFeed bool
 }
 
 // newBenchEnv produces the events of sessions (about 20 each with the
@@ -88,6 +90,7 @@ func (e *benchEnv) config(group, instance string) Config {
 	cfg.LeaveOnShutdown = false
 	cfg.FlushInterval = 100 * time.Millisecond
 	cfg.SessionTimeout, cfg.RebalanceTimeout = 10*time.Second, 20*time.Second
+	cfg.ChangeFeed = !e.noFeed
 	return cfg
 }
 
@@ -166,9 +169,12 @@ func (e *benchEnv) naive(b *testing.B, n int) time.Duration {
 
 // BenchmarkCatchUp measures how fast a projector folds a pre-filled topic
 // (BENCH_SESSIONS sessions, default 50,000, about 1,000,000 events over 12
-// partitions; broker in-process, redis-server on the same host), side by side
-// with the naive baseline run over the first 100,000 events in the same
-// process. Run it once: go test -run='^$' -bench=CatchUp -benchtime=1x.
+// partitions; broker in-process, redis-server on the same host), with the
+// change feed off and on (the default), side by side with the naive
+// baseline run over the first 100,000 events in the same process.
+// projector-events/s is the rate with the feed on; feed-on/off is what the
+// feed leaves of the rate without it. Run it once: go test -run='^$'
+// -bench=CatchUp -benchtime=1x.
 func BenchmarkCatchUp(b *testing.B) {
 	sessions := 50000
 	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
@@ -176,13 +182,19 @@ func BenchmarkCatchUp(b *testing.B) {
 	}
 	e := newBenchEnv(b, sessions)
 	for i := 0; b.Loop(); i++ {
+		e.noFeed = true
+		off := e.catchUp(b, fmt.Sprintf("off%d", i), fmt.Sprintf("off%d", i))
+		e.noFeed = false
 		d := e.catchUp(b, fmt.Sprintf("p%d", i), fmt.Sprintf("g%d", i))
 		rate := float64(e.events) / d.Seconds()
+		offRate := float64(e.events) / off.Seconds()
 		naiveN := min(100_000, e.events)
 		nd := e.naive(b, naiveN)
 		naiveRate := float64(naiveN) / nd.Seconds()
 		b.ReportMetric(float64(e.events), "events")
 		b.ReportMetric(rate, "projector-events/s")
+		b.ReportMetric(offRate, "feed-off-events/s")
+		b.ReportMetric(rate/offRate, "feed-on/off")
 		b.ReportMetric(naiveRate, "naive-events/s")
 		b.ReportMetric(rate/naiveRate, "speedup")
 	}

@@ -69,6 +69,10 @@ type Config struct {
 	// rebalance (flush what they revoke) before dropping them;
 	// CORREX_REBALANCE_TIMEOUT, default 60s.
 	RebalanceTimeout time.Duration
+	// ChangeFeed produces the change feed (DESIGN §10.4) to
+	// "<Topic>.changes", created with the events topic's partition count;
+	// CORREX_CHANGE_FEED, default true.
+	ChangeFeed bool
 }
 
 // DefaultConfig returns the configuration with every default: the values
@@ -95,6 +99,7 @@ func DefaultConfig() Config {
 		LeaveOnShutdown:  true,
 		MaxPollRecords:   10000,
 		RebalanceTimeout: 60 * time.Second,
+		ChangeFeed:       true,
 	}
 }
 
@@ -125,6 +130,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.CacheBytes, "cache-bytes", "CORREX_CACHE_BYTES", d.CacheBytes, "estimated bytes of the snapshots kept in memory")
 	b.Duration(&c.SessionTimeout, "session-timeout", "CORREX_SESSION_TIMEOUT", d.SessionTimeout, "consumer group session timeout")
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", d.RebalanceTimeout, "how long a rebalance may take before slow members are dropped")
+	b.Bool(&c.ChangeFeed, "change-feed", "CORREX_CHANGE_FEED", d.ChangeFeed, "produce the change feed to <topic>.changes")
 }
 
 // Redis returns the Redis connection settings.

@@ -44,6 +44,39 @@
 //     (Observer.DeadLetterFailed) and skipped: it would fail the same way on
 //     every restart. Any other produce error fails the batch: the
 //     checkpoint is not written and a restart replays the record.
+//   - The change feed (DESIGN §10.4) and the derived events (replacement
+//     linking and cancellation reaching children, DESIGN §10.3:
+//     SessionReplaced for a successor's predecessor, ReplacementLinked or
+//     ReplacementRefused back to the successor, CancellationRequested for
+//     the children of a session that enters CANCELLING, FAILED or
+//     CANCELLED) are
+//     written at least once, a session's feed records in its events'
+//     order. A feed record written again is byte-identical, and a derived
+//     event written again is a duplicate of the first (its id is derived
+//     from its type, its session and the event it comes from, its
+//     occurredAt is that event's): every byte is a function of the source
+//     record and of what the fold did with it, which the fold makes
+//     deterministic. A batch stores what the fold did with each of these
+//     records (a few bytes each) in the topic's outbox in Redis before its
+//     snapshots, produces the records after the snapshots, and its
+//     checkpoints wait for the produce (any produce error fails the batch).
+//     A crash before the snapshots are stored replays the events, and the
+//     fold builds the same records again. A crash after it makes the replay
+//     skip the events the stored snapshots reflect, so the fold cannot tell
+//     what they did: the partition's outbox, loaded on assignment from its
+//     checkpoint on, tells it, and each skipped record found there is built
+//     again in its place in the fold order. Nothing is lost, and what is
+//     written twice is a duplicate by (sessionId, position) for the feed
+//     and by event id for derived events. A SessionReplaced for a session
+//     that does not exist is not a dead letter: its successor gets
+//     ReplacementRefused "unknown_predecessor".
+//   - A child is cancelled even when it is created on another partition,
+//     by another projector, at the moment its parent ends: a child's
+//     creation adds it to its parent's children index in Redis before
+//     reading its parent's snapshot, and a parent's end is stored (its
+//     snapshot) before its children index is read, both after the batch's
+//     snapshots and before its checkpoint, so whichever comes second sees
+//     the other. A child cancelled both ways gets the same event id twice.
 //
 // # Where each guarantee lives
 //
@@ -66,6 +99,19 @@
 //     lost without writing: onRevoked, onLost (group.go).
 //   - Setting records aside, on their key's partition or not: deadLetter,
 //     classify (deadletter.go), onKeyPartition (partitioning.go).
+//   - The change feed and the derived events: which outcomes get a feed
+//     record, derived.add, and its bytes, appendChangeJSON (changejson.go,
+//     equal to feed.Change.AppendJSON); which events derive from which,
+//     their ids and records, reactionOf, derivedID, reaction.record
+//     (reactions.go); the outbox before the snapshots and the produce
+//     after them, derived.persist, encode and produce, called by
+//     flusher.write; loading the outbox on assignment, derived.read and
+//     load, called by adjustOffsets; building a skipped record again,
+//     derived.skipped, called by Projector.fold (changes.go); children and
+//     their cancellation, familyOf and derived.cascade (cascade.go) with
+//     snapshot.Store.AddChildren and Children; the outbox's
+//     storage, snapshot.Store.PutOutbox; feed records on their source
+//     partition, kafka.PartitionerKeepingPartitions.
 //
 // # Shape
 //
@@ -101,7 +147,8 @@
 //
 // Records that cannot be folded (undecodable, unknown version or type,
 // invalid, keyed by another session, off their key's partition, or for a
-// session that was never created) go to the dead-letter topic with the
+// session that was never created, except a SessionReplaced, see above) go
+// to the dead-letter topic with the
 // reason in a header; they never stop the partition. A replay can send a
 // record there twice.
 //

@@ -21,12 +21,13 @@ import (
 // flush goroutine touches only the job it was handed, until it closes
 // job.done. At most one batch is in flight.
 type flusher struct {
-	store *snapshot.Store
-	obs   Observer
-	log   *slog.Logger
-	topic string
-	crash *crashPoints
-	cfg   Config
+	store   *snapshot.Store
+	obs     Observer
+	log     *slog.Logger
+	topic   string
+	crash   *crashPoints
+	cfg     Config
+	derived *derived // the change feed and the derived events
 
 	cl   *kgo.Client     // set by Run before anything is written
 	ctx  context.Context // the flush context, set by Run; ends after the final flush
@@ -40,15 +41,17 @@ type flusher struct {
 	last     time.Time // when the latest batch was built
 }
 
-func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints) *flusher {
-	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, jobs: make(chan *flushJob, 1)}
+func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived) *flusher {
+	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, derived: d, jobs: make(chan *flushJob, 1)}
 }
 
-// flushJob is one batch: encoded snapshots and the checkpoints they allow.
+// flushJob is one batch: encoded snapshots, the change feed's records (in
+// fold order per partition), and the checkpoints they allow.
 type flushJob struct {
 	entries     []snapshot.Entry
 	refs        []*entry
 	positions   []snapshot.Position
+	changes     []feedBatch
 	checkpoints []snapshot.Checkpoint
 	prev        []int64
 	result      snapshot.PutResult
@@ -101,6 +104,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 			job.checkpoints = append(job.checkpoints, cp)
 		}
 	}
+	f.derived.take(job, parts, only)
 	job.ctx = f.obs.FlushStarted(len(job.entries), len(job.checkpoints))
 	return job
 }
@@ -109,7 +113,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 // previous one first.
 func (f *flusher) start(job *flushJob) {
 	f.last = time.Now()
-	if len(job.entries) == 0 && len(job.checkpoints) == 0 {
+	if len(job.entries) == 0 && len(job.checkpoints) == 0 && len(job.changes) == 0 {
 		return
 	}
 	f.inflight = job
@@ -148,9 +152,10 @@ func (f *flusher) run() {
 	}
 }
 
-// write writes a batch: snapshots (fenced), then the dead-letter records
-// produced so far, then checkpoints, then Kafka offsets. Redis errors are
-// retried until ctx ends; the batch is idempotent.
+// write writes a batch: the change feed's outbox, snapshots (fenced), the
+// change feed's records, then, once the dead-letter and change records
+// produced so far are acknowledged, checkpoints, then Kafka offsets. Redis
+// errors are retried until ctx ends; the batch is idempotent.
 func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if job.ctx != nil { // the flush span, under the flusher's cancellation
 		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(job.ctx))
@@ -159,6 +164,12 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	defer func() { f.obs.Flushed(ctx, job.result, time.Since(start), err) }()
 	if f.crash.at("before-put") {
 		return errCrashed
+	}
+	// The change feed's outcomes are kept in Redis before the snapshots
+	// they derive from; its records are encoded meanwhile (see changeFeed).
+	changes := f.derived.encode(job)
+	if err := f.derived.persist(ctx, f.store, f.topic, job); err != nil {
+		return err // the encoding ends on its own
 	}
 	if len(job.entries) > 0 {
 		for attempt := 0; ; attempt++ {
@@ -176,14 +187,22 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if f.crash.at("after-put") {
 		return errCrashed
 	}
+	// The change feed and the derived events: after the snapshots, before
+	// the checkpoints, which the flush below makes wait for them too.
+	if err := f.derived.produce(ctx, f.store, f.cl, job, changes); err != nil {
+		return err
+	}
 	if len(job.checkpoints) == 0 {
 		return nil
 	}
 	if err := f.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("projector: dead-letter produce: %w", err)
+		return fmt.Errorf("projector: dead-letter and change feed produce: %w", err)
 	}
 	if errp := f.dlqErr.Load(); errp != nil {
 		return fmt.Errorf("projector: dead-letter produce: %w", *errp)
+	}
+	if err := f.derived.failed(); err != nil {
+		return err
 	}
 	if f.crash.at("before-checkpoint") {
 		return errCrashed

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
@@ -85,6 +86,7 @@ func (p *Projector) drop(ids []int32) {
 	for _, id := range ids {
 		if p.parts[id] != nil {
 			p.cache.dropPartition(id)
+			p.derived.drop(id)
 			delete(p.parts, id)
 			p.stalls.clear(id)
 		}
@@ -124,11 +126,23 @@ func (p *Projector) leave() {
 	p.log.Info("left the group", "instance", p.cfg.InstanceID)
 }
 
+// ensureTopics creates the events topic, the dead-letter topic and, when
+// the change feed is on, the change feed's topic with the events topic's
+// partition count. A change feed topic with another count is an error that
+// waiting does not cure: its records go to their source record's partition.
 func (p *Projector) ensureTopics(ctx context.Context) error {
 	for {
 		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
 		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
-		if err := errors.Join(err1, err2); err == nil {
+		var err3 error
+		if ft := p.derived.feedTopic; ft != "" && err1 == nil {
+			var m int32
+			if m, err3 = kafka.EnsureTopic(ctx, p.adm, ft, n); err3 == nil && m != n {
+				return fmt.Errorf("projector: the change feed's topic %s has %d partitions and the events topic %s has %d: they must be equal (recreate %s, or set CORREX_CHANGE_FEED=false)",
+					ft, m, p.cfg.Topic, n, ft)
+			}
+		}
+		if err := errors.Join(err1, err2, err3); err == nil {
 			p.setPartitions(n)
 			return nil
 		} else {

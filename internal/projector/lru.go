@@ -61,12 +61,32 @@ func (l *lru) resize(e *entry) {
 // entry and fsm.Session structs, the cache map's slot, the ring headers.
 const entryOverhead = 768
 
-// estimate is the memory a cached entry holds: a fixed overhead, its text,
-// and its history (transitions and rejections at 32 bytes, ids at 16). It
-// is at least the snapshot's encoded size, and cheap: nothing is encoded.
+// estimate is the memory a cached entry holds: a fixed overhead, its text
+// (ids, goal, reasons, labels, metadata), and its history: transitions and
+// rejections at 32 bytes, ids at 16, custom counters and annotations at 32
+// plus their type names and payloads, rejected custom events' type names.
+// Type names are counted per use, as the encoding writes them, although
+// the fold shares one string between a counter and its annotations. It is
+// at least the snapshot's encoded size (TestEstimateCoversEncodedSize
+// checks it with every field at its bound), and cheap: nothing is encoded.
 func (e *entry) estimate() int {
 	s := &e.snap
-	return entryOverhead + len(e.id) + len(s.CorrelationID) + len(s.Goal) + len(s.PredecessorSessionID) +
-		len(s.Failure.Reason) + len(s.Cancellation.Reason) +
+	n := entryOverhead + len(e.id) + len(s.CorrelationID) + len(s.Goal) + len(s.PredecessorSessionID) +
+		len(s.ParentSessionID) + len(s.SuccessorSessionID) + len(s.Metadata) +
+		len(s.Failure.Reason) + len(s.Cancellation.Reason) + len(s.Replacement.Reason) +
 		32*(s.NumTransitions()+s.NumRejections()) + 16*s.NumSeenIDs()
+	for _, l := range s.Labels {
+		n += 16 + len(l.Key) + len(l.Value)
+	}
+	for i := range s.NumCustomTypes() {
+		n += 32 + len(s.CustomCountAt(i).Type)
+	}
+	for i := range s.NumAnnotations() {
+		a := s.AnnotationAt(i)
+		n += 32 + len(a.Type) + len(a.Payload)
+	}
+	for i := range s.NumRejections() {
+		n += len(s.RejectionAt(i).Custom)
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -85,6 +86,7 @@ type Projector struct {
 	progress  bool      // a partition advanced since the last flush was built
 	lastCheck time.Time // when the stored checkpoints were last checked
 	reducer   fsm.Reducer
+	derived   *derived    // the change feed and the derived events
 	events    []fsm.Event // decode buffer, reused across polls
 	stalls    stalls
 	pt        partitioning
@@ -118,7 +120,8 @@ func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	for _, o := range opts {
 		o(p)
 	}
-	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash)
+	p.derived = newDerived(cfg, p.log, &p.crash)
+	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash, p.derived)
 	return p
 }
 
@@ -141,7 +144,9 @@ func (p *Projector) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(p.onLost),
 		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
 		kgo.DefaultProduceTopic(kafka.DLQTopic(p.cfg.Topic)),
-		kgo.RecordPartitioner(kafka.Partitioner()),
+		// Dead letters keep the key hash; change records name their
+		// source record's partition.
+		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(p.cfg.Topic))),
 	)
 	if p.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
@@ -398,14 +403,20 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
 	if !folded {
 		p.obs.Skipped(r)
+		p.derived.skipped(r, e, &en.snap)
 		return nil
 	}
 	if o.Result == fsm.Orphan {
+		if e.Type == fsm.SessionReplaced { // the successor hears of it (reactions.go)
+			p.derived.add(r, e, &en.snap, o)
+			return nil
+		}
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
 	p.cache.markDirty(en)
 	p.obs.Folded(r, e, &en.snap, o)
+	p.derived.add(r, e, &en.snap, o)
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -82,9 +84,14 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 		cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
 		if err == nil {
 			ends, eerr := p.adm.ListEndOffsets(ctx, p.cfg.Topic)
+			var ob outboxRead
+			if eerr == nil {
+				ob, eerr = p.derived.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
+			}
 			if eerr == nil {
 				p.mu.Lock()
 				defer p.mu.Unlock()
+				p.derived.load(ob)
 				var stall []int32
 				for _, id := range ids {
 					part := p.parts[id]
@@ -118,6 +125,21 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 			return nil, err
 		}
 	}
+}
+
+// replayStarts returns, for the change feed's outbox, where each assigned
+// partition starts folding: its checkpoint, or 0 without one. A partition
+// whose checkpoint is beyond the log's end (stalled below) has none.
+func replayStarts(ids []int32, cps map[int32]snapshot.Checkpoint, ends kadm.ListedOffsets, topic string) map[int32]int64 {
+	starts := make(map[int32]int64, len(ids))
+	for _, id := range ids {
+		cp, ok := cps[id]
+		if end, eok := ends.Lookup(topic, id); ok && eok && end.Err == nil && cp.Offset > end.Offset {
+			continue
+		}
+		starts[id] = cp.Offset
+	}
+	return starts
 }
 
 // checkCheckpoints notices a read model that vanished while the projector had
@@ -162,6 +184,7 @@ func (p *Projector) rebuild(part *partState) {
 		"partition", part.id)
 	p.cache.dropPartition(part.id)
 	p.cache.addPartition(part.id)
+	p.derived.drop(part.id)
 	for attempt := 0; ; attempt++ {
 		n, err := p.store.DeletePartition(p.flush.ctx, part.id)
 		if err == nil {

@@ -126,6 +126,7 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	mux.Handle("/v1/sessions/{id}/replay", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.replay)))
 	mux.Handle("/v1/sessions/{id}/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchSession)))
 	mux.Handle("/v1/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchAll)))
+	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.rebuild)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -27,7 +27,9 @@ func Bucket(sessionID string) int {
 //
 //	<prefix>:{bNNN}:s:<sessionId>   a snapshot (binary, see binary.go)
 //	<prefix>:{bNNN}:idx             the bucket's state index (sorted set)
+//	<prefix>:{bNNN}:kids:<parentId> a parent's children (set, see children.go)
 //	<prefix>:ckpt:<topic>           the topic's checkpoints (hash)
+//	<prefix>:outbox:<topic>         records to produce again after a crash (hash, see outbox.go)
 //
 // The bucket tags are computed once, since every key of every write needs one.
 type keys struct {

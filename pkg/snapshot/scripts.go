@@ -49,7 +49,13 @@ end
 // The per-entry cost is mostly the Lua interpreter's (about 1.5 µs against
 // 0.13 µs for a SET, read from INFO commandstats); BenchmarkStorePut measures
 // the whole against plain pipelined SETs.
-var putScript = redis.NewScript(luaHeader + `
+var putScript = redis.NewScript(putScriptSource)
+
+// replaceScript is putScript where an entry at the stored position wins
+// too (see Store.Replace).
+var replaceScript = redis.NewScript(strings.Replace(putScriptSource, "(np == p and no <= o)", "(np == p and no < o)", 1))
+
+var putScriptSource = luaHeader + `
 local names = ` + luaStateNames + `
 local out, a, k = {}, 1, 1
 while k <= #KEYS do
@@ -81,7 +87,7 @@ while k <= #KEYS do
   k = k + n + 1
 end
 return out
-`)
+`
 
 // checkpointScript advances per-partition checkpoints monotonically.
 //
@@ -161,4 +167,4 @@ end
 return n
 `)
 
-var scripts = []*redis.Script{putScript, checkpointScript, countScript, deletePartitionScript}
+var scripts = []*redis.Script{putScript, replaceScript, checkpointScript, countScript, deletePartitionScript, outboxScript}

@@ -124,6 +124,7 @@ appear here only as file paths. The pod template hashes this output
 {{- $_ = set $d "CORREX_FLUSH_INTERVAL" $v.flushInterval }}
 {{- $_ = set $d "CORREX_CACHE_SIZE" ($v.cacheSize | int64 | toString) }}
 {{- $_ = set $d "CORREX_CACHE_BYTES" ($v.cacheBytes | int64 | toString) }}
+{{- $_ = set $d "CORREX_CHANGE_FEED" (toString $v.changeFeed) }}
 {{- end }}
 {{- if eq $c "ingest" }}
 {{- $_ = set $d "CORREX_PRODUCE_TIMEOUT" $v.produceTimeout }}

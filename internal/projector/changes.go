@@ -1,0 +1,458 @@
+package projector
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	correxotel "github.com/correx/sessions/otel"
+	"github.com/correx/sessions/pkg/feed"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// derived builds and produces what the fold derives beyond snapshots: the
+// change feed (DESIGN §10.4) and the derived events of replacement linking
+// (DESIGN §10.3, reactions.go).
+//
+// The change feed has one record per applied transition, per rejection and
+// per applied custom event, on the topic feed.Topic(events topic), keyed by
+// session id, on the source record's partition, its value
+// feed.Change.AppendJSON (written by appendChangeJSON) and its headers the
+// source record's trace context. A derived event is an event record on the
+// events topic, keyed by the session it is for, as ingest writes one.
+//
+// Every byte of both is a function of the source record and of what the
+// fold did with it (the outcome, the states, the version after it, and the
+// session's labels, parent and correlation id, which never change after the
+// creation), so a record written again after a crash is byte-identical, and
+// a derived event written again is a duplicate of the first by its event
+// id. Baggage is not carried: it is not trace context, and its encoding
+// does not keep an order. The projector's Kafka client must not inject
+// trace context into produced records (no kotel producer hooks), or the
+// headers would differ.
+//
+// How they are written at least once through a crash: the fold notes what
+// it did (add), per partition, until a batch takes the notes (take).
+// flusher.write stores the batch's outcomes in the topic's outbox in Redis
+// before the snapshots (persist: a few bytes per record, see
+// appendOutcome), then, after the snapshots, encodes and produces the
+// records (encode, produce); the checkpoint waits for the produce. A crash
+// before the snapshots are stored replays the events, and the fold notes
+// the same things again. A crash after it makes the replay skip the events
+// the stored snapshots reflect, so the fold cannot say what they did: on
+// assignment the partition's outbox outcomes at or after its checkpoint are
+// loaded (read, load), and a skipped record with an outcome there is noted
+// again from it (skipped), in its place in the fold order.
+//
+// The fold goroutine owns pending and outbox (add, skipped, take, drop,
+// load, under Projector.mu); persist, encode and produce run in whoever
+// writes the batch, on the job only; err is set from the Kafka client's
+// produce callback. With the change feed off (CORREX_CHANGE_FEED=false)
+// feedTopic is empty and only derived events are noted.
+type derived struct {
+	feedTopic   string // "" when the change feed is off
+	eventsTopic string
+	log         *slog.Logger
+	crash       *crashPoints
+	pending     map[int32][]change
+	// outbox holds, per partition, the outcomes loaded on assignment, by
+	// source offset; an entry is used once.
+	outbox map[int32]map[int64]outcome
+	// err is the first produce error: the next write fails before its
+	// checkpoints, so a restart produces the record again.
+	err atomic.Pointer[error]
+}
+
+// outcome is what the fold did with one record, as the outbox keeps it.
+type outcome struct {
+	rejected bool
+	orphan   bool // no session: only a derived event can come of it
+	feed     bool // the change feed has a record for it
+	terminal bool
+	reason   fsm.Reason
+	from, to fsm.State
+	version  uint64
+	// digest is the session's digest after the record, kept for an applied
+	// SessionReplaced (its ReplacementLinked carries it).
+	digest    [32]byte
+	hasDigest bool
+}
+
+// change is one noted record before it is encoded (encoding waits for the
+// flush goroutine): the source record's offset, what the fold did, the
+// event's id, type and time, the session's ids and labels (the labels
+// slice is the session's, never changed after the creation), and the
+// derived event, if any.
+type change struct {
+	source                       int64
+	out                          outcome
+	id                           fsm.EventID
+	typ                          string
+	at                           time.Time
+	session, parent, correlation string
+	labels                       []fsm.Label
+	headers                      []kgo.RecordHeader
+	feed                         bool      // a change feed record is produced
+	react                        *reaction // the derived event, if any (rare: kept out of line)
+	fam                          *family   // what it means for parents and children, if anything
+}
+
+// feedChange returns the change as a feed.Change of a record on partition.
+func (ch *change) feedChange(partition int32) feed.Change {
+	c := feed.Change{
+		SessionID:       ch.session,
+		Version:         ch.out.version,
+		Position:        feed.Position{Partition: partition, Offset: ch.source},
+		EventID:         ch.id.String(),
+		Type:            ch.typ,
+		OccurredAt:      ch.at,
+		Outcome:         feed.Applied,
+		To:              ch.out.to.String(),
+		Terminal:        ch.out.terminal,
+		ParentSessionID: ch.parent,
+		CorrelationID:   ch.correlation,
+	}
+	if ch.out.rejected {
+		c.Outcome, c.Reason = feed.Rejected, ch.out.reason.String()
+	}
+	if ch.out.from != fsm.StateNone {
+		c.From = ch.out.from.String()
+	}
+	if len(ch.labels) > 0 {
+		c.Labels = make(map[string]string, len(ch.labels))
+		for _, l := range ch.labels {
+			c.Labels[l.Key] = l.Value
+		}
+	}
+	return c
+}
+
+// feedBatch is the part of a flush that belongs to the derived records:
+// per partition, its changes in fold order, and the outbox batches below
+// which the partition's stored checkpoint has passed.
+type feedBatch struct {
+	partition int32
+	below     int64
+	changes   []change
+}
+
+func newDerived(cfg Config, log *slog.Logger, crash *crashPoints) *derived {
+	d := &derived{eventsTopic: cfg.Topic, log: log, crash: crash,
+		pending: map[int32][]change{}, outbox: map[int32]map[int64]outcome{}}
+	if cfg.ChangeFeed {
+		d.feedTopic = feed.Topic(cfg.Topic)
+	}
+	return d
+}
+
+// traceContext is the propagator of the feed's headers: W3C traceparent and
+// tracestate (bounded by correxotel.InjectRecord), nothing else.
+var traceContext = propagation.TraceContext{}
+
+// add notes what the fold did with e, folded from r into s with outcome
+// o, if the change feed has a record for it or an event derives from it.
+func (d *derived) add(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, o fsm.Outcome) {
+	var out outcome
+	switch o.Result {
+	case fsm.Rejected:
+		out.rejected, out.reason, out.feed = true, o.Reason, true
+	case fsm.Applied:
+		out.feed = o.Transitioned() || e.Type == fsm.EventCustom
+		if e.Type == fsm.SessionReplaced {
+			out.digest, out.hasDigest = s.Digest, true
+		}
+	case fsm.Orphan:
+		out.orphan = true
+	default:
+		return
+	}
+	out.from, out.to, out.terminal, out.version = o.From, o.To, s.State.Terminal(), s.Version
+	d.note(r, e, s, out)
+}
+
+// skipped notes again what the fold did with a record it skipped (its
+// session is already past it) if the outbox has it.
+func (d *derived) skipped(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot) {
+	if len(d.outbox[r.Partition]) == 0 {
+		return
+	}
+	out, ok := d.outbox[r.Partition][r.Offset]
+	if !ok {
+		return
+	}
+	delete(d.outbox[r.Partition], r.Offset)
+	d.note(r, e, s, out)
+}
+
+func (d *derived) note(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out outcome) {
+	react, fam := reactionOf(e, out), familyOf(e, s, out)
+	feedRec := out.feed && d.feedTopic != ""
+	if !feedRec && react == nil && fam == nil {
+		return
+	}
+	d.pending[r.Partition] = append(d.pending[r.Partition], change{source: r.Offset, out: out, id: e.ID, typ: e.TypeName(),
+		at: e.OccurredAt, session: e.SessionID, parent: s.ParentSessionID, correlation: s.CorrelationID, labels: s.Labels,
+		headers: traceHeaders(r), feed: feedRec, react: react, fam: fam})
+}
+
+// traceHeaders returns the trace context of src as record headers, or nil.
+func traceHeaders(src *kgo.Record) []kgo.RecordHeader {
+	if len(src.Headers) == 0 {
+		return nil
+	}
+	ctx := correxotel.ExtractRecord(context.Background(), traceContext, src)
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	var rec kgo.Record
+	correxotel.InjectRecord(ctx, traceContext, &rec)
+	return rec.Headers
+}
+
+// take moves the changes noted for the given partitions (all when only is
+// nil) into job, with each partition's stored checkpoint (the outbox drops
+// the batches below it).
+func (d *derived) take(job *flushJob, parts map[int32]*partState, only map[int32]bool) {
+	ids := make([]int32, 0, len(d.pending))
+	for id := range d.pending {
+		if only == nil || only[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		b := feedBatch{partition: id, changes: d.pending[id]}
+		delete(d.pending, id)
+		if part := parts[id]; part != nil && part.ckptKnown {
+			b.below = part.lastCkpt
+		}
+		job.changes = append(job.changes, b)
+	}
+}
+
+// drop forgets what was noted and loaded for a partition given up
+// (revoked, lost) or rebuilt: whoever folds it next notes it again.
+func (d *derived) drop(id int32) {
+	delete(d.pending, id)
+	delete(d.outbox, id)
+}
+
+// persist stores the batch's outcomes in the outbox, retrying until ctx
+// ends. It runs before the batch's snapshots are stored.
+func (d *derived) persist(ctx context.Context, store *snapshot.Store, topic string, job *flushJob) error {
+	if len(job.changes) == 0 {
+		return nil
+	}
+	batches := make([]snapshot.OutboxBatch, 0, len(job.changes))
+	for _, fb := range job.changes {
+		var data []byte
+		for _, ch := range fb.changes {
+			data = appendOutcome(data, ch.source, ch.out)
+		}
+		batches = append(batches, snapshot.OutboxBatch{Partition: fb.partition, Last: fb.changes[len(fb.changes)-1].source,
+			Data: data, Below: fb.below})
+	}
+	for attempt := 0; ; attempt++ {
+		err := store.PutOutbox(ctx, topic, batches)
+		if err == nil {
+			return nil
+		}
+		d.log.Warn("writing the outbox of the change feed and derived events", "err", err, "attempt", attempt)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+	}
+}
+
+// encode builds the batch's records in a goroutine of its own, so that the
+// encoding overlaps the snapshots' write; the returned function waits for
+// them. Called by whoever writes the batch, before the snapshots.
+func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
+	if len(job.changes) == 0 {
+		return func() []*kgo.Record { return nil }
+	}
+	done := make(chan []*kgo.Record, 1)
+	go func() {
+		n := 0
+		for _, fb := range job.changes {
+			for i := range fb.changes {
+				if fb.changes[i].feed {
+					n++
+				}
+				if fb.changes[i].react != nil {
+					n++
+				}
+			}
+		}
+		recs := make([]kgo.Record, n)
+		out := make([]*kgo.Record, 0, n)
+		var buf []byte // feed values are cut from shared chunks: far fewer allocations
+		for _, fb := range job.changes {
+			for j := range fb.changes {
+				ch := &fb.changes[j]
+				if ch.feed {
+					if cap(buf)-len(buf) < 1024 {
+						buf = make([]byte, 0, 256<<10)
+					}
+					start := len(buf)
+					buf = appendChangeJSON(buf, ch, fb.partition)
+					recs[len(out)] = kgo.Record{Topic: d.feedTopic, Partition: fb.partition, Key: []byte(ch.session),
+						Value: buf[start:len(buf):len(buf)], Headers: ch.headers}
+					out = append(out, &recs[len(out)])
+				}
+				if ch.react != nil {
+					recs[len(out)] = ch.react.record(d.eventsTopic, ch)
+					out = append(out, &recs[len(out)])
+				}
+			}
+		}
+		done <- out
+	}()
+	return func() []*kgo.Record { return <-done }
+}
+
+// produce runs after the batch's snapshots are stored: it hands the
+// batch's records (from encode, in fold order per partition) to the Kafka
+// client, and the cancellations of children (cascade). It does not wait:
+// the flush before the checkpoints does, and checks d.err (failed).
+func (d *derived) produce(ctx context.Context, store *snapshot.Store, cl *kgo.Client, job *flushJob, encoded func() []*kgo.Record) error {
+	for _, rec := range encoded() {
+		cl.Produce(ctx, rec, d.produced)
+	}
+	cancels, err := d.cascade(ctx, store, job)
+	for _, rec := range cancels {
+		cl.Produce(ctx, rec, d.produced)
+	}
+	return err
+}
+
+func (d *derived) produced(_ *kgo.Record, err error) {
+	if err != nil && !d.crash.crashed.Load() {
+		d.err.CompareAndSwap(nil, &err)
+	}
+}
+
+// failed returns the first produce error, or nil.
+func (d *derived) failed() error {
+	if errp := d.err.Load(); errp != nil {
+		return fmt.Errorf("projector: change feed or derived event produce: %w", *errp)
+	}
+	return nil
+}
+
+// outboxRead is the outbox of newly assigned partitions, read by read and
+// installed by load.
+type outboxRead map[int32]map[int64]outcome
+
+// read returns the outbox outcomes of the given partitions at or after
+// each one's start offset (its checkpoint). Called on assignment, before
+// the partitions fold anything.
+func (d *derived) read(ctx context.Context, store *snapshot.Store, topic string, starts map[int32]int64) (outboxRead, error) {
+	if len(starts) == 0 {
+		return nil, nil
+	}
+	batches, err := store.Outbox(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := outboxRead{}
+	for _, b := range batches {
+		start, ok := starts[b.Partition]
+		if !ok || b.Last < start {
+			continue
+		}
+		m := out[b.Partition]
+		if m == nil {
+			m = map[int64]outcome{}
+			out[b.Partition] = m
+		}
+		if err := decodeOutcomes(b.Data, func(source int64, o outcome) {
+			if source >= start {
+				m[source] = o
+			}
+		}); err != nil { // written by this code only; a torn value would be Redis's fault
+			d.log.Error("skipping an undecodable outbox batch", "partition", b.Partition, "last", b.Last, "err", err)
+		}
+	}
+	return out, nil
+}
+
+// load installs what read returned.
+func (d *derived) load(ob outboxRead) {
+	for id, m := range ob {
+		d.outbox[id] = m
+	}
+}
+
+// Flags of an outbox entry.
+const (
+	obRejected = 1 << iota
+	obTerminal
+	obOrphan
+	obFeed
+	obDigest
+	obFlags = 1<<iota - 1
+)
+
+// appendOutcome encodes one outbox entry: the source offset (uvarint), a
+// flags byte, the reason, from and to states (a byte each), the version
+// (uvarint) and, with obDigest, the 32-byte digest.
+func appendOutcome(dst []byte, source int64, o outcome) []byte {
+	dst = binary.AppendUvarint(dst, uint64(source))
+	var flags byte
+	for _, f := range [...]struct {
+		set  bool
+		flag byte
+	}{{o.rejected, obRejected}, {o.terminal, obTerminal}, {o.orphan, obOrphan}, {o.feed, obFeed}, {o.hasDigest, obDigest}} {
+		if f.set {
+			flags |= f.flag
+		}
+	}
+	dst = append(dst, flags, byte(o.reason), byte(o.from), byte(o.to))
+	dst = binary.AppendUvarint(dst, o.version)
+	if o.hasDigest {
+		dst = append(dst, o.digest[:]...)
+	}
+	return dst
+}
+
+var errOutbox = errors.New("truncated or malformed outbox batch")
+
+// decodeOutcomes reads what appendOutcome wrote, calling fn per entry.
+func decodeOutcomes(data []byte, fn func(int64, outcome)) error {
+	for len(data) > 0 {
+		src, n := binary.Uvarint(data)
+		if n <= 0 || src > 1<<62 || len(data) < n+4 {
+			return errOutbox
+		}
+		flags, reason, from, to := data[n], fsm.Reason(data[n+1]), fsm.State(data[n+2]), fsm.State(data[n+3])
+		data = data[n+4:]
+		version, m := binary.Uvarint(data)
+		if m <= 0 || flags&^obFlags != 0 || (flags&obRejected != 0) != reason.Rejection() ||
+			(from != fsm.StateNone && !from.Valid()) || (to != fsm.StateNone && !to.Valid()) {
+			return errOutbox
+		}
+		data = data[m:]
+		o := outcome{rejected: flags&obRejected != 0, terminal: flags&obTerminal != 0, orphan: flags&obOrphan != 0,
+			feed: flags&obFeed != 0, reason: reason, from: from, to: to, version: version}
+		if flags&obDigest != 0 {
+			if len(data) < 32 {
+				return errOutbox
+			}
+			o.hasDigest = true
+			copy(o.digest[:], data)
+			data = data[32:]
+		}
+		fn(int64(src), o)
+	}
+	return nil
+}

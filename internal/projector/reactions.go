@@ -1,0 +1,96 @@
+package projector
+
+import (
+	"crypto/sha256"
+
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ReasonUnknownPredecessor is the reason of the ReplacementRefused a
+// successor gets when its predecessor does not exist.
+const ReasonUnknownPredecessor = "unknown_predecessor"
+
+// reaction is an event the projector derives from a folded one, for
+// another session (DESIGN §10.3, replacement linking):
+//
+//   - a successor's applied SessionCreated naming predecessorSessionId
+//     gives SessionReplaced {"successorSessionId"} for the predecessor;
+//   - the predecessor's SessionReplaced gives the successor
+//     ReplacementLinked {"predecessorDigest"} when applied (the
+//     predecessor's digest after it), ReplacementRefused {"reason"} when
+//     rejected (the rejection's reason), and ReplacementRefused
+//     {"reason": "unknown_predecessor"} when there is no predecessor (the
+//     record is an orphan, which is not set aside as a dead letter).
+//
+// The event's id is derived from its type, the session it is for and the
+// event it derives from (derivedID), and its occurredAt is that event's,
+// so producing it again after a crash gives a duplicate that the fold
+// recognises.
+type reaction struct {
+	kind   fsm.EventType // 0: none
+	target string
+	fields fsm.Fields
+}
+
+// reactionOf returns the event derived from e given what the fold did
+// with it, or nil.
+func reactionOf(e *fsm.Event, out outcome) *reaction {
+	switch e.Type {
+	case fsm.SessionCreated:
+		if out.orphan || out.rejected || out.from != fsm.StateNone || e.Fields.PredecessorSessionID == "" ||
+			!fsm.ValidSessionID(e.Fields.PredecessorSessionID) {
+			return nil
+		}
+		return &reaction{kind: fsm.SessionReplaced, target: e.Fields.PredecessorSessionID,
+			fields: fsm.Fields{SuccessorSessionID: e.SessionID}}
+	case fsm.SessionReplaced:
+		if !fsm.ValidSessionID(e.Fields.SuccessorSessionID) {
+			return nil
+		}
+		r := &reaction{kind: fsm.ReplacementRefused, target: e.Fields.SuccessorSessionID}
+		switch {
+		case out.orphan:
+			r.fields.Reason = ReasonUnknownPredecessor
+		case out.rejected:
+			r.fields.Reason = out.reason.String()
+		case out.hasDigest:
+			r.kind, r.fields.PredecessorDigest = fsm.ReplacementLinked, out.digest
+		default:
+			return nil
+		}
+		return r
+	}
+	return nil
+}
+
+// record returns the derived event's record for the events topic, keyed
+// by its session (the client's key hash puts it on that session's
+// partition), with the event type and the source record's trace context
+// in its headers, as ingest writes them.
+func (r reaction) record(topic string, ch *change) kgo.Record {
+	e := fsm.NewEvent(derivedID(r.kind, r.target, ch.id), r.target, r.kind, ch.at, r.fields)
+	headers := make([]kgo.RecordHeader, 0, 1+len(ch.headers))
+	headers = append(headers, kgo.RecordHeader{Key: kafka.HeaderEventType, Value: []byte(r.kind.String())})
+	headers = append(headers, ch.headers...)
+	return kgo.Record{Topic: topic, Partition: -1, Key: []byte(r.target), Value: fsm.AppendRecord(nil, &e), Headers: headers}
+}
+
+// derivedID is the id of the event of type kind for session target derived
+// from the event trigger: the first 16 bytes of a SHA-256 over the three,
+// shaped as a UUIDv8 (RFC 9562).
+func derivedID(kind fsm.EventType, target string, trigger fsm.EventID) fsm.EventID {
+	h := sha256.New()
+	h.Write([]byte("correx-derived\x00"))
+	h.Write([]byte(kind.String()))
+	h.Write([]byte{0})
+	h.Write([]byte(target))
+	h.Write([]byte{0})
+	h.Write(trigger[:])
+	var id fsm.EventID
+	copy(id[:], h.Sum(nil))
+	id[6] = 0x80 | id[6]&0x0f // version 8
+	id[8] = 0x80 | id[8]&0x3f // RFC 9562 variant
+	return id
+}

@@ -1,0 +1,109 @@
+package query
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/correx/sessions/internal/httpx"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+)
+
+// RebuildResponse is the body of POST /v1/sessions/{id}/rebuild.
+type RebuildResponse struct {
+	// Snapshot is the session rebuilt from the log, up to the stored
+	// snapshot's position.
+	Snapshot *snapshot.Snapshot `json:"snapshot"`
+	// Differed tells whether the stored snapshot differed from it.
+	Differed bool `json:"differed"`
+	// Replaced tells whether the rebuilt snapshot was stored: false when it
+	// equalled the stored one, or when the projector had stored a later
+	// one meanwhile (which is then the session's, folded from the same log).
+	Replaced bool `json:"replaced"`
+}
+
+// rebuild rebuilds one session from the log (DESIGN §10.7): it folds the
+// session's records from its first offset to the stored snapshot's
+// position, as the replay does, and stores the result if it differs.
+//
+// The write is fenced like the projector's (snapshot.Store.Replace), so it
+// is safe while the projector runs. The fold is deterministic: the rebuilt
+// snapshot is exactly what the projector stores at the same position. The
+// store keeps the snapshot with the later position, so if the projector
+// folded the session further before or after this write, its snapshot wins
+// and this write never moves the session backwards; at the same position
+// the rebuilt one replaces the stored one (PutBatch would keep the stored
+// one, which is the one to repair), and the projector's next write builds
+// on whatever it holds. What the projector holds in memory is not changed:
+// a projector that read the damaged snapshot before the repair folds on from
+// it, and a rebuild after its next write repairs that one too.
+func (h *Handler) rebuild(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeMethod, Status: http.StatusMethodNotAllowed,
+			Detail: r.Method + " is not allowed here; use POST"})
+		return
+	}
+	id := r.PathValue("id")
+	if !fsm.ValidSessionID(id) {
+		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+		return
+	}
+	if !visible(r, id) {
+		notFound(w)
+		return
+	}
+	if h.replayer == nil {
+		httpx.Unavailable(w, 30*time.Second, "rebuild needs Kafka, and this query service has no brokers configured", nil)
+		return
+	}
+	select { // a rebuild is a replay, and shares its bound
+	case h.replays <- struct{}{}:
+		defer func() { <-h.replays }()
+	default:
+		httpx.Unavailable(w, 5*time.Second, "too many replays and rebuilds are running; retry", nil)
+		return
+	}
+	stored, err := h.get(r.Context(), id)
+	if errors.Is(err, snapshot.ErrNotFound) {
+		notFound(w)
+		return
+	}
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	rebuilt, err := h.replayer.Replay(ctx, stored)
+	if err != nil {
+		h.log.Warn("rebuild", "session", id, "err", err)
+		httpx.Unavailable(w, 5*time.Second, "rebuild from Kafka failed: "+err.Error(), nil)
+		return
+	}
+	if !rebuilt.Exists() || rebuilt.Position != stored.Position {
+		// The log from the stored first offset to the stored position does
+		// not hold the session (the stored positions are damaged, or the
+		// log was truncated): nothing trustworthy to store.
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeInternal, Status: http.StatusConflict,
+			Detail: "the log between the stored snapshot's first offset and its position does not rebuild the session " +
+				"(stored position " + stored.Position.String() + "); rebuild the partition with `projector reset`"})
+		return
+	}
+	resp := RebuildResponse{Snapshot: rebuilt, Differed: !bytes.Equal(rebuilt.AppendBinary(nil), stored.AppendBinary(nil))}
+	if resp.Differed {
+		wctx, wcancel := context.WithTimeout(r.Context(), RedisTimeout)
+		defer wcancel()
+		resp.Replaced, err = h.store.Replace(wctx, snapshot.NewEntry(rebuilt))
+		if err != nil {
+			h.storeError(w, err)
+			return
+		}
+		h.log.Warn("rebuilt a session whose stored snapshot differed from the log", "session", id,
+			"position", rebuilt.Position.String(), "replaced", resp.Replaced)
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
