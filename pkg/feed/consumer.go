@@ -87,7 +87,10 @@ func (c *Consumer) Run(ctx context.Context, handle func(context.Context, Change)
 	c.parts, c.fatal, c.wake = map[int32]*partition{}, nil, wake
 	c.mu.Unlock()
 
+	// The group is joined as soon as the client exists, so adjust may run
+	// before adm is set: it waits for clientSet.
 	var adm *kadm.Client
+	clientSet := make(chan struct{})
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.cfg.brokers...),
 		kgo.ConsumeTopics(c.topic),
@@ -99,6 +102,11 @@ func (c *Consumer) Run(ctx context.Context, handle func(context.Context, Change)
 		kgo.OnPartitionsRevoked(c.forget),
 		kgo.OnPartitionsLost(c.forget),
 		kgo.AdjustFetchOffsetsFn(func(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+			select {
+			case <-clientSet:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 			return c.adjust(ctx, adm, offs)
 		}),
 	}
@@ -107,6 +115,7 @@ func (c *Consumer) Run(ctx context.Context, handle func(context.Context, Change)
 		return fmt.Errorf("feed: kafka client: %w", err)
 	}
 	adm = kadm.NewClient(cl)
+	close(clientSet)
 	defer cl.Close() // leaves the group; commits the marked offsets
 	// Before Close: a poll that ended with ctx still blocks the rebalance
 	// that leaving the group runs.
