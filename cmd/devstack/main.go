@@ -169,10 +169,13 @@ Try:
   curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
     -d '%s'
   curl -s %s/v1/sessions/demo:quiet | grep -o '"state":"[A-Z_]*"'
+  # sessions by label; every change as it happens (Server-Sent Events; Ctrl-C ends it)
+  curl -s '%s/v1/sessions?label=team=demo&prefix=demo:quiet'
+  curl -N %s/v1/watch
 
 Ctrl-C stops it. Settings: %s
 `, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL,
-		st.IngestURL, quietSessionEvents("demo:quiet"), st.QueryURL, strings.Join(settings, ", "))
+		st.IngestURL, quietSessionEvents("demo:quiet"), st.QueryURL, st.QueryURL, st.QueryURL, strings.Join(settings, ", "))
 }
 
 // demo runs rounds of realistic sessions against the stack until ctx ends.

@@ -39,7 +39,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("%v\n%s", err, errs.String())
 	}
 	o := out.String()
-	for _, want := range []string{"/v1/events", "/ui/", "authentication is OFF", `"timeouts":{"inactivity":"5s"}`, "stopped"} {
+	for _, want := range []string{"/v1/events", "/ui/", "authentication is OFF", `"timeouts":{"inactivity":"5s"}`, "stopped", "/v1/watch", "label=team=demo"} {
 		if !strings.Contains(o, want) {
 			t.Errorf("output lacks %q:\n%s", want, o)
 		}

@@ -20,7 +20,7 @@ const quietTimeout = "5s"
 // quietSessionEvents are the events of a session that starts and goes
 // quiet: its inactivity deadline fires quietTimeout after it started.
 func quietSessionEvents(id string) string {
-	return fmt.Sprintf(`{"events":[{"sessionId":%q,"type":"SessionCreated","payload":{"goal":"go quiet","timeouts":{"inactivity":%q}}},`+
+	return fmt.Sprintf(`{"events":[{"sessionId":%q,"type":"SessionCreated","payload":{"goal":"go quiet","labels":{"team":"demo"},"timeouts":{"inactivity":%q}}},`+
 		`{"sessionId":%q,"type":"SessionStarted"}]}`, id, quietTimeout, id)
 }
 
