@@ -1,0 +1,175 @@
+package client
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+)
+
+// Client talks to the ingest and query services. It is safe for concurrent
+// use by many goroutines; make one per process and share it.
+type Client struct {
+	ingest *url.URL // .../v1/events
+	query  *url.URL // base, without a trailing slash
+	http   *http.Client
+	token  string
+	retry  retryPolicy
+	ua     string
+}
+
+type settings struct {
+	ingestURL, queryURL string
+	httpClient          *http.Client
+	tlsConfig           *tls.Config
+	token               string
+	retry               retryPolicy
+	tracing             bool
+	userAgent           string
+}
+
+type retryPolicy struct {
+	attempts   int
+	min, max   time.Duration
+	reqTimeout time.Duration
+}
+
+// Option configures a Client. Each option's doc comment gives its default.
+type Option func(*settings)
+
+// IngestURL is the ingest service's base URL (default
+// "http://127.0.0.1:8081"); events go to its /v1/events.
+func IngestURL(u string) Option { return func(s *settings) { s.ingestURL = u } }
+
+// QueryURL is the query service's base URL (default "http://127.0.0.1:8082").
+func QueryURL(u string) Option { return func(s *settings) { s.queryURL = u } }
+
+// Token is the bearer token sent with every request (default none: the
+// services run open in devstack). It is sent only in the Authorization
+// header.
+func Token(t string) Option { return func(s *settings) { s.token = t } }
+
+// HTTPClient is the HTTP client to use (default: a client with
+// http.DefaultTransport's settings and no overall timeout; each request is
+// bounded by its context and RequestTimeout). Its Transport is wrapped with
+// otelhttp unless WithoutTracing is given; the client passed in is not
+// modified.
+func HTTPClient(c *http.Client) Option { return func(s *settings) { s.httpClient = c } }
+
+// TLSConfig sets the TLS configuration of the default transport: a custom CA
+// (RootCAs) for the services' certificates, and Certificates for mutual TLS
+// (default: the system roots, no client certificate). It cannot be combined
+// with HTTPClient; configure that client's transport instead.
+func TLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = c } }
+
+// Retry sets how a request is retried after a 429, 502, 503, 504 or a
+// transport error (a refused or dropped connection): at most attempts tries
+// in all (default 10), waiting an exponential backoff from minBackoff
+// (default 100ms) doubling up to maxBackoff (default 5s), with full jitter
+// (a uniform wait in [backoff/2, backoff]), and never less than the
+// answer's Retry-After. attempts of 1 disables retries.
+func Retry(attempts int, minBackoff, maxBackoff time.Duration) Option {
+	return func(s *settings) {
+		s.retry.attempts, s.retry.min, s.retry.max = attempts, minBackoff, maxBackoff
+	}
+}
+
+// RequestTimeout bounds one HTTP attempt (default 30s); a waiting read adds
+// its wait to it. The caller's context bounds the whole call, retries
+// included.
+func RequestTimeout(d time.Duration) Option { return func(s *settings) { s.retry.reqTimeout = d } }
+
+// WithoutTracing leaves the transport unwrapped (default: wrapped with
+// otelhttp, so that each request is a client span of the global
+// TracerProvider and carries the caller's trace context in traceparent).
+func WithoutTracing() Option { return func(s *settings) { s.tracing = false } }
+
+// UserAgent sets the User-Agent header (default "correx-sessions-go").
+func UserAgent(ua string) Option { return func(s *settings) { s.userAgent = ua } }
+
+// New returns a Client. It does no I/O; errors name every bad option at once.
+func New(opts ...Option) (*Client, error) {
+	s := settings{
+		ingestURL: "http://127.0.0.1:8081",
+		queryURL:  "http://127.0.0.1:8082",
+		retry:     retryPolicy{attempts: 10, min: 100 * time.Millisecond, max: 5 * time.Second, reqTimeout: 30 * time.Second},
+		tracing:   true,
+		userAgent: "correx-sessions-go",
+	}
+	for _, o := range opts {
+		o(&s)
+	}
+	var errs []error
+	ingest, err := baseURL("IngestURL", s.ingestURL)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	query, err := baseURL("QueryURL", s.queryURL)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if s.retry.attempts < 1 {
+		errs = append(errs, fmt.Errorf("client: Retry: attempts must be at least 1, got %d", s.retry.attempts))
+	}
+	if s.retry.min <= 0 || s.retry.max < s.retry.min {
+		errs = append(errs, fmt.Errorf("client: Retry: need 0 < minBackoff <= maxBackoff, got %v and %v", s.retry.min, s.retry.max))
+	}
+	if s.retry.reqTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("client: RequestTimeout must be positive, got %v", s.retry.reqTimeout))
+	}
+	if s.httpClient != nil && s.tlsConfig != nil {
+		errs = append(errs, errors.New("client: TLSConfig and HTTPClient together: set the TLS configuration on the HTTPClient's transport"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	hc := s.httpClient
+	if hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Many goroutines share one client against two hosts: keep enough
+		// idle connections that a burst does not dial again.
+		t.MaxIdleConnsPerHost = 256
+		if s.tlsConfig != nil {
+			t.TLSClientConfig = s.tlsConfig.Clone()
+		}
+		hc = &http.Client{Transport: t}
+	} else {
+		c := *hc
+		hc = &c
+	}
+	if s.tracing {
+		base := hc.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		hc.Transport = otelhttp.NewTransport(base)
+	}
+	ingest = ingest.JoinPath("v1", "events")
+	return &Client{ingest: ingest, query: query, http: hc, token: s.token, retry: s.retry, ua: s.userAgent}, nil
+}
+
+func baseURL(opt, raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s: %w", opt, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: %s: want http(s)://host[:port], got %q", opt, raw)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawQuery, u.Fragment = "", ""
+	return u, nil
+}
+
+// newRequest builds a request with the client's headers.
+func (c *Client) setHeaders(req *http.Request) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("User-Agent", c.ua)
+}

@@ -1,0 +1,60 @@
+// Package client is the Go client of correx-sessions: it sends session
+// events to the ingest service and reads snapshots, listings and the change
+// feed from the query service.
+//
+// # Quick start
+//
+//	c, err := client.New(client.IngestURL("http://127.0.0.1:8081"), client.QueryURL("http://127.0.0.1:8082"))
+//	if err != nil { ... }
+//	out, err := c.SendAndWait(ctx,
+//		client.SessionCreated("acme:run-1", client.Goal("fix the build")),
+//		client.SessionStarted("acme:run-1"),
+//		client.ToolCompleted("acme:run-1", false))
+//	// out[i].Status is applied or rejected (with out[i].Reason), and
+//	// out[i].Snapshot is the session read after the events were folded.
+//
+// # Events
+//
+// A constructor per event type (SessionCreated, SessionStarted, ...,
+// Custom) builds an Event with its id, a UUIDv7, and occurredAt assigned on
+// the spot. Every retry, by the client or by you, resends the same Event with
+// the same id, and the fold counts a resent id as a duplicate: an effect
+// happens once. That holds while the session's duplicate window remembers the
+// id: resend before the session's next 128 events (README, "Ingest").
+// ExpectedVersion(v) makes an event conditional on the session's version.
+//
+// # Sending
+//
+// Send writes events in requests of at most 1000 events and 1 MiB, in
+// order, and retries 429, 502, 503, 504 and transport errors with
+// exponential backoff and jitter, never sooner than Retry-After. After a 503
+// it resends exactly the events the answer did not confirm; after a dropped
+// connection, the whole request. A 400 is a *ValidationError naming every
+// refused event by its index and field. SendAndWait adds read-your-writes:
+// it waits until the projector has folded the events and reports each
+// event's outcome (see its doc for what a snapshot can and cannot tell).
+//
+// A Batcher sends events added one at a time from many goroutines in
+// batches, in the background, with bounded memory; it keeps each session's
+// events in order (one lane per session hash, one request in flight per
+// lane).
+//
+// # Reading
+//
+// Get reads a snapshot (ErrNotFound for an unknown session; MinPosition to
+// read your writes), List pages through a listing as an iterator, and Watch
+// streams the change feed, resuming with its last cursor after a dropped
+// connection.
+//
+// # Concurrency, telemetry, security
+//
+// A Client is safe for concurrent use; make one and share it. Its transport
+// is wrapped with otelhttp: each request is a client span and carries the
+// caller's trace context (traceparent), so the pipeline's spans join the
+// caller's trace. Token sends a bearer token; TLSConfig sets a CA and a
+// client certificate (mutual TLS); HTTPClient takes a client of your own.
+// Every option's default is in its doc comment.
+//
+// The client bounds what it reads from a service: an answer body at 4 MiB
+// (32 MiB for a listing page), a line of the watch stream at 1 MiB.
+package client

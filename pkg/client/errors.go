@@ -1,0 +1,114 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sentinel errors. Match them with errors.Is; the errors returned wrap them
+// with the operation and the key.
+var (
+	// ErrNotFound: the session does not exist, or is outside the token's
+	// session-id prefix (the service answers both alike).
+	ErrNotFound = errors.New("client: session not found")
+	// ErrClosed: the Batcher was closed before the events were added.
+	ErrClosed = errors.New("client: batcher closed")
+	// ErrCursorExpired: a watch cursor is older than the change feed's
+	// retention (410). Read the snapshots and watch again without a cursor.
+	ErrCursorExpired = errors.New("client: watch cursor expired")
+	// ErrInvalidEvent: an event was built with a value that cannot be
+	// encoded (a custom payload that is not JSON, a failed id source); it
+	// is never sent.
+	ErrInvalidEvent = errors.New("client: invalid event")
+)
+
+// FieldProblem is one problem of one event, as ingest names it.
+type FieldProblem struct {
+	// Index is the event's index in the caller's call (Send, SendAndWait)
+	// or in the batch the Batcher sent (Batcher results carry the event
+	// itself, so the index matters less there).
+	Index int `json:"index"`
+	// EventID is the refused event's id ("" when the index is out of range).
+	EventID string `json:"eventId,omitempty"`
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// ValidationError is a 400 from ingest: every refused event with its field
+// problems. Nothing of the request was written. It is never retried.
+type ValidationError struct {
+	Op       string
+	Detail   string
+	Problems []FieldProblem
+}
+
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "client: %s: invalid events", e.Op)
+	if e.Detail != "" {
+		fmt.Fprintf(&b, " (%s)", e.Detail)
+	}
+	for i, p := range e.Problems {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Problems)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; event %d %s: %s", p.Index, p.Field, p.Message)
+	}
+	return b.String()
+}
+
+// StatusError is an answer other than success from a service, with its
+// problem+json members when the body had them.
+type StatusError struct {
+	Op     string // "send", "get", "list", "watch"
+	Status int
+	Type   string // the problem type URI
+	Title  string
+	Detail string
+	// RetryAfter is the answer's Retry-After, zero when absent.
+	RetryAfter time.Duration
+	err        error // a sentinel this status maps to (ErrNotFound, ...)
+}
+
+func (e *StatusError) Error() string {
+	s := "client: " + e.Op + ": status " + strconv.Itoa(e.Status)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	} else if e.Title != "" {
+		s += ": " + e.Title
+	}
+	return s
+}
+
+// Unwrap returns the sentinel the status maps to (ErrNotFound for 404,
+// ErrCursorExpired for 410), or nil.
+func (e *StatusError) Unwrap() error { return e.err }
+
+// Temporary reports whether the request may succeed when sent again: 429,
+// 502, 503 and 504.
+func (e *StatusError) Temporary() bool { return retryableStatus(e.Status) }
+
+// SendError is returned when retries ran out (or the context ended) before
+// every event was confirmed. Confirmed events are in the Result returned
+// beside it; Unconfirmed lists the ids of the others, which may or may not
+// have been written (resending them is safe: the fold counts a resent id as
+// a duplicate, within the window of DESIGN §2).
+type SendError struct {
+	Attempts    int
+	Unconfirmed []string
+	Err         error // the last failure
+}
+
+func (e *SendError) Error() string {
+	return fmt.Sprintf("client: send: %d events unconfirmed after %d attempts: %v", len(e.Unconfirmed), e.Attempts, e.Err)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
+func retryableStatus(s int) bool {
+	return s == 429 || s == 502 || s == 503 || s == 504
+}

@@ -1,0 +1,362 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event is one envelope (DESIGN §3), ready to send. Build it with a
+// constructor (SessionCreated, SessionStarted, ..., Custom): the id (a
+// UUIDv7) and occurredAt are assigned when it is built, so every resend of
+// the same Event carries the same id and the fold counts a resend as a
+// duplicate rather than a second effect. Keep the Event, not its
+// constructor call, for retries of your own.
+//
+// An Event is a value: the client never modifies one it is given.
+type Event struct {
+	ID            string    `json:"eventId"`
+	SessionID     string    `json:"sessionId"`
+	Type          string    `json:"type"`
+	OccurredAt    time.Time `json:"occurredAt"`
+	CorrelationID string    `json:"correlationId,omitempty"`
+	// ExpectedVersion, when set, is the session version the event expects:
+	// the fold rejects it version_conflict when the session's version
+	// differs (DESIGN §10.6).
+	ExpectedVersion *uint64         `json:"expectedVersion,omitempty"`
+	Payload         json.RawMessage `json:"payload,omitempty"`
+
+	err error // why the event cannot be sent; see ErrInvalidEvent
+}
+
+// Err reports why the event cannot be sent (it matches ErrInvalidEvent), or
+// nil. Send and the Batcher refuse such an event before any I/O.
+func (e *Event) Err() error { return e.err }
+
+// Event types of the lifecycle (the README's table).
+const (
+	TypeSessionCreated        = "SessionCreated"
+	TypeSessionInitializing   = "SessionInitializing"
+	TypeSessionStarted        = "SessionStarted"
+	TypeSessionPaused         = "SessionPaused"
+	TypeSessionResumed        = "SessionResumed"
+	TypeApprovalRequested     = "ApprovalRequested"
+	TypeApprovalGranted       = "ApprovalGranted"
+	TypeApprovalDenied        = "ApprovalDenied"
+	TypeCancellationRequested = "CancellationRequested"
+	TypeSessionCancelled      = "SessionCancelled"
+	TypeSessionCompleted      = "SessionCompleted"
+	TypeSessionFailed         = "SessionFailed"
+	TypeRecoveryStarted       = "RecoveryStarted"
+	TypeRecoveryCompleted     = "RecoveryCompleted"
+	TypeTimeoutExpired        = "TimeoutExpired"
+	TypeModelRequested        = "ModelRequested"
+	TypeToolRequested         = "ToolRequested"
+	TypeToolCompleted         = "ToolCompleted"
+	TypeRepairStarted         = "RepairStarted"
+)
+
+// CancelMode is CancellationRequested's mode.
+type CancelMode string
+
+// Cancellation modes.
+const (
+	Graceful CancelMode = "graceful"
+	Forced   CancelMode = "forced"
+)
+
+// ClosePolicy says what happens to a child session when its parent ends
+// (DESIGN §10.3).
+type ClosePolicy string
+
+// Parent close policies; the service's default is ParentCloseCancel.
+const (
+	ParentCloseCancel  ClosePolicy = "cancel"
+	ParentCloseAbandon ClosePolicy = "abandon"
+)
+
+// TimeoutKind names a timeout (DESIGN §10.2).
+type TimeoutKind string
+
+// Timeout kinds.
+const (
+	TimeoutExecution    TimeoutKind = "execution"
+	TimeoutInactivity   TimeoutKind = "inactivity"
+	TimeoutApproval     TimeoutKind = "approval"
+	TimeoutRecovery     TimeoutKind = "recovery"
+	TimeoutCancellation TimeoutKind = "cancellation"
+)
+
+// Timeouts are a session's own timeouts; a zero field takes the service's
+// default. Ingest accepts each from 1s to 720h.
+type Timeouts struct {
+	Execution, Inactivity, Approval, Recovery, Cancellation time.Duration
+}
+
+type builder struct {
+	ev      Event
+	payload map[string]any
+}
+
+func (b *builder) set(k string, v any) {
+	if b.payload == nil {
+		b.payload = map[string]any{}
+	}
+	b.payload[k] = v
+}
+
+// EventOption adjusts any event. It is also a CreateOption.
+type EventOption func(*builder)
+
+func (o EventOption) applyCreate(b *builder) { o(b) }
+
+// CreateOption adjusts a SessionCreated event: Goal, Labels, Metadata,
+// WithTimeouts, Parent, ParentClosePolicy, Predecessor, or any EventOption.
+type CreateOption interface{ applyCreate(*builder) }
+
+type createOption func(*builder)
+
+func (o createOption) applyCreate(b *builder) { o(b) }
+
+// ExpectedVersion makes the event conditional: the fold rejects it
+// version_conflict unless the session's version is v when it is folded.
+func ExpectedVersion(v uint64) EventOption {
+	return func(b *builder) { b.ev.ExpectedVersion = &v }
+}
+
+// OccurredAt sets occurredAt (default: the time the event is built). The
+// fold's durations come from it, never from a clock.
+func OccurredAt(t time.Time) EventOption { return func(b *builder) { b.ev.OccurredAt = t.UTC() } }
+
+// CorrelationID sets the correlation id (default: the service uses the
+// session id). At most 128 characters.
+func CorrelationID(id string) EventOption { return func(b *builder) { b.ev.CorrelationID = id } }
+
+// EventID sets the event id (default: a fresh UUIDv7). Use it to rebuild an
+// event whose id was stored elsewhere, so that a resend is a duplicate.
+func EventID(id string) EventOption { return func(b *builder) { b.ev.ID = id } }
+
+// Goal sets the session's goal (at most 4 KiB).
+func Goal(g string) CreateOption { return createOption(func(b *builder) { b.set("goal", g) }) }
+
+// Labels sets the session's labels (at most 16; see the README for the key
+// syntax). The map is copied.
+func Labels(l map[string]string) CreateOption {
+	c := make(map[string]string, len(l))
+	for k, v := range l {
+		c[k] = v
+	}
+	return createOption(func(b *builder) { b.set("labels", c) })
+}
+
+// Metadata sets the session's metadata: any value that encodes as a JSON
+// object of at most 4 KiB, kept verbatim in the snapshot.
+func Metadata(m any) CreateOption {
+	return createOption(func(b *builder) {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			b.ev.err = fmt.Errorf("%w: metadata: %v", ErrInvalidEvent, err)
+			return
+		}
+		b.set("metadata", json.RawMessage(raw))
+	})
+}
+
+// WithTimeouts sets the session's own timeouts.
+func WithTimeouts(t Timeouts) CreateOption {
+	return createOption(func(b *builder) {
+		m := map[string]string{}
+		for _, kv := range []struct {
+			k TimeoutKind
+			d time.Duration
+		}{{TimeoutExecution, t.Execution}, {TimeoutInactivity, t.Inactivity}, {TimeoutApproval, t.Approval},
+			{TimeoutRecovery, t.Recovery}, {TimeoutCancellation, t.Cancellation}} {
+			if kv.d != 0 {
+				m[string(kv.k)] = kv.d.String()
+			}
+		}
+		if len(m) > 0 {
+			b.set("timeouts", m)
+		}
+	})
+}
+
+// Parent names the session this one runs under; cancelling the parent
+// cancels it (unless ParentClosePolicy(ParentCloseAbandon)).
+func Parent(id string) CreateOption {
+	return createOption(func(b *builder) { b.set("parentSessionId", id) })
+}
+
+// ParentClosePolicy sets what happens to this session when its parent ends
+// (default ParentCloseCancel).
+func ParentClosePolicy(p ClosePolicy) CreateOption {
+	return createOption(func(b *builder) { b.set("parentClosePolicy", string(p)) })
+}
+
+// Predecessor names the FAILED session this one replaces.
+func Predecessor(id string) CreateOption {
+	return createOption(func(b *builder) { b.set("predecessorSessionId", id) })
+}
+
+func build(sessionID, typ string, payload map[string]any, opts []EventOption) Event {
+	b := builder{ev: Event{SessionID: sessionID, Type: typ}, payload: payload}
+	for _, o := range opts {
+		o(&b)
+	}
+	return b.finish()
+}
+
+func (b *builder) finish() Event {
+	if b.ev.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			b.ev.err = fmt.Errorf("%w: event id: %v", ErrInvalidEvent, err)
+		}
+		b.ev.ID = id.String()
+	}
+	if b.ev.OccurredAt.IsZero() {
+		b.ev.OccurredAt = time.Now().UTC()
+	}
+	if len(b.payload) > 0 && b.ev.Payload == nil {
+		raw, err := json.Marshal(b.payload)
+		if err != nil && b.ev.err == nil {
+			b.ev.err = fmt.Errorf("%w: payload: %v", ErrInvalidEvent, err)
+		}
+		b.ev.Payload = raw
+	}
+	return b.ev
+}
+
+// SessionCreated creates a session (it must be the session's first event).
+func SessionCreated(sessionID string, opts ...CreateOption) Event {
+	b := builder{ev: Event{SessionID: sessionID, Type: TypeSessionCreated}}
+	for _, o := range opts {
+		o.applyCreate(&b)
+	}
+	return b.finish()
+}
+
+// SessionInitializing moves a CREATED session to INITIALIZING.
+func SessionInitializing(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeSessionInitializing, nil, opts)
+}
+
+// SessionStarted moves a session to ACTIVE.
+func SessionStarted(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeSessionStarted, nil, opts)
+}
+
+// SessionPaused pauses an ACTIVE session.
+func SessionPaused(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeSessionPaused, nil, opts)
+}
+
+// SessionResumed resumes a PAUSED session.
+func SessionResumed(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeSessionResumed, nil, opts)
+}
+
+// ApprovalRequested moves an ACTIVE session to AWAITING_APPROVAL.
+func ApprovalRequested(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeApprovalRequested, nil, opts)
+}
+
+// ApprovalGranted returns a session awaiting approval to ACTIVE.
+func ApprovalGranted(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeApprovalGranted, nil, opts)
+}
+
+// ApprovalDenied returns a session awaiting approval to ACTIVE.
+func ApprovalDenied(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeApprovalDenied, nil, opts)
+}
+
+// CancellationRequested moves a session to CANCELLING with a reason (at
+// most 1 KiB) and a mode ("" leaves it to the service: graceful).
+func CancellationRequested(sessionID, reason string, mode CancelMode, opts ...EventOption) Event {
+	p := map[string]any{}
+	if reason != "" {
+		p["reason"] = reason
+	}
+	if mode != "" {
+		p["mode"] = string(mode)
+	}
+	return build(sessionID, TypeCancellationRequested, p, opts)
+}
+
+// SessionCancelled ends a CANCELLING session.
+func SessionCancelled(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeSessionCancelled, nil, opts)
+}
+
+// SessionCompleted ends an ACTIVE session.
+func SessionCompleted(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeSessionCompleted, nil, opts)
+}
+
+// SessionFailed ends a session as FAILED with a reason (at most 1 KiB).
+func SessionFailed(sessionID, reason string, opts ...EventOption) Event {
+	var p map[string]any
+	if reason != "" {
+		p = map[string]any{"reason": reason}
+	}
+	return build(sessionID, TypeSessionFailed, p, opts)
+}
+
+// RecoveryStarted moves a session to RECOVERING.
+func RecoveryStarted(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeRecoveryStarted, nil, opts)
+}
+
+// RecoveryCompleted returns a RECOVERING session to the state it came from.
+func RecoveryCompleted(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeRecoveryCompleted, nil, opts)
+}
+
+// TimeoutExpired is a client's own timer firing, with the semantics of the
+// system's (DESIGN §10.2): superseded, not applied, unless the session is
+// still at armedVersion.
+func TimeoutExpired(sessionID string, kind TimeoutKind, armedVersion uint64, deadline time.Time, opts ...EventOption) Event {
+	p := map[string]any{"timeout": string(kind), "armedVersion": armedVersion, "deadline": deadline.UTC().Format(time.RFC3339Nano)}
+	return build(sessionID, TypeTimeoutExpired, p, opts)
+}
+
+// ModelRequested counts a model turn (ACTIVE only).
+func ModelRequested(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeModelRequested, nil, opts)
+}
+
+// ToolRequested counts a tool call (ACTIVE only).
+func ToolRequested(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeToolRequested, nil, opts)
+}
+
+// ToolCompleted reports a tool call's end; ok false counts a tool failure.
+func ToolCompleted(sessionID string, ok bool, opts ...EventOption) Event {
+	return build(sessionID, TypeToolCompleted, map[string]any{"ok": ok}, opts)
+}
+
+// RepairStarted counts a repair cycle (ACTIVE only).
+func RepairStarted(sessionID string, opts ...EventOption) Event {
+	return build(sessionID, TypeRepairStarted, nil, opts)
+}
+
+// Custom is a custom event x.<vendor>.<Name> (DESIGN §10.6): applied in any
+// non-terminal state without changing it. payload is encoded as JSON (nil
+// for none); the snapshot's annotations keep it when at most 1 KiB.
+func Custom(sessionID, typ string, payload any, opts ...EventOption) Event {
+	b := builder{ev: Event{SessionID: sessionID, Type: typ}}
+	if payload != nil {
+		raw, err := json.Marshal(payload)
+		if err != nil {
+			b.ev.err = fmt.Errorf("%w: payload: %v", ErrInvalidEvent, err)
+		}
+		b.ev.Payload = raw
+	}
+	for _, o := range opts {
+		o(&b)
+	}
+	return b.finish()
+}

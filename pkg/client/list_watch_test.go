@@ -1,0 +1,229 @@
+package client_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/pkg/client"
+	"github.com/correx/sessions/pkg/feed"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestGetNotFound(t *testing.T) {
+	st := startStack(t, 2)
+	c := newClient(t, st, nil)
+	_, err := c.Get(ctxFor(t, 30*time.Second), "no:such")
+	var se *client.StatusError
+	if !errors.Is(err, client.ErrNotFound) || !errors.As(err, &se) || se.Status != 404 {
+		t.Fatalf("err = %v, want ErrNotFound from a 404", err)
+	}
+}
+
+// TestListPages lists 25 sessions 10 at a time, with a label filter and
+// without.
+func TestListPages(t *testing.T) {
+	st := startStack(t, 2)
+	c := newClient(t, st, nil)
+	ctx := ctxFor(t, 60*time.Second)
+	var evs []client.Event
+	for i := range 25 {
+		team := "a"
+		if i%5 == 0 {
+			team = "b"
+		}
+		evs = append(evs, client.SessionCreated(fmt.Sprintf("list:%02d", i), client.Labels(map[string]string{"team": team})))
+	}
+	if _, err := c.SendAndWait(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	pages := 0
+	for p, err := range c.List(ctx, client.ListOptions{Prefix: "list:", Limit: 10}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, s := range p.Sessions {
+			if seen[s.SessionID] {
+				t.Errorf("%s listed twice", s.SessionID)
+			}
+			seen[s.SessionID] = true
+		}
+	}
+	if len(seen) != 25 || pages < 3 {
+		t.Errorf("%d sessions in %d pages, want 25 in at least 3", len(seen), pages)
+	}
+	var b []string
+	for p, err := range c.List(ctx, client.ListOptions{Prefix: "list:", Labels: map[string]string{"team": "b"}, State: "CREATED"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range p.Sessions {
+			b = append(b, s.SessionID)
+		}
+	}
+	if len(b) != 5 {
+		t.Errorf("team b: %v, want 5 sessions", b)
+	}
+	// stopping early stops listing
+	n := 0
+	for range c.List(ctx, client.ListOptions{Prefix: "list:", Limit: 5}) {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Errorf("%d pages after break, want 1", n)
+	}
+}
+
+// cutter is an http.RoundTripper that ends the body of every watch stream
+// after its first change, as a dropped connection would.
+type cutter struct {
+	base    http.RoundTripper
+	streams atomic.Int32
+	resumed atomic.Int32 // streams that carried Last-Event-ID
+}
+
+func (c *cutter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.URL.Path, "/v1/watch") || resp.StatusCode != 200 {
+		return resp, err
+	}
+	c.streams.Add(1)
+	if req.Header.Get("Last-Event-ID") != "" {
+		c.resumed.Add(1)
+	}
+	resp.Body = &cutBody{rc: resp.Body}
+	return resp, nil
+}
+
+// cutBody passes bytes through until it has passed one complete change
+// event, then reports the connection as reset.
+type cutBody struct {
+	rc   io.ReadCloser
+	seen []byte
+	done bool
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, errors.New("connection reset by peer (injected)")
+	}
+	n, err := b.rc.Read(p)
+	b.seen = append(b.seen, p[:n]...)
+	if i := bytes.Index(b.seen, []byte("event: change")); i >= 0 {
+		if j := bytes.Index(b.seen[i:], []byte("\n\n")); j >= 0 {
+			end := i + j + 2
+			passed := len(b.seen) - n
+			b.done = true
+			return max(0, end-passed), nil
+		}
+	}
+	return n, err
+}
+
+func (b *cutBody) Close() error { return b.rc.Close() }
+
+// TestWatchResumes cuts the stream after every change; the watch resumes
+// with its last cursor and delivers each change once, in order. The
+// projector on this branch does not write the change feed, so the test
+// writes the records itself, as the projector would: the query service's
+// watch reads them from Kafka.
+func TestWatchResumes(t *testing.T) {
+	st := startStack(t, 2)
+	ctx := ctxFor(t, 60*time.Second)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(st.Brokers...), kgo.DefaultProduceTopic(feed.Topic(st.Topic)),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	if _, err := kadm.NewClient(prod).CreateTopic(ctx, 2, 1, nil, feed.Topic(st.Topic)); err != nil {
+		t.Fatal(err)
+	}
+
+	cut := &cutter{base: http.DefaultTransport}
+	c := newClient(t, st, cut)
+	type got struct {
+		ch  client.Change
+		err error
+	}
+	changes := make(chan got, 64)
+	go func() {
+		defer close(changes)
+		for ch, err := range c.Watch(ctx, client.WatchOptions{Prefix: "watch:"}) {
+			changes <- got{ch, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// A watch without a cursor starts at the end: write once it is open
+	// (the watch answers 503 until the query service reads the feed, and
+	// the client retries).
+	for cut.streams.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the watch did not open")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	const n = 10
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("watch:%d", i%3)
+		ch := feed.Change{SessionID: id, Version: uint64(i + 1), Position: feed.Position{Partition: int32(i % 2), Offset: int64(i)},
+			EventID: fmt.Sprintf("ev-%d", i), Type: "SessionStarted", OccurredAt: time.Now().UTC(), Outcome: feed.Applied, From: "CREATED", To: "ACTIVE"}
+		want = append(want, ch.EventID)
+		rec := &kgo.Record{Key: []byte(id), Value: ch.AppendJSON(nil), Partition: int32(i % 2)}
+		if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recv []string
+	perPartition := map[int32][]string{}
+	for len(recv) < n {
+		select {
+		case g := <-changes:
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			if g.ch.Cursor == "" {
+				t.Errorf("change %s without a cursor", g.ch.EventID)
+			}
+			recv = append(recv, g.ch.EventID)
+			perPartition[g.ch.Position.Partition] = append(perPartition[g.ch.Position.Partition], g.ch.EventID)
+		case <-ctx.Done():
+			t.Fatalf("received %v, want %d changes", recv, n)
+		}
+	}
+	slices.Sort(recv)
+	sorted := slices.Clone(want)
+	slices.Sort(sorted)
+	if !slices.Equal(recv, sorted) {
+		t.Errorf("received %v, want each of %v once", recv, want)
+	}
+	for p, ids := range perPartition {
+		var w []string
+		for i, id := range want {
+			if int32(i%2) == p {
+				w = append(w, id)
+			}
+		}
+		if !slices.Equal(ids, w) {
+			t.Errorf("partition %d: order %v, want %v", p, ids, w)
+		}
+	}
+	if r := cut.resumed.Load(); r < n-1 {
+		t.Errorf("%d streams resumed with Last-Event-ID, want at least %d (one after each cut but the last)", r, n-1)
+	}
+	t.Logf("%d changes over %d streams (%d resumed with Last-Event-ID)", n, cut.streams.Load(), cut.resumed.Load())
+}

@@ -1,0 +1,293 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/correx/sessions/pkg/feed"
+)
+
+// Limits of one ingest request (DESIGN §6); Send and the Batcher split
+// larger inputs.
+const (
+	MaxRequestEvents = 1000
+	MaxRequestBytes  = 1 << 20
+)
+
+// bodyOverhead is the bytes of {"events":[ and ]} around the events.
+const bodyOverhead = len(`{"events":[]}`)
+
+// Position is where an event sits in the events topic: a partition and an
+// offset. Its String form "P:O" is the query API's minPosition.
+type Position = feed.Position
+
+// Accepted is where ingest wrote one event.
+type Accepted struct {
+	EventID   string `json:"eventId"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// Position returns the event's position.
+func (a Accepted) Position() Position { return Position{Partition: a.Partition, Offset: a.Offset} }
+
+// Result is what Send confirmed: Accepted[i] is where events[i] was written,
+// or the zero Accepted (EventID "") when it was not confirmed.
+type Result struct {
+	Accepted []Accepted
+}
+
+// item is one encoded event and its index in the caller's call.
+type item struct {
+	idx int
+	id  string
+	raw []byte
+}
+
+func encode(i int, e *Event) (item, error) {
+	if e.err != nil {
+		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "event", Message: e.err.Error()}}}
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "payload", Message: err.Error()}}}
+	}
+	return item{idx: i, id: e.ID, raw: raw}, nil
+}
+
+// Send writes events to ingest and returns where each was written. Events
+// are sent in the order given, in requests of at most MaxRequestEvents
+// events and MaxRequestBytes bytes, one request at a time, so the events of
+// one session keep their order.
+//
+// A request answered 429, 502, 503 or 504, or lost to a transport error
+// (refused, reset or dropped connection, a timed-out attempt), is retried
+// with the policy of the Retry option. A 503 lists the events Kafka
+// confirmed: the retry resends exactly the others, with the same ids; after
+// a transport error the whole request is resent, since it may have been
+// written. Either way a resent event that had been written is counted by
+// the fold as a duplicate, so retries never double an effect (within the
+// duplicate window: a session's next 128 events).
+//
+// Errors: a *ValidationError (400, or an event that could not be encoded)
+// names each refused event by its index in events; nothing of its request
+// was written, and the requests before it were. A *SendError says retries
+// ran out; the Result then holds what was confirmed. Other refusals are a
+// *StatusError (401, 403, 413, 415).
+func (c *Client) Send(ctx context.Context, events ...Event) (Result, error) {
+	res := Result{Accepted: make([]Accepted, len(events))}
+	items := make([]item, len(events))
+	for i := range events {
+		it, err := encode(i, &events[i])
+		if err != nil {
+			return res, err
+		}
+		items[i] = it
+	}
+	for len(items) > 0 {
+		n, size := 0, bodyOverhead
+		for n < len(items) && n < MaxRequestEvents {
+			add := len(items[n].raw)
+			if n > 0 {
+				add++ // comma
+			}
+			if n > 0 && size+add > MaxRequestBytes {
+				break
+			}
+			size += add
+			n++
+		}
+		if err := c.sendBatch(ctx, items[:n], res.Accepted); err != nil {
+			return res, err
+		}
+		items = items[n:]
+	}
+	return res, nil
+}
+
+// sendBatch sends one request's worth of events with retries, filling
+// out[item.idx] for each confirmed event.
+func (c *Client) sendBatch(ctx context.Context, items []item, out []Accepted) error {
+	remaining := items
+	var buf bytes.Buffer
+	for attempt := 1; ; attempt++ {
+		acc, err := c.post(ctx, &buf, remaining)
+		if len(acc) > 0 {
+			byID := make(map[string]Accepted, len(acc))
+			for _, a := range acc {
+				byID[a.EventID] = a
+			}
+			left := remaining[:0:0]
+			for _, it := range remaining {
+				if a, ok := byID[it.id]; ok {
+					out[it.idx] = a
+				} else {
+					left = append(left, it)
+				}
+			}
+			remaining = left
+		}
+		if err == nil || len(remaining) == 0 {
+			return nil
+		}
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			for i := range ve.Problems {
+				p := &ve.Problems[i]
+				if p.Index >= 0 && p.Index < len(remaining) {
+					p.EventID = remaining[p.Index].id
+					p.Index = remaining[p.Index].idx
+				}
+			}
+			return ve
+		}
+		var se *StatusError
+		isStatus := errors.As(err, &se)
+		if isStatus && !se.Temporary() {
+			return se // refused (401, 403, 413, 415, ...): sending again cannot help
+		}
+		if (!isStatus && ctx.Err() != nil) || attempt >= c.retry.attempts {
+			return &SendError{Attempts: attempt, Unconfirmed: ids(remaining), Err: err}
+		}
+		var after time.Duration
+		if se != nil {
+			after = se.RetryAfter
+		}
+		if werr := sleep(ctx, c.retry.backoff(attempt, after)); werr != nil {
+			return &SendError{Attempts: attempt, Unconfirmed: ids(remaining), Err: errors.Join(err, werr)}
+		}
+	}
+}
+
+func ids(items []item) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.id
+	}
+	return out
+}
+
+// backoff is the wait before attempt+1: exponential from min, capped at max,
+// jittered into [d/2, d], and at least the server's Retry-After.
+func (r retryPolicy) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	d := r.min
+	for i := 1; i < attempt && d < r.max; i++ {
+		d *= 2
+	}
+	d = min(d, r.max)
+	d = d/2 + rand.N(d/2+1)
+	return max(d, retryAfter)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// problem is the members of a problem+json answer the client reads.
+type problem struct {
+	Type     string         `json:"type"`
+	Title    string         `json:"title"`
+	Status   int            `json:"status"`
+	Detail   string         `json:"detail"`
+	Errors   []FieldProblem `json:"errors"`
+	Accepted []Accepted     `json:"accepted"`
+}
+
+type ingestAnswer struct {
+	Accepted []Accepted `json:"accepted"`
+	Position string     `json:"position"`
+}
+
+// maxAnswerBytes bounds what the client reads of an answer: a 202 for 1000
+// events is about 80 KB.
+const maxAnswerBytes = 4 << 20
+
+// post sends one request. It returns the events confirmed (all of them on
+// 202; the 503 body's accepted list otherwise) and an error for anything
+// but 202.
+func (c *Client) post(ctx context.Context, buf *bytes.Buffer, items []item) ([]Accepted, error) {
+	buf.Reset()
+	buf.WriteString(`{"events":[`)
+	for i, it := range items {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(it.raw)
+	}
+	buf.WriteString(`]}`)
+	actx, cancel := context.WithTimeout(ctx, c.retry.reqTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.ingest.String(), bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		return nil, fmt.Errorf("client: send: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	c.setHeaders(req)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: send: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		// The request may have been written; the caller resends it all.
+		return nil, fmt.Errorf("client: send: reading the answer: %w", err)
+	}
+	if resp.StatusCode == http.StatusAccepted {
+		var ans ingestAnswer
+		if err := json.Unmarshal(body, &ans); err != nil {
+			return nil, fmt.Errorf("client: send: decoding the answer: %w", err)
+		}
+		return ans.Accepted, nil
+	}
+	p, se := statusError("send", resp, body)
+	if resp.StatusCode == http.StatusBadRequest && len(p.Errors) > 0 {
+		return nil, &ValidationError{Op: "send", Detail: p.Detail, Problems: p.Errors}
+	}
+	return p.Accepted, se
+}
+
+// statusError reads a non-success answer.
+func statusError(op string, resp *http.Response, body []byte) (problem, *StatusError) {
+	var p problem
+	_ = json.Unmarshal(body, &p) // not every answer is problem+json (a proxy's 502)
+	se := &StatusError{Op: op, Status: resp.StatusCode, Type: p.Type, Title: p.Title, Detail: p.Detail,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		se.err = ErrNotFound
+	case http.StatusGone:
+		se.err = ErrCursorExpired
+	}
+	return p, se
+}
+
+// parseRetryAfter reads seconds or an HTTP date; at most a minute, so that
+// a wrong header cannot stall a client for long.
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		d = time.Duration(s) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = time.Until(t)
+	}
+	return min(max(d, 0), time.Minute)
+}

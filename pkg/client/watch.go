@@ -1,0 +1,177 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/correx/sessions/pkg/feed"
+)
+
+// WatchOptions filter a watch; every filter set must hold.
+type WatchOptions struct {
+	State  string            // the change's "to" state
+	Prefix string            // session ids that start with it (within the token's prefix)
+	Labels map[string]string // every pair among the change's labels
+	Parent string            // the change's parentSessionId
+	// Cursor resumes after a change already received (its Change.Cursor);
+	// empty starts at the end: only changes from now on.
+	Cursor string
+}
+
+// Change is one change record of the watch stream (pkg/feed.Change) and the
+// cursor that resumes right after it.
+type Change struct {
+	feed.Change
+	// Cursor resumes the watch after this change (WatchOptions.Cursor).
+	// Store it with what you derived from the change to resume exactly
+	// there after a restart.
+	Cursor string
+}
+
+// maxSSELine bounds one line of the stream: a change record is a few KB.
+const maxSSELine = 1 << 20
+
+// Watch streams the change feed (GET /v1/watch, Server-Sent Events) as an
+// iterator. When the connection drops, or the service ends the stream
+// (shutdown, a client that fell behind), Watch reconnects with the last
+// cursor received (Last-Event-ID), so the changes continue with none
+// missed and none repeated; it retries with the Retry option's backoff and
+// yields an error once attempts in a row have failed. A cursor older than
+// the feed's retention yields an error matching ErrCursorExpired. Errors end
+// the iteration; so do the context and a break out of the range loop.
+//
+// The feed itself is at least once across projector crashes: a replayed
+// change repeats byte for byte, so drop repeats by Change.Key() if it
+// matters.
+func (c *Client) Watch(ctx context.Context, o WatchOptions) iter.Seq2[Change, error] {
+	return func(yield func(Change, error) bool) {
+		cursor := o.Cursor
+		failures := 0
+		for {
+			got, err := c.watchOnce(ctx, o, &cursor, yield)
+			if err == errStop || ctx.Err() != nil {
+				return
+			}
+			if got {
+				failures = 0
+			}
+			var se *StatusError
+			if errors.As(err, &se) && !se.Temporary() {
+				yield(Change{}, err)
+				return
+			}
+			failures++
+			if failures >= c.retry.attempts {
+				if err == nil {
+					err = errors.New("client: watch: the stream kept ending")
+				}
+				yield(Change{}, err)
+				return
+			}
+			var after = se.retryAfter()
+			if sleep(ctx, c.retry.backoff(failures, after)) != nil {
+				return
+			}
+		}
+	}
+}
+
+func (e *StatusError) retryAfter() (d time.Duration) {
+	if e != nil {
+		d = e.RetryAfter
+	}
+	return d
+}
+
+var errStop = errors.New("stop")
+
+// watchOnce runs one connection; it reports whether it delivered a change
+// and why it ended (errStop when the consumer stopped).
+func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, yield func(Change, error) bool) (bool, error) {
+	q := url.Values{}
+	if o.State != "" {
+		q.Set("state", o.State)
+	}
+	if o.Prefix != "" {
+		q.Set("prefix", o.Prefix)
+	}
+	for k, v := range o.Labels {
+		q.Add("label", k+"="+v)
+	}
+	if o.Parent != "" {
+		q.Set("parent", o.Parent)
+	}
+	u := c.query.JoinPath("v1", "watch")
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false, fmt.Errorf("client: watch: %w", err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if *cursor != "" {
+		req.Header.Set("Last-Event-ID", *cursor)
+	}
+	c.setHeaders(req)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("client: watch: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		_, se := statusError("watch", resp, body)
+		return false, se
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
+	var event, id string
+	var data []byte
+	got := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 { // dispatch
+			if event == "change" && len(data) > 0 {
+				var ch Change
+				if err := feed.Decode(data, &ch.Change); err != nil {
+					return got, fmt.Errorf("client: watch: %w", err)
+				}
+				ch.Cursor = id
+				*cursor = id
+				got = true
+				if !yield(ch, nil) {
+					return got, errStop
+				}
+			}
+			event, data = "", data[:0]
+			continue
+		}
+		if line[0] == ':' {
+			continue // a comment: heartbeat
+		}
+		field, value, _ := bytes.Cut(line, []byte{':'})
+		value = bytes.TrimPrefix(value, []byte{' '})
+		switch string(field) {
+		case "event":
+			event = string(value)
+		case "id":
+			id = string(value)
+		case "data":
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return got, fmt.Errorf("client: watch: %w", err)
+	}
+	return got, io.ErrUnexpectedEOF
+}
