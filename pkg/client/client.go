@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Client talks to the ingest and query services. It is safe for concurrent
@@ -30,6 +31,7 @@ type settings struct {
 	token               string
 	retry               retryPolicy
 	tracing             bool
+	propagators         propagation.TextMapPropagator
 	userAgent           string
 }
 
@@ -86,8 +88,15 @@ func RequestTimeout(d time.Duration) Option { return func(s *settings) { s.retry
 
 // WithoutTracing leaves the transport unwrapped (default: wrapped with
 // otelhttp, so that each request is a client span of the global
-// TracerProvider and carries the caller's trace context in traceparent).
+// TracerProvider and carries the caller's trace context, see Propagators).
 func WithoutTracing() Option { return func(s *settings) { s.tracing = false } }
+
+// Propagators sets how the trace context is written into each request's
+// headers (default: W3C traceparent and baggage, which the services read,
+// whatever the process's global propagator is).
+func Propagators(p propagation.TextMapPropagator) Option {
+	return func(s *settings) { s.propagators = p }
+}
 
 // UserAgent sets the User-Agent header (default "correx-sessions-go").
 func UserAgent(ua string) Option { return func(s *settings) { s.userAgent = ua } }
@@ -95,11 +104,12 @@ func UserAgent(ua string) Option { return func(s *settings) { s.userAgent = ua }
 // New returns a Client. It does no I/O; errors name every bad option at once.
 func New(opts ...Option) (*Client, error) {
 	s := settings{
-		ingestURL: "http://127.0.0.1:8081",
-		queryURL:  "http://127.0.0.1:8082",
-		retry:     retryPolicy{attempts: 10, min: 100 * time.Millisecond, max: 5 * time.Second, reqTimeout: 30 * time.Second},
-		tracing:   true,
-		userAgent: "correx-sessions-go",
+		ingestURL:   "http://127.0.0.1:8081",
+		queryURL:    "http://127.0.0.1:8082",
+		retry:       retryPolicy{attempts: 10, min: 100 * time.Millisecond, max: 5 * time.Second, reqTimeout: 30 * time.Second},
+		tracing:     true,
+		propagators: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		userAgent:   "correx-sessions-go",
 	}
 	for _, o := range opts {
 		o(&s)
@@ -147,7 +157,7 @@ func New(opts ...Option) (*Client, error) {
 		if base == nil {
 			base = http.DefaultTransport
 		}
-		hc.Transport = otelhttp.NewTransport(base)
+		hc.Transport = otelhttp.NewTransport(base, otelhttp.WithPropagators(s.propagators))
 	}
 	ingest = ingest.JoinPath("v1", "events")
 	return &Client{ingest: ingest, query: query, http: hc, token: s.token, retry: s.retry, ua: s.userAgent}, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestGetNotFound(t *testing.T) {
@@ -226,4 +227,42 @@ func TestWatchResumes(t *testing.T) {
 		t.Errorf("%d streams resumed with Last-Event-ID, want at least %d (one after each cut but the last)", r, n-1)
 	}
 	t.Logf("%d changes over %d streams (%d resumed with Last-Event-ID)", n, cut.streams.Load(), cut.resumed.Load())
+}
+
+// headerSpy records the headers of the requests it passes on.
+type headerSpy struct {
+	base http.RoundTripper
+	last atomic.Pointer[http.Header]
+}
+
+func (h *headerSpy) RoundTrip(req *http.Request) (*http.Response, error) {
+	hd := req.Header.Clone()
+	h.last.Store(&hd)
+	return h.base.RoundTrip(req)
+}
+
+// TestTokenAndTraceContext checks that requests carry the bearer token and
+// the caller's trace context.
+func TestTokenAndTraceContext(t *testing.T) {
+	st := startStack(t, 2)
+	spy := &headerSpy{base: http.DefaultTransport}
+	c, err := client.New(client.IngestURL(st.IngestURL), client.QueryURL(st.QueryURL),
+		client.Token("cx_secret"), client.HTTPClient(&http.Client{Transport: spy}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(ctxFor(t, 30*time.Second),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	if _, err := c.Send(ctx, client.SessionCreated("trace:1")); err != nil {
+		t.Fatal(err)
+	}
+	h := *spy.last.Load()
+	if got := h.Get("Authorization"); got != "Bearer cx_secret" {
+		t.Errorf("Authorization %q", got)
+	}
+	if got := h.Get("traceparent"); !strings.Contains(got, tid.String()) {
+		t.Errorf("traceparent %q does not carry the caller's trace %s", got, tid)
+	}
 }

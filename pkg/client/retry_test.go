@@ -1,0 +1,61 @@
+package client
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBackoff restates the policy: exponential from the minimum, capped,
+// jittered into [d/2, d], never below Retry-After.
+func TestBackoff(t *testing.T) {
+	r := retryPolicy{attempts: 10, min: 100 * time.Millisecond, max: time.Second}
+	for _, c := range []struct {
+		attempt    int
+		retryAfter time.Duration
+		lo, hi     time.Duration
+	}{
+		{1, 0, 50 * time.Millisecond, 100 * time.Millisecond},
+		{2, 0, 100 * time.Millisecond, 200 * time.Millisecond},
+		{4, 0, 400 * time.Millisecond, 800 * time.Millisecond},
+		{9, 0, 500 * time.Millisecond, time.Second},
+		{1, 3 * time.Second, 3 * time.Second, 3 * time.Second},
+	} {
+		for range 100 {
+			if d := r.backoff(c.attempt, c.retryAfter); d < c.lo || d > c.hi {
+				t.Fatalf("backoff(%d, %v) = %v, want in [%v, %v]", c.attempt, c.retryAfter, d, c.lo, c.hi)
+			}
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+	}{{"", 0}, {"2", 2 * time.Second}, {"-1", 0}, {"x", 0}, {"100000", time.Minute}} {
+		if got := parseRetryAfter(c.in); got != c.want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	if got := parseRetryAfter(time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)); got < 28*time.Second || got > 30*time.Second {
+		t.Errorf("an HTTP date 30s ahead: %v", got)
+	}
+}
+
+// TestNewReportsEveryProblem checks that New names each bad option at once.
+func TestNewReportsEveryProblem(t *testing.T) {
+	_, err := New(IngestURL("ftp://x"), QueryURL("nohost"), Retry(0, 0, 0), RequestTimeout(-1))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"IngestURL", "QueryURL", "attempts", "minBackoff", "RequestTimeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if _, err := New(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
