@@ -1,7 +1,7 @@
 // Command loadgen drives a realistic workload against a running ingest
 // service and, with -verify, checks every session's final snapshot through
 // the query service against its own fold of what ingest accepted. It exits
-// non-zero when a snapshot differs.
+// non-zero when a snapshot differs. It sends and reads through pkg/client.
 package main
 
 import (
@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "sent %d events in %d requests in %v (%.0f events/s), %d resent after 503\n",
+	fmt.Fprintf(stdout, "sent %d events in %d requests in %v (%.0f events/s), %d resent after a 503 or a dropped connection\n",
 		rep.Events, rep.Requests, rep.Elapsed.Round(time.Millisecond), rep.EventsPerSecond(), rep.Retries)
 	if c.Verify {
 		fmt.Fprintf(stdout, "verified %d of %d sessions\n", rep.Verified, rep.Sessions)

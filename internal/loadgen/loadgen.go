@@ -8,12 +8,12 @@
 package loadgen
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/workload"
+	"github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -35,9 +36,9 @@ type Config struct {
 	InvalidShare        float64 // share of lifecycle-invalid events mixed in
 	DuplicateShare      float64 // share of events resent with the same eventId
 	Seed                uint64
-	Prefix              string // session id prefix (default "lg")
-	Verify              bool   // compare every final snapshot with the reference fold
-	Client              *http.Client
+	Prefix              string       // session id prefix (default "lg")
+	Verify              bool         // compare every final snapshot with the reference fold
+	Client              *http.Client // default: the client's (pkg/client)
 	// Start is the occurredAt of the first event (default now).
 	Start time.Time
 	// Progress, when set, is called after every accepted request.
@@ -53,7 +54,7 @@ type Report struct {
 	Sessions   int
 	Events     int           // events accepted by ingest (resends after a 503 included)
 	Requests   int           // requests answered 202
-	Retries    int           // requests resent after a 503 or a transport error
+	Retries    int           // requests resent after a 503 or a transport error (by the client)
 	Rejected   int           // requests answered 4xx (a bug: the generator sends valid envelopes)
 	Elapsed    time.Duration // sending time
 	Verified   int           // sessions whose snapshot equals the reference
@@ -104,8 +105,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "lg"
 	}
-	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 30 * time.Second}
+	opts := []client.Option{client.IngestURL(cfg.IngestURL), client.QueryURL(cfg.QueryURL), client.Token(cfg.Token),
+		// retry until ctx ends: a broker restart under load is a scenario
+		client.Retry(math.MaxInt32, 100*time.Millisecond, 2*time.Second)}
+	if cfg.Client != nil {
+		opts = append(opts, client.HTTPClient(cfg.Client))
+	}
+	c, err := client.New(opts...)
+	if err != nil {
+		return Report{}, fmt.Errorf("loadgen: %w", err)
 	}
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Now().UTC()
@@ -137,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wk := worker{cfg: cfg, owner: owner, events: &events, requests: &requests, retries: &retries, rejected: &rejected}
+			wk := worker{cfg: cfg, c: c, owner: owner, events: &events, requests: &requests, retries: &retries, rejected: &rejected}
 			if err := wk.send(ctx, stream); err != nil {
 				errc <- err
 			}
@@ -166,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	if cfg.Verify {
-		verify(ctx, cfg, all, &rep)
+		verify(ctx, c, all, &rep)
 	}
 	return rep, nil
 }
@@ -181,6 +189,7 @@ func eventsOf(ss []*session) [][]fsm.Event {
 
 type worker struct {
 	cfg                                 Config
+	c                                   *client.Client
 	owner                               map[string]*session
 	events, requests, retries, rejected *atomic.Int64
 }
@@ -211,88 +220,62 @@ func (wk *worker) send(ctx context.Context, stream []fsm.Event) error {
 	return nil
 }
 
-type ingestAnswer struct {
-	Accepted []struct {
-		EventID   string `json:"eventId"`
-		Partition int32  `json:"partition"`
-		Offset    int64  `json:"offset"`
-	} `json:"accepted"`
+// clientEvent is e as the client sends it: the same id, so that the
+// client's resends are duplicates to the fold.
+func clientEvent(e *fsm.Event) client.Event {
+	ce := client.Event{ID: e.ID.String(), SessionID: e.SessionID, Type: e.TypeName(), OccurredAt: e.OccurredAt,
+		CorrelationID: e.CorrelationID}
+	if e.HasExpectedVersion {
+		v := e.ExpectedVersion
+		ce.ExpectedVersion = &v
+	}
+	if len(e.Payload) > 0 {
+		ce.Payload = json.RawMessage(e.Payload)
+	}
+	return ce
 }
 
-// post sends one batch until Kafka has taken all of it, resending the whole
-// batch after a 503 (safe: resent ids are duplicates to the fold).
+// post sends one batch in one request until Kafka has taken all of it; the
+// client retries, and after a 503 resends exactly the unconfirmed events.
 func (wk *worker) post(ctx context.Context, batch []fsm.Event) error {
-	var body []byte
-	ct := "application/json"
-	if len(batch) == 1 {
-		body = fsm.AppendRecord(nil, &batch[0])
-	} else {
-		ct = "application/x-ndjson"
-		for i := range batch {
-			body = fsm.AppendRecord(body, &batch[i])
-			body = append(body, '\n')
-		}
+	evs := make([]client.Event, len(batch))
+	for i := range batch {
+		evs[i] = clientEvent(&batch[i])
 	}
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, wk.cfg.IngestURL+"/v1/events", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", ct)
-		setToken(req, wk.cfg.Token)
-		resp, err := wk.cfg.Client.Do(req)
-		if err != nil {
-			wk.retries.Add(1)
-			wk.markResent(batch)
-			time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, 2*time.Second))
-			continue
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var ans ingestAnswer
-		_ = json.Unmarshal(raw, &ans)
-		switch {
-		case resp.StatusCode == http.StatusAccepted:
-			wk.record(batch, ans)
-			wk.requests.Add(1)
-			wk.events.Add(int64(len(batch)))
-			if wk.cfg.Progress != nil {
-				wk.cfg.Progress(len(batch))
-			}
-			return nil
-		case resp.StatusCode == http.StatusTooManyRequests: // nothing was written
-			time.Sleep(retryAfter(resp, 200*time.Millisecond))
-		case resp.StatusCode == http.StatusServiceUnavailable:
-			wk.record(batch, ans) // what was written before the failure
-			wk.retries.Add(1)
-			wk.markResent(batch)
-			time.Sleep(retryAfter(resp, time.Second))
-		default:
+	res, err := wk.c.Send(ctx, evs...)
+	wk.record(batch, res)
+	if res.Resent > 0 {
+		wk.retries.Add(int64(res.Resent))
+		wk.markResent(batch)
+	}
+	if err != nil {
+		var ve *client.ValidationError
+		var se *client.StatusError
+		if errors.As(err, &ve) || errors.As(err, &se) {
 			wk.rejected.Add(1)
-			return fmt.Errorf("ingest answered %d: %s", resp.StatusCode, raw)
 		}
+		return err
 	}
+	wk.requests.Add(1)
+	wk.events.Add(int64(len(batch)))
+	if wk.cfg.Progress != nil {
+		wk.cfg.Progress(len(batch))
+	}
+	return nil
 }
 
-// record appends the accepted events to their sessions' written logs.
-func (wk *worker) record(batch []fsm.Event, ans ingestAnswer) {
-	byID := map[string]int{}
-	for i := range batch {
-		byID[batch[i].ID.String()] = i
-	}
-	// Duplicates within a batch share an id; walk the batch in order and
-	// consume answers in order, which is how ingest reports them.
-	for _, a := range ans.Accepted {
-		i, ok := byID[a.EventID]
-		if !ok {
+// record appends the accepted events to their sessions' written logs, in
+// the batch's order (a session's events keep their order within it).
+func (wk *worker) record(batch []fsm.Event, res client.Result) {
+	for i, a := range res.Accepted {
+		if a.EventID == "" {
 			continue
 		}
 		s := wk.owner[batch[i].SessionID]
 		s.written = append(s.written, batch[i])
-		s.last, s.hasLast = snapshot.Position{Partition: a.Partition, Offset: a.Offset}, true
+		if p := (snapshot.Position{Partition: a.Partition, Offset: a.Offset}); !s.hasLast || s.last.Offset < p.Offset {
+			s.last, s.hasLast = p, true
+		}
 	}
 }
 
@@ -304,7 +287,7 @@ func (wk *worker) markResent(batch []fsm.Event) {
 
 // verify reads every session once the projector has folded its last event
 // and compares it with the reference fold of what Kafka accepted.
-func verify(ctx context.Context, cfg Config, all []*session, rep *Report) {
+func verify(ctx context.Context, c *client.Client, all []*session, rep *Report) {
 	var mu sync.Mutex
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
@@ -316,7 +299,7 @@ func verify(ctx context.Context, cfg Config, all []*session, rep *Report) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			msg := check(ctx, cfg, s)
+			msg := check(ctx, c, s)
 			mu.Lock()
 			defer mu.Unlock()
 			if msg == "" {
@@ -339,45 +322,19 @@ func Expected(events []fsm.Event) fsm.Session {
 	return s
 }
 
-type served struct {
-	State   string `json:"state"`
-	Version uint64 `json:"version"`
-	Digest  string `json:"digest"`
-	// Counters holds numbers, and objects such as counters.custom (by
-	// type); only the numbers are compared.
-	Counters map[string]json.RawMessage `json:"counters"`
-}
+// waitRounds bounds the waiting reads of one check: each waits up to 10 s.
+const waitRounds = 6
 
-func check(ctx context.Context, cfg Config, s *session) string {
+func check(ctx context.Context, c *client.Client, s *session) string {
 	want := Expected(s.written)
-	url := fmt.Sprintf("%s/v1/sessions/%s?minPosition=%s&wait=10s", cfg.QueryURL, s.id, s.last)
-	var got served
-	for attempt := 0; ; attempt++ {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		setToken(req, cfg.Token)
-		resp, err := cfg.Client.Do(req)
-		if err != nil {
-			return err.Error()
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusNotFound && !want.Exists() {
-			return ""
-		}
-		if resp.StatusCode == http.StatusGatewayTimeout && attempt < 5 {
-			continue
-		}
-		if resp.StatusCode == http.StatusTooManyRequests && attempt < 50 {
-			time.Sleep(retryAfter(resp, 200*time.Millisecond))
-			continue
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Sprintf("query answered %d: %s", resp.StatusCode, raw)
-		}
-		if err := json.Unmarshal(raw, &got); err != nil {
-			return err.Error()
-		}
-		break
+	rctx, cancel := context.WithTimeout(ctx, waitRounds*10*time.Second)
+	defer cancel()
+	got, err := c.Get(rctx, s.id, client.MinPosition(client.Position{Partition: s.last.Partition, Offset: s.last.Offset}))
+	if errors.Is(err, client.ErrNotFound) && !want.Exists() {
+		return ""
+	}
+	if err != nil {
+		return err.Error()
 	}
 	var diffs []string
 	if got.State != want.State.String() {
@@ -389,36 +346,26 @@ func check(ctx context.Context, cfg Config, s *session) string {
 	if got.Digest != hex.EncodeToString(want.Digest[:]) {
 		diffs = append(diffs, "digest differs")
 	}
-	c := want.Counters
-	expect := map[string]uint64{"modelTurns": c.ModelTurns, "toolCalls": c.ToolCalls, "toolFailures": c.ToolFailures,
-		"repairCycles": c.RepairCycles, "pauses": c.Pauses, "approvalsRequested": c.ApprovalsRequested,
-		"approvalsGranted": c.ApprovalsGranted, "approvalsDenied": c.ApprovalsDenied, "recoveries": c.Recoveries,
-		"rejected": c.Rejected}
-	if !s.resent { // a resend after a lost answer can add duplicates only Kafka saw
-		expect["events"], expect["duplicates"] = c.Events, c.Duplicates
+	w, g := want.Counters, got.Counters
+	type pair struct {
+		name      string
+		got, want uint64
 	}
-	for k, v := range expect {
-		var n uint64
-		if err := json.Unmarshal(got.Counters[k], &n); err != nil || n != v {
-			diffs = append(diffs, fmt.Sprintf("counters.%s %s, want %d", k, got.Counters[k], v))
+	pairs := []pair{{"modelTurns", g.ModelTurns, w.ModelTurns}, {"toolCalls", g.ToolCalls, w.ToolCalls},
+		{"toolFailures", g.ToolFailures, w.ToolFailures}, {"repairCycles", g.RepairCycles, w.RepairCycles},
+		{"pauses", g.Pauses, w.Pauses}, {"approvalsRequested", g.ApprovalsRequested, w.ApprovalsRequested},
+		{"approvalsGranted", g.ApprovalsGranted, w.ApprovalsGranted}, {"approvalsDenied", g.ApprovalsDenied, w.ApprovalsDenied},
+		{"recoveries", g.Recoveries, w.Recoveries}, {"rejected", g.Rejected, w.Rejected}}
+	if !s.resent { // a resend after a lost answer can add duplicates only Kafka saw
+		pairs = append(pairs, pair{"events", g.Events, w.Events}, pair{"duplicates", g.Duplicates, w.Duplicates})
+	}
+	for _, p := range pairs {
+		if p.got != p.want {
+			diffs = append(diffs, fmt.Sprintf("counters.%s %d, want %d", p.name, p.got, p.want))
 		}
 	}
 	if len(diffs) > 0 {
 		return fmt.Sprint(diffs)
 	}
 	return ""
-}
-
-func setToken(req *http.Request, token string) {
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-}
-
-// retryAfter is the wait a 429 or 503 advises, or def.
-func retryAfter(resp *http.Response, def time.Duration) time.Duration {
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
-	}
-	return def
 }

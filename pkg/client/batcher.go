@@ -331,7 +331,7 @@ func (b *Batcher) send(batch []queued) {
 	out := make([]Accepted, len(batch))
 	failed := make([]error, len(batch))
 	for len(items) > 0 {
-		err := b.c.sendBatch(b.sendCtx, items, out)
+		err := b.c.sendBatch(b.sendCtx, items, out, nil)
 		if err == nil {
 			break
 		}

@@ -59,3 +59,18 @@ func TestNewReportsEveryProblem(t *testing.T) {
 		t.Errorf("defaults: %v", err)
 	}
 }
+
+// TestSendRefusesEventsWithoutID: ingest would assign an id to each
+// attempt, so a resend could double the event; such an event is refused
+// before any I/O (the URL below has no server).
+func TestSendRefusesEventsWithoutID(t *testing.T) {
+	c, err := New(IngestURL("http://127.0.0.1:1"), Retry(1, time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Send(t.Context(), SessionStarted("s"), Event{SessionID: "s", Type: TypeSessionPaused})
+	ve, ok := err.(*ValidationError)
+	if !ok || len(ve.Problems) != 1 || ve.Problems[0].Index != 1 || ve.Problems[0].Field != "eventId" {
+		t.Fatalf("err = %v, want a *ValidationError naming event 1's eventId", err)
+	}
+}

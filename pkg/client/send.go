@@ -43,6 +43,13 @@ func (a Accepted) Position() Position { return Position{Partition: a.Partition, 
 // or the zero Accepted (EventID "") when it was not confirmed.
 type Result struct {
 	Accepted []Accepted
+	// Resent counts requests sent again after an answer or a failure that
+	// may have left some of their events written (503, 502, 504, a
+	// transport error): those sessions may hold duplicates that only Kafka
+	// saw (counters.events and counters.duplicates count them).
+	Resent int
+	// Throttled counts requests sent again after a 429 (nothing written).
+	Throttled int
 }
 
 // item is one encoded event and its index in the caller's call.
@@ -53,6 +60,12 @@ type item struct {
 }
 
 func encode(i int, e *Event) (item, error) {
+	if e.ID == "" {
+		// Ingest would assign one, different at each resend: a retry could
+		// then double the event's effect.
+		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, Field: "eventId",
+			Message: "required: build events with the constructors, or set EventID, so that a resend carries the same id"}}}
+	}
 	if e.err != nil {
 		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "event", Message: e.err.Error()}}}
 	}
@@ -105,7 +118,7 @@ func (c *Client) Send(ctx context.Context, events ...Event) (Result, error) {
 			size += add
 			n++
 		}
-		if err := c.sendBatch(ctx, items[:n], res.Accepted); err != nil {
+		if err := c.sendBatch(ctx, items[:n], res.Accepted, &res); err != nil {
 			return res, err
 		}
 		items = items[n:]
@@ -114,8 +127,9 @@ func (c *Client) Send(ctx context.Context, events ...Event) (Result, error) {
 }
 
 // sendBatch sends one request's worth of events with retries, filling
-// out[item.idx] for each confirmed event.
-func (c *Client) sendBatch(ctx context.Context, items []item, out []Accepted) error {
+// out[item.idx] for each confirmed event and counting retries in res (nil:
+// not counted).
+func (c *Client) sendBatch(ctx context.Context, items []item, out []Accepted, res *Result) error {
 	remaining := items
 	var buf bytes.Buffer
 	for attempt := 1; ; attempt++ {
@@ -160,6 +174,13 @@ func (c *Client) sendBatch(ctx context.Context, items []item, out []Accepted) er
 		var after time.Duration
 		if se != nil {
 			after = se.RetryAfter
+		}
+		if res != nil {
+			if se != nil && se.Status == http.StatusTooManyRequests {
+				res.Throttled++
+			} else {
+				res.Resent++
+			}
 		}
 		if werr := sleep(ctx, c.retry.backoff(attempt, after)); werr != nil {
 			return &SendError{Attempts: attempt, Unconfirmed: ids(remaining), Err: errors.Join(err, werr)}
