@@ -55,6 +55,7 @@
 // client certificate (mutual TLS); HTTPClient takes a client of your own.
 // Every option's default is in its doc comment.
 //
-// The client bounds what it reads from a service: an answer body at 4 MiB
-// (32 MiB for a listing page), a line of the watch stream at 1 MiB.
+// The client bounds what it reads from a service: an ingest answer at 4 MiB,
+// a query answer (a snapshot, a listing page) at 32 MiB, a line of the watch
+// stream at 1 MiB.
 package client

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -72,5 +74,58 @@ func TestSendRefusesEventsWithoutID(t *testing.T) {
 	ve, ok := err.(*ValidationError)
 	if !ok || len(ve.Problems) != 1 || ve.Problems[0].Index != 1 || ve.Problems[0].Field != "eventId" {
 		t.Fatalf("err = %v, want a *ValidationError naming event 1's eventId", err)
+	}
+}
+
+// stall holds every request until released, then fails it.
+type stall struct{ release chan struct{} }
+
+func (s stall) RoundTrip(req *http.Request) (*http.Response, error) {
+	select {
+	case <-s.release:
+	case <-req.Context().Done():
+	}
+	return nil, errors.New("stalled")
+}
+
+// TestBatcherBackPressure: with the ingest stalled, Add blocks once
+// BufferBytes of events are queued or in flight, and returns when its
+// context ends.
+func TestBatcherBackPressure(t *testing.T) {
+	st := stall{release: make(chan struct{})}
+	c, err := New(HTTPClient(&http.Client{Transport: st}), Retry(1, time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 8 << 10
+	b, err := c.NewBatcher(BufferBytes(budget), Lanes(2), Linger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := 0
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		err := b.Add(ctx, SessionCreated("bp:1", Goal(strings.Repeat("x", 200))))
+		cancel()
+		if err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Add: %v, want a deadline error", err)
+			}
+			break
+		}
+		added++
+		if added > 1000 {
+			t.Fatal("Add never blocked")
+		}
+	}
+	b.mem.mu.Lock()
+	used := b.mem.used
+	b.mem.mu.Unlock()
+	if used > budget || added < 10 {
+		t.Errorf("%d events added, %d bytes held, budget %d", added, used, budget)
+	}
+	close(st.release)
+	if err := b.Close(t.Context()); err == nil {
+		t.Error("Close: no error, though every request failed")
 	}
 }
