@@ -82,7 +82,9 @@ func BatchBytes(n int) BatcherOption { return func(s *batcherSettings) { s.bytes
 func Linger(d time.Duration) BatcherOption { return func(s *batcherSettings) { s.linger = d } }
 
 // BufferBytes bounds the encoded events queued or in flight over all lanes
-// (default 64 MiB); Add blocks beyond it. An event larger than the bound is
+// (default 16 MiB: more lets producers run further ahead of ingest for no
+// gain in throughput, and a larger heap costs the garbage collector); Add
+// blocks beyond it. An event larger than the bound is
 // taken when the buffer is empty.
 func BufferBytes(n int) BatcherOption { return func(s *batcherSettings) { s.bufferBytes = n } }
 
@@ -97,7 +99,7 @@ func OnResult(f func(ev Event, a Accepted, err error)) BatcherOption {
 // NewBatcher starts a Batcher on c. Close it to send what it holds and stop
 // its goroutines.
 func (c *Client) NewBatcher(opts ...BatcherOption) (*Batcher, error) {
-	s := batcherSettings{lanes: 8, events: MaxRequestEvents, bytes: MaxRequestBytes, linger: 5 * time.Millisecond, bufferBytes: 64 << 20}
+	s := batcherSettings{lanes: 8, events: MaxRequestEvents, bytes: MaxRequestBytes, linger: 5 * time.Millisecond, bufferBytes: 16 << 20}
 	for _, o := range opts {
 		o(&s)
 	}
@@ -135,9 +137,11 @@ func (c *Client) NewBatcher(opts ...BatcherOption) (*Batcher, error) {
 	return b, nil
 }
 
+// queued is one event in a lane: its encoded form, and the Event itself
+// only when OnResult needs it back.
 type queued struct {
-	ev Event
 	it item
+	ev *Event
 }
 
 type lane struct {
@@ -185,12 +189,17 @@ func (b *Batcher) Add(ctx context.Context, events ...Event) error {
 		}
 		b.pending++
 		b.mu.Unlock()
-		l := b.lanes[laneOf(events[i].SessionID, len(b.lanes))]
+		q := queued{it: it}
+		if b.cfg.onResult != nil {
+			ev := events[i]
+			q.ev = &ev
+		}
+		l := b.lanes[laneOf(it.sid, len(b.lanes))]
 		l.mu.Lock()
 		if len(l.q) == 0 {
 			l.firstAt = time.Now()
 		}
-		l.q = append(l.q, queued{ev: events[i], it: it})
+		l.q = append(l.q, q)
 		l.qBytes += n + 1
 		wake := len(l.q) == 1 || len(l.q) >= b.cfg.events || l.qBytes+bodyOverhead >= b.cfg.bytes
 		l.mu.Unlock()
@@ -302,12 +311,16 @@ func (b *Batcher) run(l *lane) {
 			size += add
 			n++
 		}
-		batch := make([]queued, n)
-		copy(batch, l.q)
-		l.q = append(l.q[:0], l.q[n:]...)
-		l.qBytes = 0
-		for _, q := range l.q {
-			l.qBytes += len(q.it.raw) + 1
+		// The batch aliases the queue's array: the queue never writes
+		// into that part again (it is only appended to, past it, or
+		// replaced by a new array).
+		batch := l.q[:n:n]
+		l.q = l.q[n:]
+		if len(l.q) == 0 {
+			l.q = nil
+		}
+		for _, q := range batch {
+			l.qBytes -= len(q.it.raw) + 1
 		}
 		l.firstAt = time.Now()
 		l.mu.Unlock()
@@ -364,20 +377,21 @@ func (b *Batcher) send(batch []queued) {
 		}
 		items = left
 	}
-	var nfail int
+	var nfail, freed int
 	var first []error
 	for i := range batch {
 		if failed[i] != nil {
 			nfail++
 			if len(first) < maxKeptErrors {
-				first = append(first, fmt.Errorf("event %s of session %s: %w", batch[i].ev.ID, batch[i].ev.SessionID, failed[i]))
+				first = append(first, fmt.Errorf("event %s of session %s: %w", batch[i].it.id, batch[i].it.sid, failed[i]))
 			}
 		}
 		if b.cfg.onResult != nil {
-			b.cfg.onResult(batch[i].ev, out[i], failed[i])
+			b.cfg.onResult(*batch[i].ev, out[i], failed[i])
 		}
-		b.mem.release(len(batch[i].it.raw))
+		freed += len(batch[i].it.raw)
 	}
+	b.mem.release(freed)
 	b.mu.Lock()
 	for _, e := range first {
 		if len(b.errs) < maxKeptErrors {
@@ -394,34 +408,43 @@ func (b *Batcher) send(batch []queued) {
 
 // budget bounds bytes in use; acquire waits for room.
 type budget struct {
-	mu    sync.Mutex
-	used  int
-	max   int
-	freed chan struct{} // closed and replaced at each release
+	mu      sync.Mutex
+	used    int
+	max     int
+	waiters int           // acquirers waiting for room
+	freed   chan struct{} // closed and replaced at a release that has waiters
 }
 
 func (m *budget) acquire(ctx context.Context, n int) error {
-	for {
-		m.mu.Lock()
-		if m.used == 0 || m.used+n <= m.max {
-			m.used += n
-			m.mu.Unlock()
-			return nil
-		}
+	m.mu.Lock()
+	for m.used > 0 && m.used+n > m.max {
 		ch := m.freed
+		m.waiters++
 		m.mu.Unlock()
+		var err error
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		m.mu.Lock()
+		m.waiters--
+		if err != nil {
+			m.mu.Unlock()
+			return err
 		}
 	}
+	m.used += n
+	m.mu.Unlock()
+	return nil
 }
 
 func (m *budget) release(n int) {
 	m.mu.Lock()
 	m.used -= n
-	close(m.freed)
-	m.freed = make(chan struct{})
+	if m.waiters > 0 {
+		close(m.freed)
+		m.freed = make(chan struct{})
+	}
 	m.mu.Unlock()
 }

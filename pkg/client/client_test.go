@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -117,14 +119,12 @@ func TestPartial503ResendsOnlyUnconfirmed(t *testing.T) {
 	if len(in.bodies) != 2 {
 		t.Fatalf("%d requests, want 2", len(in.bodies))
 	}
-	var second struct {
-		Events []client.Event `json:"events"`
-	}
-	if err := jsonUnmarshal(in.bodies[1], &second); err != nil {
-		t.Fatal(err)
-	}
 	var got, want []string
-	for _, e := range second.Events {
+	for line := range bytes.Lines(in.bodies[1]) {
+		var e client.Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatal(err)
+		}
 		got = append(got, e.ID)
 	}
 	for _, e := range evs[3:] {

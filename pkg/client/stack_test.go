@@ -211,5 +211,3 @@ func sameEffect(t testing.TB, got *client.Snapshot, want client.Snapshot) {
 		t.Errorf("%s differs from the reference fold\n got %s\nwant %s", got.SessionID, gb, wb)
 	}
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
