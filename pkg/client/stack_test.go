@@ -183,7 +183,9 @@ func reference(t testing.TB, events []client.Event) client.Snapshot {
 			t.Fatalf("event %d: %v", i, err)
 		}
 	}
-	ref := snapshot.Snapshot{Session: loadgen.Expected(fe)}
+	// The query service shows the effective timeouts: the session's own,
+	// else the service defaults (devstack keeps fsm.DefaultTimeouts).
+	ref := snapshot.Snapshot{Session: loadgen.Expected(fe), TimeoutDefaults: fsm.DefaultTimeouts()}
 	b, err := ref.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
