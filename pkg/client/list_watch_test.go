@@ -268,3 +268,62 @@ func TestTokenAndTraceContext(t *testing.T) {
 		t.Errorf("traceparent %q does not carry the caller's trace %s", got, tid)
 	}
 }
+
+// TestWatchPipeline watches the change feed the projector writes, through
+// a stream cut after every change: each transition, rejection and custom
+// event of a session arrives once, in order, with its outcome.
+func TestWatchPipeline(t *testing.T) {
+	st := startStack(t, 2)
+	cut := &cutter{base: http.DefaultTransport}
+	c := newClient(t, st, cut)
+	ctx := ctxFor(t, 60*time.Second)
+	changes := make(chan client.Change, 64)
+	errc := make(chan error, 1)
+	go func() {
+		for ch, err := range c.Watch(ctx, client.WatchOptions{Prefix: "wp:"}) {
+			if err != nil {
+				errc <- err
+				return
+			}
+			changes <- ch
+		}
+	}()
+	for cut.streams.Load() == 0 { // a watch without a cursor starts at the end
+		if ctx.Err() != nil {
+			t.Fatal("the watch did not open")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	id := "wp:1"
+	evs := lifecycle(id)
+	if _, err := c.SendAndWait(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	// Applied execution events change no state and write no change
+	// (lifecycle's events 2-4: a model turn, a tool call and its end,
+	// in ACTIVE); every other event of lifecycle writes one.
+	var want []string
+	for i, e := range evs {
+		if i < 2 || i > 4 {
+			want = append(want, e.ID+" "+e.Type)
+		}
+	}
+	var got []string
+	for len(got) < len(want) {
+		select {
+		case ch := <-changes:
+			got = append(got, ch.EventID+" "+ch.Type)
+			if ch.Type == client.TypeModelRequested && (ch.Outcome != "rejected" || ch.Reason != "execution_while_suspended") {
+				t.Errorf("the model request while paused: %s %q", ch.Outcome, ch.Reason)
+			}
+		case err := <-errc:
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatalf("got %d changes of %d: %v", len(got), len(want), got)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("changes\n got %v\nwant %v", got, want)
+	}
+	t.Logf("%d changes over %d streams", len(got), cut.streams.Load())
+}
