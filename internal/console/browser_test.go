@@ -30,6 +30,7 @@ import (
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // The texts that try to run script when parsed as HTML.
@@ -106,7 +107,13 @@ func startStack(t *testing.T, authCfg *auth.Config) *devstack.Stack {
 	srv := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{
 		RedisURL: srv.URL(), Partitions: 3, Log: quietLog(), Auth: authCfg,
-		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond },
+		Projector: func(c *projector.Config) {
+			c.FlushInterval = 20 * time.Millisecond
+			// The workload's events happened long ago, so the default
+			// cancellation timeout (5m after entering CANCELLING) would
+			// be due at once: the expected counts assume no deadline.
+			c.Timeouts = fsm.Timeouts{}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

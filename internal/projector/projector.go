@@ -248,6 +248,11 @@ func (p *Projector) loop(ctx context.Context) error {
 		}
 		p.cache.evict()
 		p.mu.Unlock()
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Stopped while reading snapshots: what was folded before is
+			// flushed by the shutdown; the rest is replayed next time.
+			return nil
+		}
 		if err != nil {
 			return err
 		}
