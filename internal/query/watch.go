@@ -708,6 +708,12 @@ func (st *watchStream) take(ch *change) bool {
 		return false
 	}
 	st.next[ch.part] = ch.offset + 1
+	// The live queue holds only changes that match, but a catch-up reads
+	// every change of the feed: the filter, which carries the token's own
+	// prefix, decides here for both.
+	if !st.sub.filter.match(&ch.c) {
+		return false
+	}
 	if s := st.snap; s != nil && ch.c.Position.Partition == s.Partition && ch.c.Position.Offset <= s.Offset {
 		return false
 	}
