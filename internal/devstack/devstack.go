@@ -64,6 +64,12 @@ type Options struct {
 	// Projector adjusts the projector's configuration (tests shorten
 	// intervals).
 	Projector func(*projector.Config)
+	// KillableProjector routes the projector's Redis connections through a
+	// proxy that KillProjector cuts (a plain redis:// URL of a single Redis
+	// only), so that a killed projector writes nothing more. Off, the
+	// projector talks to Redis directly and KillProjector answers
+	// ErrCannotKill. pkg/testkit turns it on.
+	KillableProjector bool
 	// Runtime returns the runtime of a service (telemetry); nil gives a
 	// plain one with Log.
 	Runtime func(name string) service.Runtime
@@ -219,7 +225,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// The projector reaches a plain single Redis through a proxy of its
 	// own that KillProjector cuts: a killed process writes nothing more,
 	// and so must this one (see KillProjector).
-	if u, err := url.Parse(pcfg.RedisURL); err == nil && u.Scheme == "redis" && !pcfg.RedisCluster {
+	if u, err := url.Parse(pcfg.RedisURL); err == nil && u.Scheme == "redis" && !pcfg.RedisCluster && o.KillableProjector {
 		s.redisHost = u.Host
 	}
 	s.ctx, s.pcfg, s.prt, s.projAddr = ctx, pcfg, rt("projector"), lp.Addr().String()
@@ -266,10 +272,10 @@ func (s *Stack) Stop() error {
 var (
 	ErrProjectorRunning = errors.New("devstack: the projector is running")
 	ErrProjectorStopped = errors.New("devstack: the projector is not running")
-	// ErrCannotKill is returned by KillProjector with Redis Cluster or a
-	// rediss:// URL, which the projector reaches without the proxy that a
-	// kill cuts.
-	ErrCannotKill = errors.New("devstack: KillProjector needs a plain redis:// URL of a single Redis")
+	// ErrCannotKill is returned by KillProjector without
+	// Options.KillableProjector, or with Redis Cluster or a rediss:// URL,
+	// which the projector reaches without the proxy that a kill cuts.
+	ErrCannotKill = errors.New("devstack: KillProjector needs Options.KillableProjector and a plain redis:// URL of a single Redis")
 )
 
 // projRun is one run of the projector.

@@ -92,7 +92,7 @@ func TestCutProxy(t *testing.T) {
 }
 
 func TestProjectorControls(t *testing.T) {
-	st, err := Start(context.Background(), Options{Partitions: 1})
+	st, err := Start(context.Background(), Options{Partitions: 1, KillableProjector: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestProjectorControls(t *testing.T) {
 // must not wait for the projector's graceful shutdown, which retries its
 // in-flight flush until Redis answers, and Redis is what a kill cuts.
 func TestKillProjectorUnderLoad(t *testing.T) {
-	st, err := Start(context.Background(), Options{Partitions: 2, Log: slog.New(slog.DiscardHandler),
+	st, err := Start(context.Background(), Options{Partitions: 2, KillableProjector: true, Log: slog.New(slog.DiscardHandler),
 		Projector: func(c *projector.Config) { c.FlushInterval = time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)

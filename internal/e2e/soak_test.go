@@ -67,7 +67,39 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("warm-up: %d %s", a.status, a.body)
 	}
 	waitFolded(t, c, st.QueryURL, tok["admin"], "warm:1")
+	// A transition too, so that every path the valid traffic takes has
+	// opened its connections (the change feed's and the deadlines' writes),
+	// and the valid traffic's whole lifecycle once, before the baseline.
+	if a := c.do(http.MethodPost, st.IngestURL+"/v1/events", tok["admin"], "application/json",
+		batch(event("warm:2", "SessionCreated"), event("warm:2", "SessionStarted"), event("warm:2", "SessionCompleted"))); a.status != 202 {
+		t.Fatalf("warm-up: %d %s", a.status, a.body)
+	}
+	waitFolded(t, c, st.QueryURL, tok["admin"], "warm:2")
+	// The reads that ask Kafka (a minPosition's partition count) connect too.
+	for _, path := range []string{"/v1/sessions/warm:2?minPosition=0:0&wait=1s", "/v1/sessions/warm:2?minPosition=5:0&wait=1s", "/v1/stats"} {
+		c.do(http.MethodGet, st.QueryURL+path, tok["admin"], "", nil)
+	}
 	http.DefaultClient.CloseIdleConnections()
+	// The query service starts reading the change feed (for watches) once
+	// the projector has created it, in the background: wait for it, so
+	// that its consumer is in the baseline.
+	waitUntil(t, "the change feed read by the query service", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.QueryURL+"/v1/watch", nil)
+		req.Header.Set("Authorization", "Bearer "+tok["admin"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	http.DefaultClient.CloseIdleConnections()
+	// The baseline is taken once the goroutines stop changing: clients
+	// open their connections (and the broker its goroutines for them)
+	// asynchronously after the warm-up's requests have been answered.
+	steady(10 * time.Second)
 	heapBefore, goroutinesBefore := settle(0, 0)
 
 	began := time.Now()
@@ -148,6 +180,19 @@ func waitReady(t *testing.T, st *devstack.Stack) {
 				t.Fatalf("%s not ready", base)
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// steady waits, at most max, until the number of goroutines has not
+// changed for a second.
+func steady(max time.Duration) {
+	deadline := time.Now().Add(max)
+	last, since := runtime.NumGoroutine(), time.Now()
+	for time.Now().Before(deadline) && time.Since(since) < time.Second {
+		time.Sleep(50 * time.Millisecond)
+		if n := runtime.NumGoroutine(); n != last {
+			last, since = n, time.Now()
 		}
 	}
 }
@@ -422,5 +467,17 @@ func (v *validTraffic) verify(t *testing.T, c client, st *devstack.Stack, token 
 		if a.status != 200 || json.Unmarshal(a.body, &s) != nil || s.State != "COMPLETED" || s.Version != 4 || s.Counters.ToolFailures != 1 {
 			t.Fatalf("%s: %d %s", id, a.status, a.body)
 		}
+	}
+}
+
+// waitUntil waits up to 30 s for cond.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

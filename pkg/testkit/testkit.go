@@ -117,7 +117,7 @@ func run(ctx context.Context, cfg config) (*Stack, error) {
 		return nil, fmt.Errorf("testkit: WithFlushInterval(%v): want a positive interval", cfg.flushInterval)
 	}
 	s := &Stack{http: &http.Client{Timeout: 30 * time.Second}}
-	o := devstack.Options{RedisURL: cfg.redisURL, Partitions: cfg.partitions, Log: cfg.log,
+	o := devstack.Options{RedisURL: cfg.redisURL, Partitions: cfg.partitions, Log: cfg.log, KillableProjector: true,
 		Projector: func(c *projector.Config) {
 			c.FlushInterval = cfg.flushInterval
 			c.MaxFlushInterval = max(c.MaxFlushInterval, cfg.flushInterval)
