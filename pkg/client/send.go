@@ -324,8 +324,8 @@ func parseAccepted(b []byte, n int) ([]Accepted, bool) {
 			return nil, false
 		}
 		i := bytes.IndexByte(b, '"')
-		if i < 0 || bytes.IndexByte(b[:i], '\\') >= 0 {
-			return nil, false
+		if i < 0 || !plainASCII(b[:i]) {
+			return nil, false // escapes, or bytes encoding/json would replace
 		}
 		a.EventID = string(b[:i])
 		b = b[i+1:]
@@ -355,6 +355,17 @@ func parseAccepted(b []byte, n int) ([]Accepted, bool) {
 		return nil, false
 	}
 	return out, true
+}
+
+// plainASCII reports whether b is printable ASCII without escapes: text
+// that encoding/json decodes to the same bytes.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c >= 0x80 || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func cutPrefix(b []byte, p string) ([]byte, bool) {
