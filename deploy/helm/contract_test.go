@@ -31,8 +31,8 @@ var (
 	}
 	// componentEnv is what one component gets on top of commonEnv.
 	componentEnv = map[string][]string{
-		"ingest":    {"CORREX_PRODUCE_TIMEOUT"},
-		"query":     {},
+		"ingest": {"CORREX_PRODUCE_TIMEOUT"},
+		"query":  {},
 		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES", "CORREX_CHANGE_FEED",
 			"CORREX_REDIS_WAIT_REPLICAS", "CORREX_REDIS_WAIT_TIMEOUT"},
 	}
