@@ -105,9 +105,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "lg"
 	}
-	opts := []client.Option{client.IngestURL(cfg.IngestURL), client.QueryURL(cfg.QueryURL), client.Token(cfg.Token),
+	opts := []client.Option{client.IngestURL(cfg.IngestURL), client.Token(cfg.Token),
 		// retry until ctx ends: a broker restart under load is a scenario
 		client.Retry(math.MaxInt32, 100*time.Millisecond, 2*time.Second)}
+	if cfg.QueryURL != "" { // only a verifying run reads; without it, the client's default stands
+		opts = append(opts, client.QueryURL(cfg.QueryURL))
+	}
 	if cfg.Client != nil {
 		opts = append(opts, client.HTTPClient(cfg.Client))
 	}
