@@ -108,8 +108,11 @@ func (e expected) ids() []string {
 // wantJSON is the reference snapshot of a session as the query API spells
 // it; the parts only the log knows (position, firstOffset) come from got
 // and are checked separately.
+//
+// The services run with the default session timeouts (CORREX_TIMEOUT_*
+// unset), which the API shows as the effective timeouts and the deadline.
 func wantJSON(ref fsm.Session, pos snapshot.Position, firstOffset int64) []byte {
-	s := &snapshot.Snapshot{Session: ref, Position: pos, FirstOffset: firstOffset}
+	s := &snapshot.Snapshot{Session: ref, Position: pos, FirstOffset: firstOffset, TimeoutDefaults: fsm.DefaultTimeouts()}
 	b, err := json.Marshal(s)
 	if err != nil {
 		panic(err) // a snapshot always encodes
