@@ -568,34 +568,46 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	if h.replayer == nil {
-		httpx.Unavailable(w, 30*time.Second, "replay needs Kafka, and this query service has no brokers configured", nil)
+	stored, rebuilt, ok := h.fromLog(w, r, id, "replay")
+	if !ok {
 		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, ReplayResponse{Snapshot: rebuilt, Stored: stored.Position,
+		MatchesStored: bytes.Equal(rebuilt.AppendBinary(nil), stored.AppendBinary(nil))})
+}
+
+// fromLog reads the stored snapshot of id and folds the session again from
+// the log (what names the operation, "replay" or "rebuild", in the
+// answers), under the bound that replays and rebuilds share. When it cannot,
+// it answers the request itself and returns ok false.
+func (h *Handler) fromLog(w http.ResponseWriter, r *http.Request, id, what string) (stored, rebuilt *snapshot.Snapshot, ok bool) {
+	if h.replayer == nil {
+		httpx.Unavailable(w, 30*time.Second, what+" needs Kafka, and this query service has no brokers configured", nil)
+		return nil, nil, false
 	}
 	select {
 	case h.replays <- struct{}{}:
 		defer func() { <-h.replays }()
 	default:
-		httpx.Unavailable(w, 5*time.Second, "too many replays are running; retry", nil)
-		return
+		httpx.Unavailable(w, 5*time.Second, "too many replays and rebuilds are running; retry", nil)
+		return nil, nil, false
 	}
 	stored, err := h.get(r.Context(), id)
 	if errors.Is(err, snapshot.ErrNotFound) {
 		notFound(w)
-		return
+		return nil, nil, false
 	}
 	if err != nil {
 		h.storeError(w, err)
-		return
+		return nil, nil, false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	rebuilt, err := h.replayer.Replay(ctx, stored)
+	rebuilt, err = h.replayer.Replay(ctx, stored)
 	if err != nil {
-		h.log.Warn("replay", "session", id, "err", err)
-		httpx.Unavailable(w, 5*time.Second, "replay from Kafka failed: "+err.Error(), nil)
-		return
+		h.log.Warn(what, "session", id, "err", err)
+		httpx.Unavailable(w, 5*time.Second, what+" from Kafka failed: "+err.Error(), nil)
+		return nil, nil, false
 	}
-	httpx.WriteJSON(w, http.StatusOK, ReplayResponse{Snapshot: rebuilt, Stored: stored.Position,
-		MatchesStored: bytes.Equal(rebuilt.AppendBinary(nil), stored.AppendBinary(nil))})
+	return stored, rebuilt, true
 }

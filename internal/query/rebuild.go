@@ -3,9 +3,7 @@ package query
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
-	"time"
 
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/pkg/fsm"
@@ -56,32 +54,8 @@ func (h *Handler) rebuild(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	if h.replayer == nil {
-		httpx.Unavailable(w, 30*time.Second, "rebuild needs Kafka, and this query service has no brokers configured", nil)
-		return
-	}
-	select { // a rebuild is a replay, and shares its bound
-	case h.replays <- struct{}{}:
-		defer func() { <-h.replays }()
-	default:
-		httpx.Unavailable(w, 5*time.Second, "too many replays and rebuilds are running; retry", nil)
-		return
-	}
-	stored, err := h.get(r.Context(), id)
-	if errors.Is(err, snapshot.ErrNotFound) {
-		notFound(w)
-		return
-	}
-	if err != nil {
-		h.storeError(w, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	rebuilt, err := h.replayer.Replay(ctx, stored)
-	if err != nil {
-		h.log.Warn("rebuild", "session", id, "err", err)
-		httpx.Unavailable(w, 5*time.Second, "rebuild from Kafka failed: "+err.Error(), nil)
+	stored, rebuilt, ok := h.fromLog(w, r, id, "rebuild")
+	if !ok {
 		return
 	}
 	if !rebuilt.Exists() || rebuilt.Position != stored.Position {
@@ -97,6 +71,7 @@ func (h *Handler) rebuild(w http.ResponseWriter, r *http.Request) {
 	if resp.Differed {
 		wctx, wcancel := context.WithTimeout(r.Context(), RedisTimeout)
 		defer wcancel()
+		var err error
 		resp.Replaced, err = h.store.Replace(wctx, snapshot.NewEntry(rebuilt))
 		if err != nil {
 			h.storeError(w, err)
