@@ -182,7 +182,10 @@ func (p *Projector) Run(ctx context.Context) error {
 	defer p.fire.stopAll() // before the client closes
 
 	if err := p.ensureTopics(ctx); err != nil {
-		return err
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing was folded
+		}
+		return fmt.Errorf("projector: ensuring topics: %w", err)
 	}
 	flusherDone := make(chan struct{})
 	go func() { defer close(flusherDone); p.flush.run() }()
@@ -194,10 +197,13 @@ func (p *Projector) Run(ctx context.Context) error {
 		return errCrashed
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("projector: folding: %w", err)
 	}
 	if err := p.shutdown(); err != nil {
-		return err
+		if errors.Is(err, errCrashed) || p.crash.crashed.Load() {
+			return errCrashed // a crash point hit during the final flush
+		}
+		return fmt.Errorf("projector: shutdown: %w", err)
 	}
 	if p.cfg.InstanceID != "" && p.cfg.LeaveOnShutdown {
 		cl.CloseAllowingRebalance()
