@@ -91,13 +91,9 @@ func (o Options) Open() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
 		}
-		if opt.TLSConfig, err = withCA(opt.TLSConfig, tc); err != nil {
+		if err := o.apply(tc, &opt.TLSConfig, opt.Username, &opt.CredentialsProviderContext, &opt.ContextTimeoutEnabled); err != nil {
 			return nil, err
 		}
-		if o.PasswordFile != "" {
-			opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
-		}
-		opt.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opt), nil
 	}
 	if Sentinel(o.URL) {
@@ -105,27 +101,35 @@ func (o Options) Open() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
 		}
-		if opt.TLSConfig, err = withCA(opt.TLSConfig, tc); err != nil {
+		if err := o.apply(tc, &opt.TLSConfig, opt.Username, &opt.CredentialsProviderContext, &opt.ContextTimeoutEnabled); err != nil {
 			return nil, err
 		}
-		if o.PasswordFile != "" {
-			opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
-		}
-		opt.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(opt), nil
 	}
 	opt, err := redis.ParseURL(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
 	}
-	if opt.TLSConfig, err = withCA(opt.TLSConfig, tc); err != nil {
+	if err := o.apply(tc, &opt.TLSConfig, opt.Username, &opt.CredentialsProviderContext, &opt.ContextTimeoutEnabled); err != nil {
 		return nil, err
 	}
-	if o.PasswordFile != "" {
-		opt.CredentialsProviderContext = credentials(opt.Username, o.PasswordFile)
-	}
-	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
+}
+
+// apply gives a parsed configuration, of whichever mode, what every mode
+// shares: the CA of the server's certificate, the password file, and
+// context deadlines on the socket.
+func (o Options) apply(ca *tls.Config, parsed **tls.Config, user string,
+	creds *func(context.Context) (string, string, error), contextTimeout *bool) error {
+	var err error
+	if *parsed, err = withCA(*parsed, ca); err != nil {
+		return err
+	}
+	if o.PasswordFile != "" {
+		*creds = credentials(user, o.PasswordFile)
+	}
+	*contextTimeout = true
+	return nil
 }
 
 // Sentinel reports whether url names Redis Sentinels (it has a master_name
