@@ -43,3 +43,23 @@ func BenchmarkReducer(b *testing.B) {
 	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/events, "allocs/event")
 	b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkDecodeRecord decodes the records of a realistic stream (the
+// projector's first step for every record) and reports the cost per record.
+func BenchmarkDecodeRecord(b *testing.B) {
+	g := workload.New(1, workload.Options{})
+	stream := g.Interleave(g.Sessions("s", 500, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)))
+	recs := make([][]byte, len(stream))
+	for i := range stream {
+		recs[i] = fsm.AppendRecord(nil, &stream[i])
+	}
+	var e fsm.Event
+	for b.Loop() {
+		for _, r := range recs {
+			if err := fsm.DecodeRecord(r, &e); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}

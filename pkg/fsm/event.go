@@ -91,16 +91,21 @@ func ParseEventID(b []byte) (EventID, bool) {
 }
 
 func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	v := hexValue[c]
+	return v & 0x0f, v != 0
 }
+
+// hexValue holds 0x10 | the value of each hex digit, and 0 for other bytes.
+var hexValue = func() (t [256]byte) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = 0x10 | byte(c-'0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = 0x10 | byte(c-'a'+10)
+		t[c-'a'+'A'] = 0x10 | byte(c-'a'+10)
+	}
+	return t
+}()
 
 // Event is one lifecycle or execution event: the envelope of DESIGN §3.
 //
