@@ -172,14 +172,41 @@ func (e *benchEnv) naive(b *testing.B, n int) time.Duration {
 	return time.Since(start)
 }
 
+// raw is the ceiling: a plain franz-go consumer (no group, no decoding)
+// reading every record of the topic from the start, with the projector's
+// fetch settings, on the same broker.
+func (e *benchEnv) raw(b *testing.B) time.Duration {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	start := time.Now()
+	var n, bytes int
+	for n < e.events {
+		fetches := cl.PollFetches(ctx)
+		if err := fetches.Err0(); err != nil {
+			b.Fatal(err)
+		}
+		fetches.EachRecord(func(r *kgo.Record) { n++; bytes += len(r.Value) })
+	}
+	if bytes == 0 {
+		b.Fatal("raw consume read no bytes")
+	}
+	return time.Since(start)
+}
+
 // BenchmarkCatchUp measures how fast a projector folds a pre-filled topic
 // (BENCH_SESSIONS sessions, default 50,000, about 1,000,000 events over 12
 // partitions; broker in-process, redis-server on the same host), with the
-// change feed off and on (the default), side by side with the naive
-// baseline run over the first 100,000 events in the same process.
+// change feed off and on (the default), side by side with two baselines in
+// the same process: the naive fold (GET, fold, SET per event) over the
+// first 100,000 events, and the ceiling, a raw consume of every record.
 // projector-events/s is the rate with the feed on; feed-on/off is what the
-// feed leaves of the rate without it. Run it once: go test -run='^$'
-// -bench=CatchUp -benchtime=1x.
+// feed leaves of the rate without it; of-raw is projector-events/s over
+// raw-events/s. Run it once: go test -run='^$' -bench=CatchUp -benchtime=1x.
 func BenchmarkCatchUp(b *testing.B) {
 	sessions := 50000
 	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
@@ -196,7 +223,10 @@ func BenchmarkCatchUp(b *testing.B) {
 		naiveN := min(100_000, e.events)
 		nd := e.naive(b, naiveN)
 		naiveRate := float64(naiveN) / nd.Seconds()
+		rawRate := float64(e.events) / e.raw(b).Seconds()
 		b.ReportMetric(float64(e.events), "events")
+		b.ReportMetric(rawRate, "raw-events/s")
+		b.ReportMetric(rate/rawRate, "of-raw")
 		b.ReportMetric(rate, "projector-events/s")
 		b.ReportMetric(offRate, "feed-off-events/s")
 		b.ReportMetric(rate/offRate, "feed-on/off")
