@@ -64,6 +64,10 @@ type derived struct {
 	log         *slog.Logger
 	crash       *crashPoints
 	pending     map[int32][]change
+	// sizes holds each partition's last batch length, the capacity its
+	// next pending slice starts with (bounded by maxSizeHint), so that a
+	// large batch is gathered without growing its slice step by step.
+	sizes map[int32]int
 	// outbox holds, per partition, the outcomes loaded on assignment, by
 	// source offset; an entry is used once.
 	outbox map[int32]map[int64]outcome
@@ -71,6 +75,9 @@ type derived struct {
 	// checkpoints, so a restart produces the record again.
 	err atomic.Pointer[error]
 }
+
+// maxSizeHint bounds the capacity a partition's pending changes start with.
+const maxSizeHint = 1 << 16
 
 // outcome is what the fold did with one record, as the outbox keeps it.
 type outcome struct {
@@ -147,7 +154,7 @@ type feedBatch struct {
 
 func newDerived(cfg Config, log *slog.Logger, crash *crashPoints) *derived {
 	d := &derived{eventsTopic: cfg.Topic, log: log, crash: crash,
-		pending: map[int32][]change{}, outbox: map[int32]map[int64]outcome{}}
+		pending: map[int32][]change{}, sizes: map[int32]int{}, outbox: map[int32]map[int64]outcome{}}
 	if cfg.ChangeFeed {
 		d.feedTopic = feed.Topic(cfg.Topic)
 	}
@@ -199,7 +206,11 @@ func (d *derived) note(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out ou
 	if !feedRec && react == nil && fam == nil {
 		return
 	}
-	d.pending[r.Partition] = append(d.pending[r.Partition], change{source: r.Offset, out: out, id: e.ID, typ: e.TypeName(),
+	pend := d.pending[r.Partition]
+	if pend == nil {
+		pend = make([]change, 0, max(16, d.sizes[r.Partition]))
+	}
+	d.pending[r.Partition] = append(pend, change{source: r.Offset, out: out, id: e.ID, typ: e.TypeName(),
 		at: e.OccurredAt, session: e.SessionID, parent: s.ParentSessionID, correlation: s.CorrelationID, labels: s.Labels,
 		headers: traceHeaders(r), feed: feedRec, react: react, fam: fam})
 }
@@ -232,6 +243,7 @@ func (d *derived) take(job *flushJob, parts map[int32]*partState, only map[int32
 	for _, id := range ids {
 		b := feedBatch{partition: id, changes: d.pending[id]}
 		delete(d.pending, id)
+		d.sizes[id] = min(len(b.changes), maxSizeHint)
 		if part := parts[id]; part != nil && part.ckptKnown {
 			b.below = part.lastCkpt
 		}
