@@ -180,16 +180,25 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("watch: %w", err)
 	}
 	defer adm.Close()
+	// Until the projector has created the changes topic, each attempt is
+	// logged at debug level; a warning says so once a minute.
 	var next []int64
+	var warned time.Time
 	for {
 		if next, err = endOffsets(ctx, kadm.NewClient(adm.Client), w.topic); err == nil {
 			break
 		}
-		w.o.Log.Warn("watch: the change feed is not readable yet", "topic", w.topic, "err", adm.Explain(err))
+		w.o.Log.Debug("watch: the change feed is not readable yet", "topic", w.topic, "err", adm.Explain(err))
+		if time.Since(warned) >= time.Minute {
+			warned = time.Now()
+			w.o.Log.Warn("watch: the change feed is not readable yet; watches answer 503 until it is (retrying each second)",
+				"topic", w.topic, "err", adm.Explain(err))
+		}
 		if sleepCtx(ctx, time.Second) != nil {
 			return nil
 		}
 	}
+	w.o.Log.Info("watch: reading the change feed", "topic", w.topic, "partitions", len(next))
 	offs := make(map[int32]kgo.Offset, len(next))
 	for p, o := range next {
 		offs[int32(p)] = kgo.NewOffset().At(o)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -734,5 +735,68 @@ func TestWatchResumeKeepsTenantAndFilters(t *testing.T) {
 	again := f.open("/v1/watch?state=ACTIVE", f.tokens["acme"], "Last-Event-ID", id)
 	if c, _ := again.change(); c.SessionID != "acme:4" {
 		t.Fatalf("resumed again: got %s, want acme:4", c.SessionID)
+	}
+}
+
+// levelCounter counts log records by level and message.
+type levelCounter struct {
+	mu   sync.Mutex
+	seen map[string]int // "LEVEL message"
+}
+
+func (c *levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *levelCounter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen[r.Level.String()+" "+r.Message]++
+	return nil
+}
+func (c *levelCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *levelCounter) WithGroup(string) slog.Handler      { return c }
+func (c *levelCounter) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[key]
+}
+func (c *levelCounter) warnings() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, v := range c.seen {
+		if strings.HasPrefix(k, "WARN ") {
+			n += v
+		}
+	}
+	return n
+}
+
+// TestWatchWaitsQuietlyForTheFeed: at start the changes topic may not exist
+// yet (the projector creates it). The watcher retries each second; it says
+// so once, not at every retry, and says when it reads the feed.
+func TestWatchWaitsQuietlyForTheFeed(t *testing.T) {
+	c := kafkatest.Start(t, kfake.SeedTopics(watchParts, topic))
+	logs := &levelCounter{seen: map[string]int{}}
+	w := query.NewWatcher(kafka.Config{Brokers: c.ListenAddrs()}, topic, query.WatchOptions{Log: slog.New(logs)})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	waitUntil(t, "three attempts to read the feed", func() bool {
+		return logs.count("DEBUG watch: the change feed is not readable yet") >= 3
+	})
+	if n := logs.warnings(); n > 1 {
+		t.Fatalf("%d warnings while waiting for the changes topic (%v), want at most one", n, logs.seen)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), watchParts, 1, nil, feed.Topic(topic)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the watcher reads the feed", w.Ready)
+	if logs.count("INFO watch: reading the change feed") != 1 {
+		t.Fatalf("no record that the watcher reads the feed: %v", logs.seen)
 	}
 }
