@@ -9,6 +9,21 @@
 // scenarios that kill, freeze, scale and restart containers drive each
 // container themselves (stack_test.go).
 //
+// The fault scenarios: TestProjectorKilled, TestProjectorScaling,
+// TestProjectorFrozen, TestRedisRestartAndFlush, TestBrokerRestart,
+// TestCheckpointBeyondLog and TestDeadlinesSurviveProjectorKill
+// (scenarios_test.go); and, in failover_test.go, TestSentinelFailover (a
+// primary, a replica and three sentinels, CORREX_REDIS_WAIT_REPLICAS=1: the
+// replica paused so it lags, the primary killed, the replica promoted, a new
+// replica started), TestRedisRestoredFromOlderRDB (Redis without AOF
+// restarted from an RDB taken earlier: the running projector notices the
+// lower checkpoints and rebuilds) and TestNetworkPartitions (docker network
+// disconnect of the projector from Redis, of the projector from the broker,
+// and of the query service from Redis, which answers 503 problem+json
+// meanwhile). Every scenario ends with every snapshot equal to the
+// reference fold of what ingest acknowledged, and the failover ones log how
+// long the projection took to catch up.
+//
 // The suites carry the build tag `integration`, so `go test ./...` skips them.
 // Run them with
 //

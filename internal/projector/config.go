@@ -94,6 +94,22 @@ type Config struct {
 	// RedisWaitTimeout bounds that wait; a batch not acknowledged in time
 	// is retried. CORREX_REDIS_WAIT_TIMEOUT, default 1s.
 	RedisWaitTimeout time.Duration
+	// ShutdownTimeout bounds a graceful stop: once Run's context is done,
+	// the batch in flight and the final flush get this long, then writing
+	// stops and Run returns ErrShutdownTimeout (what was not written is
+	// folded again from the checkpoints); default 30s. Not a setting: tests
+	// shorten it, and the orchestrator's grace period covers it.
+	ShutdownTimeout time.Duration
+}
+
+const defaultShutdownTimeout = 30 * time.Second
+
+// shutdownTimeout is ShutdownTimeout, or its default when unset.
+func (c Config) shutdownTimeout() time.Duration {
+	if c.ShutdownTimeout <= 0 {
+		return defaultShutdownTimeout
+	}
+	return c.ShutdownTimeout
 }
 
 // DefaultConfig returns the configuration with every default: the values
@@ -124,6 +140,7 @@ func DefaultConfig() Config {
 		DeadlineResync:   time.Second,
 		ChangeFeed:       true,
 		RedisWaitTimeout: time.Second,
+		ShutdownTimeout:  defaultShutdownTimeout,
 	}
 }
 

@@ -32,7 +32,10 @@
 //     (docs/guarantees.md says what each Redis deployment guarantees).
 //   - A crash anywhere (before, during or after a batch, before the
 //     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
-//     replays from the checkpoint and skips what is already reflected.
+//     replays from the checkpoint and skips what is already reflected. A
+//     graceful stop whose writes cannot complete (Redis unreachable) is
+//     such a crash after Config.ShutdownTimeout: Run returns
+//     ErrShutdownTimeout instead of retrying until Redis is back.
 //   - The skip rule compares positions within one partition, so it holds
 //     only if a session's position moves along its own partition. A record
 //     that is not on its key's partition (murmur2 of the key modulo the

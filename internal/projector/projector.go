@@ -130,6 +130,12 @@ func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 	return p
 }
 
+// ErrShutdownTimeout is returned by Run when the writes of a graceful stop
+// did not complete within Config.ShutdownTimeout (Redis or the broker was
+// unreachable): the last batches were not checkpointed and are folded again
+// by the partitions' next owner.
+var ErrShutdownTimeout = errors.New("projector: the final writes did not complete within the shutdown timeout")
+
 // Run joins the group and folds until ctx is done, then flushes, writes
 // checkpoints and leaves. It returns an error only for a failure it cannot
 // recover from (the caller restarts the process; checkpoints make that safe).
@@ -169,10 +175,14 @@ func (p *Projector) Run(ctx context.Context) error {
 	// The flush context exists before the group is joined and before
 	// anything can fail: closing the client runs the group's revoke
 	// callbacks, which flush under it.
-	var stopFlushing context.CancelFunc
-	p.flush.ctx, stopFlushing = context.WithCancel(context.WithoutCancel(ctx))
-	p.crash.stop = func() { stopFlushing(); p.fire.cancel() }
-	defer stopFlushing()
+	var stopFlushing context.CancelCauseFunc
+	p.flush.ctx, stopFlushing = context.WithCancelCause(context.WithoutCancel(ctx))
+	p.crash.stop = func() { stopFlushing(nil); p.fire.cancel() }
+	defer stopFlushing(nil)
+	// A graceful stop bounds the writes still to come (the batch in
+	// flight, which may be retrying against an unreachable Redis, the final
+	// flush and the revoke callbacks of the client's close).
+	defer p.limitShutdown(ctx, stopFlushing)()
 	p.cl, p.adm = cl, kadm.NewClient(cl)
 	p.flush.cl = cl
 	p.fire.cl = cl
@@ -197,13 +207,13 @@ func (p *Projector) Run(ctx context.Context) error {
 		return errCrashed
 	}
 	if err != nil {
-		return fmt.Errorf("projector: folding: %w", err)
+		return p.stopError(fmt.Errorf("projector: folding: %w", err))
 	}
 	if err := p.shutdown(); err != nil {
 		if errors.Is(err, errCrashed) || p.crash.crashed.Load() {
 			return errCrashed // a crash point hit during the final flush
 		}
-		return fmt.Errorf("projector: shutdown: %w", err)
+		return p.stopError(fmt.Errorf("projector: shutdown: %w", err))
 	}
 	if p.cfg.InstanceID != "" && p.cfg.LeaveOnShutdown {
 		cl.CloseAllowingRebalance()
@@ -267,7 +277,42 @@ func (p *Projector) loop(ctx context.Context) error {
 	return nil
 }
 
-// shutdown writes everything owned, then leaves the group (Close).
+// limitShutdown stops the writes (cancels the flush context with
+// ErrShutdownTimeout) ShutdownTimeout after ctx is done, unless the
+// returned function is called first. Without it, a stop during a Redis
+// outage waited for the batch in flight, retried until Redis came back.
+func (p *Projector) limitShutdown(ctx context.Context, stopFlushing context.CancelCauseFunc) (end func()) {
+	ended := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-ended:
+			return
+		}
+		t := time.NewTimer(p.cfg.shutdownTimeout())
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.log.Error("the final writes did not complete in time: stopping them; the partitions' next owner folds again what they did not write",
+				"timeout", p.cfg.shutdownTimeout())
+			stopFlushing(ErrShutdownTimeout)
+		case <-ended:
+		}
+	}()
+	return func() { close(ended) }
+}
+
+// stopError is err, or ErrShutdownTimeout with err's text when the writes
+// were stopped for taking too long (see limitShutdown).
+func (p *Projector) stopError(err error) error {
+	if errors.Is(context.Cause(p.flush.ctx), ErrShutdownTimeout) {
+		return fmt.Errorf("%w (%v): %v", ErrShutdownTimeout, p.cfg.shutdownTimeout(), err)
+	}
+	return err
+}
+
+// shutdown writes everything owned, then leaves the group (Close). It has
+// until limitShutdown stops the writes.
 func (p *Projector) shutdown() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -275,9 +320,7 @@ func (p *Projector) shutdown() error {
 		return err
 	}
 	job := p.buildJob()
-	ctx, cancel := context.WithTimeout(p.flush.ctx, 30*time.Second)
-	defer cancel()
-	if err := p.flush.write(ctx, job); err != nil {
+	if err := p.flush.write(p.flush.ctx, job); err != nil {
 		return fmt.Errorf("projector: final flush: %w", err)
 	}
 	p.finish(job)

@@ -1,0 +1,102 @@
+package projector
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a log destination that tests may read while it is written.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestShutdownDuringRedisOutage stops a projector gracefully while Redis
+// hangs (SIGSTOP: connections stay open, nothing answers) and a batch is
+// being retried against it: Run must give up after ShutdownTimeout and say
+// so, instead of retrying until Redis comes back. Nothing is lost: the
+// batch never reached its checkpoint, so a projector started once Redis is
+// back folds it again.
+func TestShutdownDuringRedisOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"hung", syscall.SIGSTOP}, {"down", syscall.SIGKILL}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 2)
+			events := workloadEvents(41, 200)
+			half := len(events) / 2
+			e.produce(events[:half])
+			cfg := e.config("outage")
+			cfg.ShutdownTimeout = 2 * time.Second
+			var logs syncBuffer
+			p := New(cfg, e.store("outage"), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			c, cancel := contextWithCancel()
+			done := make(chan error, 1)
+			go func() { done <- p.Run(c) }()
+			e.waitCaughtUp("outage", 30*time.Second)
+
+			if tc.sig == syscall.SIGKILL {
+				e.srv.Stop()
+			} else if err := e.srv.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			restored := false
+			restore := func() {
+				if restored {
+					return
+				}
+				restored = true
+				if tc.sig == syscall.SIGKILL {
+					e.srv.Restart(t)
+				} else if err := e.srv.Signal(syscall.SIGCONT); err != nil {
+					t.Error(err)
+				}
+			}
+			defer restore()
+			e.produce(events[half:])
+			waitFor(t, "a write retried against the unreachable Redis", func() bool {
+				return strings.Contains(logs.String(), "level=WARN")
+			})
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrShutdownTimeout) {
+					t.Fatalf("Run returned %v, want ErrShutdownTimeout", err)
+				}
+				t.Logf("Run: %v", err)
+			case <-time.After(30 * time.Second):
+				restore() // so that Run can end and the test with it
+				err := <-done
+				t.Fatalf("Run still waited for Redis 30s after the stop, with a shutdown timeout of %v (it returned %v once Redis was back)",
+					cfg.ShutdownTimeout, err)
+			}
+			restore()
+			// A new projector folds what the stopped one could not write.
+			r := e.start(e.config("outage"), "outage", nil)
+			e.waitCaughtUp("outage", 60*time.Second)
+			if err := r.halt(); err != nil {
+				t.Fatal(err)
+			}
+			e.assertSame(e.reference("ref"), e.dump("outage"))
+		})
+	}
+}
