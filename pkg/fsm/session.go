@@ -262,25 +262,6 @@ func (s *Session) NumCustomTypes() int { return len(s.custom) }
 // by type.
 func (s *Session) CustomCountAt(i int) CustomCount { return s.custom[i] }
 
-// RestoreAnnotation appends a as the newest annotation (see RestoreTransition).
-func (s *Session) RestoreAnnotation(a Annotation) { s.annotations.push(a, AnnotationsKept) }
-
-// RestoreCustomCount appends a custom counter (see RestoreTransition);
-// decoders restore them in the sorted order they were encoded in.
-func (s *Session) RestoreCustomCount(c CustomCount) { s.custom = append(s.custom, c) }
-
-// RestoreTransition appends t as the newest kept transition. Decoders use it
-// to rebuild a session; appending in oldest-first order restores exactly what
-// was encoded.
-func (s *Session) RestoreTransition(t Transition) { s.transitions.push(t, TransitionsKept) }
-
-// RestoreRejection appends r as the newest kept rejection (see RestoreTransition).
-func (s *Session) RestoreRejection(r Rejection) { s.rejections.push(r, RejectionsKept) }
-
-// RestoreSeenID appends id as the newest id of the duplicate window (see
-// RestoreTransition).
-func (s *Session) RestoreSeenID(id EventID) { s.window.push(id, IDWindow) }
-
 // ring keeps the latest limit values pushed. Once full, head is the index of
 // the oldest value.
 type ring[T any] struct {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -226,7 +227,7 @@ func (d *decoder) decodeV2Tail(s *Snapshot) {
 			d.fail("custom counters out of order")
 			return
 		}
-		s.RestoreCustomCount(c)
+		fsmcodec.PushCustomCount(&s.Session, c)
 	}
 	for n := d.count(fsm.AnnotationsKept); n > 0 && d.err == nil; n-- {
 		var a fsm.Annotation
@@ -239,7 +240,7 @@ func (d *decoder) decodeV2Tail(s *Snapshot) {
 		a.Type = s.CustomCountAt(int(ti)).Type
 		a.At = d.time()
 		a.Payload = d.str()
-		s.RestoreAnnotation(a)
+		fsmcodec.PushAnnotation(&s.Session, a)
 	}
 }
 
@@ -352,7 +353,7 @@ func Decode(b []byte, s *Snapshot) error {
 		tr.Type = d.eventType()
 		d.id(&tr.EventID)
 		tr.At = d.time()
-		s.RestoreTransition(tr)
+		fsmcodec.PushTransition(&s.Session, tr)
 	}
 	for n := d.count(fsm.RejectionsKept); n > 0 && d.err == nil; n-- {
 		var rj fsm.Rejection
@@ -370,12 +371,12 @@ func Decode(b []byte, s *Snapshot) error {
 			}
 			rj.Custom = d.str()
 		}
-		s.RestoreRejection(rj)
+		fsmcodec.PushRejection(&s.Session, rj)
 	}
 	for n := d.count(fsm.IDWindow); n > 0 && d.err == nil; n-- {
 		var id fsm.EventID
 		d.id(&id)
-		s.RestoreSeenID(id)
+		fsmcodec.PushSeenID(&s.Session, id)
 	}
 	if v2 && d.err == nil {
 		d.decodeV2Tail(s)

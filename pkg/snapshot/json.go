@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -392,7 +393,7 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		return corrupt("json: too many transitions or rejections")
 	}
 	for _, t := range v.Transitions {
-		s.RestoreTransition(fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)})
+		fsmcodec.PushTransition(&s.Session, fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)})
 	}
 	for _, r := range v.Rejections {
 		reason, ok := fsm.ParseReason(r.Reason)
@@ -407,14 +408,14 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		} else {
 			return corrupt("json: bad rejection type %q", r.Type)
 		}
-		s.RestoreRejection(rj)
+		fsmcodec.PushRejection(&s.Session, rj)
 	}
 	if v.Internal != nil {
 		if len(v.Internal.EventIDs) > fsm.IDWindow {
 			return corrupt("json: too many event ids")
 		}
 		for _, id := range v.Internal.EventIDs {
-			s.RestoreSeenID(id)
+			fsmcodec.PushSeenID(&s.Session, id)
 		}
 	}
 	return nil
@@ -475,7 +476,7 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 	}
 	slices.Sort(types)
 	for _, t := range types {
-		s.RestoreCustomCount(fsm.CustomCount{Type: t, Count: v.Counters.Custom[t]})
+		fsmcodec.PushCustomCount(&s.Session, fsm.CustomCount{Type: t, Count: v.Counters.Custom[t]})
 	}
 	for _, a := range v.Annotations {
 		i, ok := slices.BinarySearch(types, a.Type)
@@ -486,7 +487,7 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 		if len(a.Payload) > 0 {
 			an.Payload = string(a.Payload)
 		}
-		s.RestoreAnnotation(an)
+		fsmcodec.PushAnnotation(&s.Session, an)
 	}
 	return nil
 }
