@@ -36,7 +36,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Limits of one request (DESIGN §6).
+// Limits of one request (README, HTTP API; docs/security.md, "Abuse limits").
 const (
 	MaxBodyBytes = 1 << 20
 	MaxEvents    = 1000

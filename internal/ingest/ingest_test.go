@@ -304,10 +304,10 @@ func TestAccepted(t *testing.T) {
 	}
 }
 
-// TestSecondStageAccepted sends every field of DESIGN §10 that clients may
-// use and checks that the records carry them: the creation additions,
-// armedVersion and deadline, expectedVersion, and a custom type (whose name
-// is also the record's type header).
+// TestSecondStageAccepted sends every field added to record version 1 that
+// clients may use and checks that the records carry them: the creation
+// additions, armedVersion and deadline, expectedVersion, and a custom type
+// (whose name is also the record's type header).
 func TestSecondStageAccepted(t *testing.T) {
 	f := newFixture(t, 5*time.Second)
 	body := created(`"goal":"g","labels":{"team":"core","app/tier":"web"},"metadata":{"ticket":"T-1","n":[1]},`+

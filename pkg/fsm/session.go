@@ -1,6 +1,6 @@
 package fsm
 
-// Bounds of the history a session keeps (DESIGN §2, §4).
+// Bounds of the history a session keeps (docs/lifecycle.md).
 const (
 	// TransitionsKept is how many of the latest transitions a session keeps.
 	TransitionsKept = 64
@@ -10,7 +10,7 @@ const (
 	// recognise duplicates.
 	IDWindow = 128
 	// AnnotationsKept is how many of the latest custom events a session
-	// keeps in its annotations (DESIGN §10.6).
+	// keeps in its annotations (docs/lifecycle.md).
 	AnnotationsKept = 16
 	// MaxCustomTypes is how many distinct custom types a session counts;
 	// an event of one more type is rejected too_many_custom_types.
@@ -76,7 +76,7 @@ type Session struct {
 }
 
 // ReplacementStatus is where the link of a successor to its predecessor
-// stands (DESIGN §10.3).
+// stands (docs/lifecycle.md, "Replacements and children").
 type ReplacementStatus uint8
 
 // Replacement statuses. ReplacementStatusNone: the session names no predecessor.
@@ -150,7 +150,7 @@ type Counters struct {
 	Rejected           uint64
 	Duplicates         uint64
 	// SupersededTimeouts counts TimeoutExpired events whose armedVersion
-	// was not the session's version (DESIGN §10.2).
+	// was not the session's version (docs/timeouts.md).
 	SupersededTimeouts uint64
 }
 

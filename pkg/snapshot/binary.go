@@ -22,8 +22,9 @@ import (
 // state with one GETRANGE and no parsing of the body; it is the same in both
 // versions. Version 2 adds, for a rejection of a custom type, the type name
 // after the rejection's time, and after the duplicate window a tail with the
-// fields of DESIGN §10 (see appendV2Tail). A version 1 snapshot decodes as a
-// session without them.
+// fields added since (labels, metadata, timeouts, replacement, custom
+// counters and annotations, ...; see appendV2Tail). A version 1 snapshot
+// decodes as a session without them.
 const (
 	FormatBinaryV1 = 1
 	FormatBinaryV2 = 2
@@ -125,7 +126,7 @@ func (s *Snapshot) AppendBinary(dst []byte) []byte {
 	return s.appendV2Tail(dst)
 }
 
-// appendV2Tail appends the fields of DESIGN §10: supersededTimeouts, the
+// appendV2Tail appends the fields version 2 added: supersededTimeouts, the
 // labels (count, then key and value), metadata, parentSessionId,
 // parentClosePolicy, the timeouts (a bit set of kinds, then each set
 // duration in nanoseconds), successorSessionId, the replacement (status,

@@ -13,11 +13,12 @@ import (
 	"github.com/correx/sessions/pkg/fsm"
 )
 
-// The JSON form of a snapshot is the read model of DESIGN §4. MarshalJSON
-// gives what the query API serves; EncodeJSON adds an "internal" member with
-// the fold state the API hides (the duplicate window and exact nanosecond
-// durations), so that JSON is a complete stored format too (measured against
-// the binary form by BenchmarkCodec, and readable by Decode).
+// The JSON form of a snapshot is the read model (docs/lifecycle.md, "The
+// snapshot"). MarshalJSON gives what the query API serves; EncodeJSON adds an
+// "internal" member with the fold state the API hides (the duplicate window
+// and exact nanosecond durations), so that JSON is a complete stored format
+// too (measured against the binary form by BenchmarkCodec, and readable by
+// Decode).
 
 type jsonSnapshot struct {
 	SessionID            string            `json:"sessionId"`
@@ -101,7 +102,7 @@ type jsonRejection struct {
 	At      jsonTime    `json:"at"`
 }
 
-// jsonDeadline is the earliest armed deadline (DESIGN §10.1).
+// jsonDeadline is the earliest armed deadline (docs/timeouts.md).
 type jsonDeadline struct {
 	Kind string   `json:"kind"`
 	At   jsonTime `json:"at"`
@@ -293,9 +294,10 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 	return v
 }
 
-// MarshalJSON returns the snapshot as the query API serves it (DESIGN §4),
-// without the internal fold state. Text is not HTML-escaped: "<" stays one
-// byte rather than six (\u003c), so a goal's size in the API is its size.
+// MarshalJSON returns the snapshot as the query API serves it
+// (docs/lifecycle.md), without the internal fold state. Text is not
+// HTML-escaped: "<" stays one byte rather than six (\u003c), so a goal's size
+// in the API is its size.
 func (s *Snapshot) MarshalJSON() ([]byte, error) { return marshalView(s.view(false)) }
 
 func marshalView(v *jsonSnapshot) ([]byte, error) {
@@ -421,8 +423,9 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// restoreV2 reads the fields of DESIGN §10 into s; a snapshot stored
-// before they existed has none of them and decodes as a session without.
+// restoreV2 reads the fields added to the snapshot since its first form into
+// s; a snapshot stored before they existed has none of them and decodes as a
+// session without.
 func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 	if len(v.Labels) > fsm.MaxLabels {
 		return corrupt("json: %d labels", len(v.Labels))

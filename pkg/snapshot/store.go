@@ -43,9 +43,9 @@ func (s *Store) WithTimeoutDefaults(d fsm.Timeouts) *Store {
 	return &c
 }
 
-// NewStore returns a store over rdb whose keys start with prefix (DESIGN §6
-// CORREX_REDIS_PREFIX, default "correx"). rdb may be a *redis.Client or a
-// *redis.ClusterClient.
+// NewStore returns a store over rdb whose keys start with prefix (the
+// services' CORREX_REDIS_PREFIX, default "correx"). rdb may be a
+// *redis.Client or a *redis.ClusterClient.
 func NewStore(rdb redis.UniversalClient, prefix string) (*Store, error) {
 	if err := validPrefix(prefix); err != nil {
 		return nil, err
