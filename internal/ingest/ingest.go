@@ -159,7 +159,7 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 	}
 	timeout := h.ProduceTimeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = DefaultProduceTimeout
 	}
 	// The request's context does not cancel produces (a client going away
 	// must not leave half a batch unknown), but the produce context does:

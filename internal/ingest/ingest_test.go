@@ -41,7 +41,8 @@ func newFixture(t *testing.T, timeout time.Duration) *fixture {
 func newTracedFixture(t *testing.T, timeout time.Duration, tel *correxotel.Telemetry) *fixture {
 	t.Helper()
 	c := kafkatest.Start(t)
-	cfg := ingest.Config{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "test"}, Topic: topic, ProduceTimeout: timeout}
+	cfg := ingest.DefaultConfig()
+	cfg.Kafka.Brokers, cfg.Topic, cfg.ProduceTimeout = c.ListenAddrs(), topic, timeout
 	opts := append(ingest.ProducerOpts(cfg), kgo.RetryTimeout(timeout))
 	if tel != nil {
 		opts = append(opts, correxotel.KafkaHooks(tel))

@@ -103,13 +103,13 @@ type Config struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		Kafka:            kafka.Config{Brokers: []string{"127.0.0.1:9092"}, ClientID: "correx-projector"},
-		Topic:            "correx.session-events",
-		Partitions:       12,
+		Kafka:            kafka.Config{Brokers: []string{config.DefaultBroker}, ClientID: "correx-projector"},
+		Topic:            config.DefaultTopic,
+		Partitions:       config.DefaultPartitions,
 		Group:            "correx-projector",
 		InstanceID:       host,
-		RedisURL:         "redis://127.0.0.1:6379/0",
-		RedisPrefix:      "correx",
+		RedisURL:         config.DefaultRedisURL,
+		RedisPrefix:      config.DefaultRedisPrefix,
 		HTTPAddr:         ":8083",
 		FlushInterval:    250 * time.Millisecond,
 		MaxFlushInterval: 2 * time.Second,
