@@ -241,14 +241,8 @@ func TestWaitReplicas(t *testing.T) {
 	if !errors.Is(err, snapshot.ErrNotReplicated) {
 		t.Fatalf("with the replica hung: %v, want ErrNotReplicated", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := put(3); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the replica is back, and still: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !eventually(10*time.Second, func() bool { err = put(3); return err == nil }) {
+		t.Fatalf("the replica is back, and still: %v", err)
 	}
 	if err := st.WaitReplicas(1, 0); err == nil {
 		t.Error("a wait without a timeout was accepted")
@@ -259,4 +253,17 @@ func TestWaitReplicas(t *testing.T) {
 	if err := cst.WaitReplicas(1, time.Second); err == nil {
 		t.Error("waiting for replicas on Redis Cluster was accepted")
 	}
+}
+
+// eventually polls cond every 20 ms until it holds, for at most timeout,
+// and reports whether it held.
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
