@@ -19,9 +19,15 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	if _, _, err := parse([]string{"-log-level", "loud", "-partitions", "0"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil ||
-		!strings.Contains(err.Error(), "log-level") || !strings.Contains(err.Error(), "CORREX_PARTITIONS") {
-		t.Fatalf("%v", err)
+	_, _, err := parse([]string{"-log-level", "loud", "-partitions", "0", "-progress", "0s"}, func(string) string { return "" }, &bytes.Buffer{})
+	for _, want := range []string{"log-level", "CORREX_PARTITIONS", "-progress"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+	c, _, err := parse(nil, func(k string) string { return map[string]string{"CORREX_TOPIC": "t"}[k] }, &bytes.Buffer{})
+	if err != nil || c.Topic != "t" || c.Partitions != 12 || c.IngestAddr != "127.0.0.1:8081" || !c.Demo {
+		t.Fatalf("%+v %v", c, err)
 	}
 }
 

@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/correx/sessions/internal/kafkabroker"
 )
 
 func env(m map[string]string) func(string) string {
@@ -23,15 +20,15 @@ func TestParse(t *testing.T) {
 		name    string
 		args    []string
 		env     map[string]string
-		want    Config
+		want    kafkabroker.Config
 		wantErr []string
 	}{
-		{name: "defaults", want: Config{Listen: "0.0.0.0:9092", Partitions: 12, LogLevel: "warn"}},
+		{name: "defaults", want: kafkabroker.Config{Listen: "0.0.0.0:9092", Partitions: 12, LogLevel: "warn"}},
 		{name: "env", env: map[string]string{"KFAKE_ADVERTISED_ADDR": "kafka:9092", "KFAKE_DATA_DIR": "/var/lib/kfake",
 			"KFAKE_PARTITIONS": "6", "KFAKE_SYNC_WRITES": "true", "KFAKE_LOG_LEVEL": "info"},
-			want: Config{Listen: "0.0.0.0:9092", Advertised: "kafka:9092", DataDir: "/var/lib/kfake", Partitions: 6, SyncWrites: true, LogLevel: "info"}},
+			want: kafkabroker.Config{Listen: "0.0.0.0:9092", Advertised: "kafka:9092", DataDir: "/var/lib/kfake", Partitions: 6, SyncWrites: true, LogLevel: "info"}},
 		{name: "flag wins", args: []string{"-advertised-addr", "b:1"}, env: map[string]string{"KFAKE_ADVERTISED_ADDR": "a:1"},
-			want: Config{Listen: "0.0.0.0:9092", Advertised: "b:1", Partitions: 12, LogLevel: "warn"}},
+			want: kafkabroker.Config{Listen: "0.0.0.0:9092", Advertised: "b:1", Partitions: 12, LogLevel: "warn"}},
 		{name: "every problem at once",
 			env:     map[string]string{"KFAKE_LISTEN_ADDR": "9092", "KFAKE_ADVERTISED_ADDR": "kafka:0", "KFAKE_PARTITIONS": "0", "KFAKE_LOG_LEVEL": "loud"},
 			wantErr: []string{"KFAKE_LISTEN_ADDR", "KFAKE_ADVERTISED_ADDR", "KFAKE_PARTITIONS", "KFAKE_LOG_LEVEL"}},
@@ -60,136 +57,32 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// startBroker runs the command until the returned stop is called.
-func startBroker(t *testing.T, env map[string]string) (addr string, logs *bytes.Buffer, stop func()) {
-	t.Helper()
+// TestRun starts the command on a free port, waits for it to be ready and
+// stops it as SIGTERM would; the broker itself is tested in
+// internal/kafkabroker.
+func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	readyc := make(chan string, 1)
 	done := make(chan error, 1)
-	logs = &bytes.Buffer{}
+	var logs bytes.Buffer
 	go func() {
-		done <- run(ctx, nil, func(k string) string { return env[k] }, logs, func(a string) { readyc <- a })
+		done <- run(ctx, nil, env(map[string]string{"KFAKE_LISTEN_ADDR": "127.0.0.1:0"}), &logs, func(a string) { readyc <- a })
 	}()
 	select {
-	case addr = <-readyc:
+	case <-readyc:
 	case err := <-done:
-		cancel()
-		t.Fatalf("broker exited: %v\n%s", err, logs)
+		t.Fatalf("broker exited: %v\n%s", err, logs.String())
 	case <-time.After(10 * time.Second):
-		cancel()
 		t.Fatal("broker not ready within 10s")
 	}
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"KFAKE_LISTEN_ADDR", `msg="broker ready"`, "msg=stopped"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, logs.String())
 		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("broker: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return addr, logs, stop
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// TestAdvertisedAddress checks that metadata names the advertised address,
-// not the listening one, which is what lets a broker in a container be
-// reached through its network alias.
-func TestAdvertisedAddress(t *testing.T) {
-	port := strconv.Itoa(freePort(t))
-	addr, logs, _ := startBroker(t, map[string]string{"KFAKE_LISTEN_ADDR": "127.0.0.1:" + port,
-		"KFAKE_ADVERTISED_ADDR": "broker.invalid:" + port})
-	if addr != "broker.invalid:"+port {
-		t.Errorf("ready with %q, want broker.invalid:%s", addr, port)
-	}
-	if !strings.Contains(logs.String(), `msg="broker ready"`) {
-		t.Errorf("no ready line in the log:\n%s", logs)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:" + port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(md.Brokers) != 1 || md.Brokers[0].Host != "broker.invalid" || strconv.Itoa(int(md.Brokers[0].Port)) != port {
-		t.Fatalf("metadata brokers %+v, want one at broker.invalid:%s", md.Brokers, port)
-	}
-}
-
-// TestRestartKeepsLog produces records and commits an offset, restarts the
-// broker on the same data directory, and reads both back.
-func TestRestartKeepsLog(t *testing.T) {
-	dir := t.TempDir()
-	env := map[string]string{"KFAKE_LISTEN_ADDR": "127.0.0.1:0", "KFAKE_DATA_DIR": dir, "KFAKE_PARTITIONS": "3"}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	addr, _, stop := startBroker(t, env)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("t"), kgo.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopic(ctx, -1, -1, nil, "t"); err != nil {
-		t.Fatal(err)
-	}
-	const n = 100
-	for i := range n {
-		cl.Produce(ctx, &kgo.Record{Key: []byte(strconv.Itoa(i % 7)), Value: []byte(strconv.Itoa(i))}, nil)
-	}
-	if err := cl.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adm.CommitOffsets(ctx, "g", kadm.Offsets{"t": {0: {Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1}}}); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
-	stop()
-
-	addr, _, _ = startBroker(t, env)
-	cl, err = kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm = kadm.NewClient(cl)
-	topics, err := adm.ListTopics(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := len(topics["t"].Partitions); got != 3 {
-		t.Errorf("after restart the topic has %d partitions, want 3 (KFAKE_PARTITIONS)", got)
-	}
-	committed, err := adm.FetchOffsets(ctx, "g")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, ok := committed.Lookup("t", 0); !ok || o.At != 5 {
-		t.Errorf("committed offset after restart %+v (found %v), want 5", o, ok)
-	}
-	seen := map[string]bool{}
-	for len(seen) < n {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			t.Fatalf("read %d of %d records after the restart", len(seen), n)
-		}
-		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
 	}
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // The environment contract of the three services. These names are fixed
-// (DESIGN.md §6 and the chart's brief); the rendered manifests must use exactly
+// (README, Configuration); the rendered manifests must use exactly
 // these CORREX_* names and no others.
 var (
 	// commonEnv is what every component gets.

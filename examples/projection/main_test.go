@@ -114,17 +114,12 @@ func TestProjectionServesTheFeed(t *testing.T) {
 	go func() { done <- run(ctx, cfg, ln, slog.New(slog.DiscardHandler)) }()
 	base := "http://" + ln.Addr().String()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var got struct{ Days []ApprovalDay }
+	var got struct{ Days []ApprovalDay }
+	if !eventually(func() bool {
 		getJSON(t, base+"/approval-times", &got)
-		if reflect.DeepEqual(got.Days, wantApprovals()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("approval times %+v, want %+v", got.Days, wantApprovals())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return reflect.DeepEqual(got.Days, wantApprovals())
+	}) {
+		t.Fatalf("approval times %+v, want %+v", got.Days, wantApprovals())
 	}
 	// The last change of each partition (s4's and s3's grants) is in the
 	// approvals above, so the active counts are final.
@@ -182,4 +177,17 @@ func TestApplyIsIdempotentPerChange(t *testing.T) {
 	if rec.Code != 400 || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Errorf("no label: %d %s", rec.Code, rec.Header().Get("Content-Type"))
 	}
+}
+
+// eventually polls cond every 20 ms, for at most 30 s, and reports whether
+// it held.
+func eventually(cond func() bool) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }

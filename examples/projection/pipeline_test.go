@@ -82,8 +82,7 @@ func TestProjectionOverThePipeline(t *testing.T) {
 	}
 	want := views{Days: wantApprovals(), Active: wantActive()}
 	var got views
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !eventually(func() bool {
 		got = views{Active: map[string]map[string]int64{}}
 		getJSON(t, base+"/approval-times", &got)
 		for key := range want.Active {
@@ -91,12 +90,8 @@ func TestProjectionOverThePipeline(t *testing.T) {
 			getJSON(t, base+"/active?label="+key, &a)
 			got.Active[key] = a.Active
 		}
-		if reflect.DeepEqual(got, want) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !reflect.DeepEqual(got, want) {
+		return reflect.DeepEqual(got, want)
+	}) {
 		t.Errorf("views %+v, want %+v", got, want)
 	}
 	cancel()

@@ -1,6 +1,7 @@
 // Package config binds the services' settings to command-line flags that also
-// read the fixed CORREX_* environment variables (DESIGN §6), so scripts, the
-// devstack and the Helm chart configure every binary the same way.
+// read the fixed CORREX_* environment variables (README, Configuration), so
+// scripts, the devstack and the Helm chart configure every binary the same
+// way.
 //
 // Precedence: a flag given on the command line wins, then the environment
 // variable, then the default written in the flag's usage.

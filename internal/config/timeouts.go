@@ -7,7 +7,7 @@ import (
 )
 
 // BindTimeouts registers the service defaults of the session timeouts
-// (DESIGN §10.1), CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL,
+// (docs/timeouts.md), CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL,
 // _RECOVERY and _CANCELLATION (flags -timeout-<kind>), with
 // fsm.DefaultTimeouts' values as their defaults: all unset except
 // cancellation, 5m. The projector arms deadlines with them and the query

@@ -9,6 +9,10 @@
 // the stack runs (StopProjector, KillProjector, StartProjector): it keeps its
 // address, group instance id and Redis, so a restart exercises the recovery
 // from checkpoints that a real restart does.
+//
+// Run (demo.go) is what `make run` shows around a stack: the URLs and lines
+// to try, a demo workload, a session whose timeout fires, and a progress
+// line; Config holds cmd/devstack's flags.
 package devstack
 
 import (
@@ -24,6 +28,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/correx/sessions/internal/auth"
+	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/ingest"
 	"github.com/correx/sessions/internal/kafka"
@@ -103,6 +108,12 @@ type Stack struct {
 	killed    []*projRun
 }
 
+// withClientID is the stack's Kafka settings under a service's client id.
+func withClientID(k kafka.Config, id string) kafka.Config {
+	k.ClientID = id
+	return k
+}
+
 func orDefault(s, def string) string {
 	if s == "" {
 		return def
@@ -116,9 +127,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Stack{Topic: orDefault(o.Topic, "correx.session-events"), Prefix: orDefault(o.Prefix, "correx"), Brokers: o.Brokers, RedisURL: o.RedisURL}
+	s := &Stack{Topic: orDefault(o.Topic, config.DefaultTopic), Prefix: orDefault(o.Prefix, config.DefaultRedisPrefix),
+		Brokers: o.Brokers, RedisURL: o.RedisURL}
 	if o.Partitions == 0 {
-		o.Partitions = 12
+		o.Partitions = config.DefaultPartitions
 	}
 	if len(s.Brokers) == 0 {
 		kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(o.KafkaPort), kfake.DefaultNumPartitions(o.Partitions)}
@@ -189,9 +201,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	s.IngestURL, s.QueryURL, s.ProjectorURL = ingestURL, queryURL, projURL
 
-	icfg := ingest.Config{Kafka: kcfg, Topic: s.Topic, Partitions: o.Partitions, ProduceTimeout: 10 * time.Second,
-		Auth: authCfg, TLS: o.TLS}
-	icfg.Kafka.ClientID = "correx-ingest"
+	// Each service's defaults, apart from the stack's own endpoints.
+	icfg := ingest.DefaultConfig()
+	icfg.Kafka = withClientID(kcfg, icfg.Kafka.ClientID)
+	icfg.Topic, icfg.Partitions, icfg.Auth, icfg.TLS = s.Topic, o.Partitions, authCfg, o.TLS
 	irt := rt("ingest")
 	irt.Listener = li
 	s.goRun("ingest", func() error { return ingest.Serve(ctx, icfg, irt) })
@@ -203,9 +216,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// shorter group timeouts, so that tests that stop members see
 	// rebalances quickly; and a shorter longest poll wait (FlushInterval).
 	pcfg := projector.DefaultConfig()
-	clientID := pcfg.Kafka.ClientID
-	pcfg.Kafka = kcfg
-	pcfg.Kafka.ClientID = clientID
+	pcfg.Kafka = withClientID(kcfg, pcfg.Kafka.ClientID)
 	pcfg.Topic, pcfg.Partitions, pcfg.Group = s.Topic, o.Partitions, orDefault(o.Group, pcfg.Group)
 	pcfg.RedisURL, pcfg.RedisCluster, pcfg.RedisPrefix = s.RedisURL, o.RedisCluster, s.Prefix
 	pcfg.RedisPasswordFile, pcfg.RedisTLSCAFile, pcfg.TLS = o.RedisPasswordFile, o.RedisTLSCAFile, o.TLS
@@ -235,10 +246,11 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 
-	qcfg := query.Config{Kafka: kcfg, Topic: s.Topic, RedisURL: s.RedisURL, RedisCluster: o.RedisCluster, RedisPrefix: s.Prefix,
-		RedisPasswordFile: o.RedisPasswordFile, RedisTLSCAFile: o.RedisTLSCAFile, Auth: authCfg, TLS: o.TLS,
-		Timeouts: pcfg.Timeouts} // the projector's timeout defaults: the query shows effective timeouts with them
-	qcfg.Kafka.ClientID = "correx-query"
+	qcfg := query.DefaultConfig()
+	qcfg.Kafka = withClientID(kcfg, qcfg.Kafka.ClientID)
+	qcfg.Topic, qcfg.RedisURL, qcfg.RedisCluster, qcfg.RedisPrefix = s.Topic, s.RedisURL, o.RedisCluster, s.Prefix
+	qcfg.RedisPasswordFile, qcfg.RedisTLSCAFile, qcfg.Auth, qcfg.TLS = o.RedisPasswordFile, o.RedisTLSCAFile, authCfg, o.TLS
+	qcfg.Timeouts = pcfg.Timeouts // the projector's: the query shows effective timeouts with them
 	qrt := rt("query")
 	qrt.Listener = lq
 	s.goRun("query", func() error { return query.Serve(ctx, qcfg, qrt) })

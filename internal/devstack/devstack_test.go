@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/redis/go-redis/v9"
 )
 
 // echo serves one line back per line on a loopback port.
@@ -151,8 +153,30 @@ func TestKillProjectorUnderLoad(t *testing.T) {
 			}
 		}
 	}()
+	opts, err := redis.ParseURL(st.RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	store, err := snapshot.NewStore(rdb, st.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// folded is how far the stored checkpoints are: the sum of their offsets.
+	folded := func() int64 {
+		cps, _ := store.Checkpoints(ctx, st.Topic)
+		var n int64
+		for _, cp := range cps {
+			n += cp.Offset
+		}
+		return n
+	}
 	for i := range 5 {
-		time.Sleep(300 * time.Millisecond) // let folds and flushes run
+		// Kill while folding and flushing: once this run of the projector
+		// has written a checkpoint past the last one seen.
+		before := folded()
+		waitFor(t, "the projector writes a checkpoint", func() bool { return folded() > before })
 		killed := make(chan error, 1)
 		go func() { killed <- st.KillProjector() }()
 		select {
@@ -166,5 +190,18 @@ func TestKillProjectorUnderLoad(t *testing.T) {
 		if err := st.StartProjector(); err != nil {
 			t.Fatalf("start %d: %v", i, err)
 		}
+	}
+}
+
+// waitFor polls cond every 20 ms until it holds, failing the test after
+// 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

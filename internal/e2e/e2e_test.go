@@ -31,8 +31,9 @@ func quietLog() *slog.Logger {
 }
 
 // startStack starts the pipeline on a real redis-server, with the harness
-// that services using correx start it with (pkg/testkit).
-func startStack(t *testing.T, partitions int) (*testkit.Stack, *snapshot.Store) {
+// that services using correx start it with (pkg/testkit), and returns the
+// store over it and a client of that server.
+func startStack(t *testing.T, partitions int) (*testkit.Stack, *snapshot.Store, *redis.Client) {
 	t.Helper()
 	srv := redistest.Start(t)
 	st := testkit.Start(t, testkit.WithRedisURL(srv.URL()), testkit.WithPartitions(partitions),
@@ -43,7 +44,7 @@ func startStack(t *testing.T, partitions int) (*testkit.Stack, *snapshot.Store) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st, store
+	return st, store, rdb
 }
 
 // assertExact compares every stored snapshot with the reference fold of the
@@ -89,7 +90,7 @@ func assertExact(t *testing.T, store *snapshot.Store, written map[string][]fsm.E
 }
 
 func TestEndToEnd(t *testing.T) {
-	st, store := startStack(t, 6)
+	st, store, rdb := startStack(t, 6)
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		IngestURL: st.IngestURL, QueryURL: st.QueryURL, Sessions: 2000, Concurrency: 8, Batch: 40,
 		InvalidShare: 0.05, DuplicateShare: 0.05, Seed: 42, Verify: true, KeepWritten: true,
@@ -125,7 +126,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	tampered.Counters.ModelTurns += 100
 	key := fmt.Sprintf("%s:{b%03d}:s:%s", st.Prefix, snapshot.Bucket(ids[0]), ids[0])
-	if err := store.Client().Set(context.Background(), key, tampered.AppendBinary(nil), 0).Err(); err != nil {
+	if err := rdb.Set(context.Background(), key, tampered.AppendBinary(nil), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if got := replay(t, st.QueryURL, ids[0]); got.MatchesStored {

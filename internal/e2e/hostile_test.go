@@ -416,7 +416,11 @@ func waitSlots(t *testing.T, c client, ingestURL, queryURL string, tok map[strin
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond) // let the flood take what it can
+	// The flood holds the reader's share of the waiting reads once the
+	// reader's next read is refused at once.
+	waitUntil(t, "the flood holds the reader's waiting reads", func() bool {
+		return c.do(http.MethodGet, queryURL+"/v1/sessions/warm:1?minPosition=0:99999999", tok["reader"], "", nil).status == 503
+	})
 	a := c.do(http.MethodPost, ingestURL+"/v1/events", tok["acme"], "application/json", []byte(event("acme:fair", "SessionCreated")))
 	if a.status != 202 {
 		t.Fatalf("%d %s", a.status, a.body)
@@ -464,7 +468,7 @@ func hungRedis(t *testing.T, srv *redistest.Server, queryURL, token string) {
 		t.Errorf("a read with Redis stopped: %d (Retry-After %q) after %v; want 503 with Retry-After within 5s",
 			resp.StatusCode, resp.Header.Get("Retry-After"), took)
 	}
-	time.Sleep(time.Second) // the projector keeps trying meanwhile
+	time.Sleep(time.Second) // Redis stays stopped a while: the projector keeps trying meanwhile
 	resume()
 	waitHTTP(t, queryURL+"/readyz", 30*time.Second)
 }

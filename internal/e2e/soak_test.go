@@ -166,21 +166,8 @@ func TestSoak(t *testing.T) {
 
 func waitReady(t *testing.T, st *devstack.Stack) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
 	for _, base := range []string{st.IngestURL, st.QueryURL} {
-		for {
-			resp, err := http.Get(base + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not ready", base)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitHTTP(t, base+"/readyz", 15*time.Second)
 	}
 }
 
@@ -387,7 +374,7 @@ func stall(base string) int {
 	}
 	defer conn.Close()
 	_, _ = io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nX-Slow: a")
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // slow on purpose: the time between the parts is the attack
 	_, _ = io.WriteString(conn, "b")
 	time.Sleep(20 * time.Millisecond)
 	return 0

@@ -81,7 +81,21 @@ func TestLifecycleTelemetry(t *testing.T) {
 		t.Fatalf("query: %v %v", err, resp)
 	}
 	resp.Body.Close()
-	time.Sleep(200 * time.Millisecond) // the flush span ends after the checkpoint
+	// The read above is answered once the checkpoint passes the last
+	// event; the transition spans are made off the fold path, and the flush
+	// span ends after the checkpoint: wait until they have ended.
+	waitUntil(t, "the transition spans and a flush span linking to them", func() bool {
+		n, linked := 0, false
+		for _, s := range rec.Ended() {
+			switch {
+			case s.Name() == correxotel.SpanTransition:
+				n++
+			case s.Name() == "projector.flush" && len(s.Links()) > 0:
+				linked = true
+			}
+		}
+		return n >= 7 && linked // the script's seven transitions
+	})
 
 	spans := rec.Ended()
 	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}

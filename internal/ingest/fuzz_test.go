@@ -35,7 +35,8 @@ import (
 // (The tenant checks are asserted by TestEndpointAuthorization in e2e.)
 func FuzzAPI(f *testing.F) {
 	c := kafkatest.Start(f)
-	cfg := ingest.Config{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "fuzz"}, Topic: topic, ProduceTimeout: 2 * time.Second}
+	cfg := ingest.DefaultConfig()
+	cfg.Kafka.Brokers, cfg.Topic, cfg.ProduceTimeout = c.ListenAddrs(), topic, 2*time.Second
 	cl, err := kgo.NewClient(ingest.ProducerOpts(cfg)...)
 	if err != nil {
 		f.Fatal(err)

@@ -36,7 +36,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Limits of one request (DESIGN §6).
+// Limits of one request (README, HTTP API; docs/security.md, "Abuse limits").
 const (
 	MaxBodyBytes = 1 << 20
 	MaxEvents    = 1000
@@ -159,7 +159,7 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 	}
 	timeout := h.ProduceTimeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = DefaultProduceTimeout
 	}
 	// The request's context does not cancel produces (a client going away
 	// must not leave half a batch unknown), but the produce context does:

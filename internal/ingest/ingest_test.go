@@ -41,7 +41,8 @@ func newFixture(t *testing.T, timeout time.Duration) *fixture {
 func newTracedFixture(t *testing.T, timeout time.Duration, tel *correxotel.Telemetry) *fixture {
 	t.Helper()
 	c := kafkatest.Start(t)
-	cfg := ingest.Config{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "test"}, Topic: topic, ProduceTimeout: timeout}
+	cfg := ingest.DefaultConfig()
+	cfg.Kafka.Brokers, cfg.Topic, cfg.ProduceTimeout = c.ListenAddrs(), topic, timeout
 	opts := append(ingest.ProducerOpts(cfg), kgo.RetryTimeout(timeout))
 	if tel != nil {
 		opts = append(opts, correxotel.KafkaHooks(tel))
@@ -304,10 +305,10 @@ func TestAccepted(t *testing.T) {
 	}
 }
 
-// TestSecondStageAccepted sends every field of DESIGN §10 that clients may
-// use and checks that the records carry them: the creation additions,
-// armedVersion and deadline, expectedVersion, and a custom type (whose name
-// is also the record's type header).
+// TestSecondStageAccepted sends every field added to record version 1 that
+// clients may use and checks that the records carry them: the creation
+// additions, armedVersion and deadline, expectedVersion, and a custom type
+// (whose name is also the record's type header).
 func TestSecondStageAccepted(t *testing.T) {
 	f := newFixture(t, 5*time.Second)
 	body := created(`"goal":"g","labels":{"team":"core","app/tier":"web"},"metadata":{"ticket":"T-1","n":[1]},`+

@@ -17,7 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Config configures the ingest service.
+// Config configures the ingest service. DefaultConfig holds the defaults;
+// Bind registers them as the flags' and environment variables' defaults.
 type Config struct {
 	Kafka      kafka.Config
 	Topic      string // CORREX_TOPIC; default correx.session-events
@@ -33,14 +34,32 @@ type Config struct {
 	TLS httpx.TLSConfig
 }
 
-// Bind registers the flags and environment variables.
+// DefaultConfig returns the service's defaults, apart from authentication
+// and TLS (auth.Config and httpx.TLSConfig bind their own).
+func DefaultConfig() Config {
+	return Config{
+		Kafka:          kafka.Config{Brokers: []string{config.DefaultBroker}, ClientID: "correx-ingest"},
+		Topic:          config.DefaultTopic,
+		Partitions:     config.DefaultPartitions,
+		HTTPAddr:       ":8081",
+		ProduceTimeout: DefaultProduceTimeout,
+	}
+}
+
+// DefaultProduceTimeout is CORREX_PRODUCE_TIMEOUT's default, and what a
+// Handler without a ProduceTimeout waits.
+const DefaultProduceTimeout = 10 * time.Second
+
+// Bind registers the flags and environment variables, with DefaultConfig's
+// values as their defaults.
 func (c *Config) Bind(b *config.Binder) {
-	c.Kafka.ClientID = "correx-ingest"
-	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", []string{"127.0.0.1:9092"}, "Kafka bootstrap brokers")
-	b.String(&c.Topic, "topic", "CORREX_TOPIC", "correx.session-events", "topic of session events")
-	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", 12, "partitions when the topic is created")
-	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", ":8081", "listen address")
-	b.Duration(&c.ProduceTimeout, "produce-timeout", "CORREX_PRODUCE_TIMEOUT", 10*time.Second, "how long an event may wait for Kafka before a 503")
+	d := DefaultConfig()
+	c.Kafka.ClientID = d.Kafka.ClientID
+	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers")
+	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
+	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions when the topic is created")
+	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address")
+	b.Duration(&c.ProduceTimeout, "produce-timeout", "CORREX_PRODUCE_TIMEOUT", d.ProduceTimeout, "how long an event may wait for Kafka before a 503")
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
 	c.TLS.Bind(b)

@@ -39,16 +39,12 @@ func TestCacheBytes(t *testing.T) {
 		}
 		return cached, pinned
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cached, pinned := measure()
-		if cached-pinned <= cfg.CacheBytes && pinned == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cache holds %d encoded bytes (%d not evictable), bound %d", cached, pinned, cfg.CacheBytes)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var cached, pinned int
+	if !eventually(10*time.Second, func() bool {
+		cached, pinned = measure()
+		return cached-pinned <= cfg.CacheBytes && pinned == 0
+	}) {
+		t.Fatalf("cache holds %d encoded bytes (%d not evictable), bound %d", cached, pinned, cfg.CacheBytes)
 	}
 	if err := r.halt(); err != nil {
 		t.Fatal(err)

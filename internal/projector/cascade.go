@@ -20,8 +20,9 @@ const ReasonParentCancelled = "parent_cancelled"
 const MaxCascadeChildren = 10000
 
 // family is what a noted record means for cancellation reaching children
-// (DESIGN §10.3): a child's creation names its parent, and a session that
-// enters CANCELLING, FAILED or CANCELLED cancels its children.
+// (docs/lifecycle.md, "Replacements and children"): a child's creation names
+// its parent, and a session that enters CANCELLING, FAILED or CANCELLED
+// cancels its children.
 //
 // Children are known from the index in Redis (snapshot.Store.AddChildren,
 // Children): a child's creation adds it before the child's parent is read,

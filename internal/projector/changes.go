@@ -20,8 +20,8 @@ import (
 )
 
 // derived builds and produces what the fold derives beyond snapshots: the
-// change feed (DESIGN §10.4) and the derived events of replacement linking
-// (DESIGN §10.3, reactions.go).
+// change feed and the derived events of replacement linking (reactions.go);
+// docs/exactly-once.md, "The change feed and derived events".
 //
 // The change feed has one record per applied transition, per rejection and
 // per applied custom event, on the topic feed.Topic(events topic), keyed by

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -19,17 +20,15 @@ import (
 // derived events produced by the flushes are folded too.
 func (e *env) waitSettled(prefix string) {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ends := endOffsets(e.t, e.brokers)
-		cps, err := e.store(prefix).Checkpoints(ctx, topic)
-		if err == nil && caughtUp(cps, ends) && fmt.Sprint(endOffsets(e.t, e.brokers)) == fmt.Sprint(ends) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("not settled: checkpoints %v, ends %v", cps, ends)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var cps map[int32]snapshot.Checkpoint
+	var ends map[int32]int64
+	if !eventually(60*time.Second, func() bool {
+		var err error
+		ends = endOffsets(e.t, e.brokers)
+		cps, err = e.store(prefix).Checkpoints(ctx, topic)
+		return err == nil && caughtUp(cps, ends) && fmt.Sprint(endOffsets(e.t, e.brokers)) == fmt.Sprint(ends)
+	}) {
+		e.t.Fatalf("not settled: checkpoints %v, ends %v", cps, ends)
 	}
 }
 
@@ -90,9 +89,9 @@ func (e *env) readAll(name string) []*kgo.Record {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("reading %s: partitions not read to the end: %v", name, want)
 		}
-		pctx, cancel := contextWithCancel()
-		go func() { time.Sleep(time.Second); cancel() }()
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := rd.PollFetches(pctx)
+		cancel()
 		for _, r := range fs.Records() {
 			out = append(out, r)
 			if r.Offset+1 >= want[r.Partition] {

@@ -70,8 +70,8 @@ type Config struct {
 	// rebalance (flush what they revoke) before dropping them;
 	// CORREX_REBALANCE_TIMEOUT, default 60s.
 	RebalanceTimeout time.Duration
-	// Timeouts are the service defaults of the session timeouts (DESIGN
-	// §10.1), used for a kind a session's SessionCreated leaves out:
+	// Timeouts are the service defaults of the session timeouts
+	// (docs/timeouts.md), used for a kind a session's SessionCreated leaves out:
 	// CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL, _RECOVERY and
 	// _CANCELLATION, Go durations from 1s to 720h; all unset (zero: not
 	// armed) except cancellation, default 5m (fsm.DefaultTimeouts). The
@@ -81,7 +81,7 @@ type Config struct {
 	// is read again from Redis, besides what the flushes report; default
 	// 1s. Not a setting: tests shorten it.
 	DeadlineResync time.Duration
-	// ChangeFeed produces the change feed (DESIGN §10.4) to
+	// ChangeFeed produces the change feed (docs/exactly-once.md) to
 	// "<Topic>.changes", created with the events topic's partition count;
 	// CORREX_CHANGE_FEED, default true.
 	ChangeFeed bool
@@ -119,13 +119,13 @@ func (c Config) shutdownTimeout() time.Duration {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		Kafka:            kafka.Config{Brokers: []string{"127.0.0.1:9092"}, ClientID: "correx-projector"},
-		Topic:            "correx.session-events",
-		Partitions:       12,
+		Kafka:            kafka.Config{Brokers: []string{config.DefaultBroker}, ClientID: "correx-projector"},
+		Topic:            config.DefaultTopic,
+		Partitions:       config.DefaultPartitions,
 		Group:            "correx-projector",
 		InstanceID:       host,
-		RedisURL:         "redis://127.0.0.1:6379/0",
-		RedisPrefix:      "correx",
+		RedisURL:         config.DefaultRedisURL,
+		RedisPrefix:      config.DefaultRedisPrefix,
 		HTTPAddr:         ":8083",
 		FlushInterval:    250 * time.Millisecond,
 		MaxFlushInterval: 2 * time.Second,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -46,21 +47,18 @@ func header(r *kgo.Record, key string) (string, bool) {
 func (e *env) waitRunning(r *running, prefix string, timeout time.Duration) {
 	e.t.Helper()
 	ends := endOffsets(e.t, e.brokers)
-	deadline := time.Now().Add(timeout)
-	for {
+	var cps map[int32]snapshot.Checkpoint
+	if !eventually(timeout, func() bool {
 		select {
 		case err := <-r.done:
 			e.t.Fatalf("the projector stopped: %v", err)
 		default:
 		}
-		cps, err := e.store(prefix).Checkpoints(ctx, topic)
-		if err == nil && caughtUp(cps, ends) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("not caught up after %v: checkpoints %v, ends %v", timeout, cps, ends)
-		}
-		time.Sleep(20 * time.Millisecond)
+		var err error
+		cps, err = e.store(prefix).Checkpoints(ctx, topic)
+		return err == nil && caughtUp(cps, ends)
+	}) {
+		e.t.Fatalf("not caught up after %v: checkpoints %v, ends %v", timeout, cps, ends)
 	}
 }
 

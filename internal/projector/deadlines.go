@@ -58,7 +58,7 @@ func (f *flusher) armDeadlines(ctx context.Context, job *flushJob) error {
 }
 
 // Clock is the wall clock of the firer, the one place the projector reads
-// it for what a session does (DESIGN §10.2: deadlines fire when the wall
+// it for what a session does (docs/timeouts.md: deadlines fire when the wall
 // clock passes them). Tests inject a clock they move by hand.
 type Clock interface {
 	Now() time.Time

@@ -55,8 +55,8 @@
 //     (Observer.DeadLetterFailed) and skipped: it would fail the same way on
 //     every restart. Any other produce error fails the batch: the
 //     checkpoint is not written and a restart replays the record.
-//   - The change feed (DESIGN §10.4) and the derived events (replacement
-//     linking and cancellation reaching children, DESIGN §10.3:
+//   - The change feed and the derived events (replacement linking and
+//     cancellation reaching children, docs/lifecycle.md:
 //     SessionReplaced for a successor's predecessor, ReplacementLinked or
 //     ReplacementRefused back to the successor, CancellationRequested for
 //     the children of a session that enters CANCELLING, FAILED or
@@ -91,7 +91,7 @@
 //
 // # How deadlines are never lost and never doubled
 //
-// A session's armed deadlines (DESIGN §10.2) are a pure function of its
+// A session's armed deadlines (docs/timeouts.md) are a pure function of its
 // snapshot and the service defaults (fsm.NextDeadline); the projector stores
 // the earliest one per session, with the version V it was armed at, in a
 // per-partition deadline store in Redis (snapshot.Store.ArmDeadlines), and

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -33,22 +34,22 @@ func fullSnapshot() snapshot.Snapshot {
 		return "x." + strings.Repeat("v", fsm.MaxCustomVendorLen) + "." + fmt.Sprintf("N%02d", i) + strings.Repeat("n", fsm.MaxCustomNameLen-3)
 	}
 	for i := range fsm.MaxCustomTypes {
-		s.RestoreCustomCount(fsm.CustomCount{Type: custom(i), Count: 1 << 40})
+		fsmcodec.PushCustomCount(&s.Session, fsm.CustomCount{Type: custom(i), Count: 1 << 40})
 	}
 	payload := `{"a":"` + strings.Repeat("a", fsm.MaxAnnotationPayload-8) + `"}`
 	for i := range fsm.AnnotationsKept {
-		s.RestoreAnnotation(fsm.Annotation{EventID: fsm.EventID{byte(i), 1}, Type: custom(i), At: 1 << 60, Payload: payload})
+		fsmcodec.PushAnnotation(&s.Session, fsm.Annotation{EventID: fsm.EventID{byte(i), 1}, Type: custom(i), At: 1 << 60, Payload: payload})
 	}
 	for i := range fsm.RejectionsKept {
-		s.RestoreRejection(fsm.Rejection{EventID: fsm.EventID{byte(i), 2}, Type: fsm.EventCustom, Custom: custom(100 + i),
+		fsmcodec.PushRejection(&s.Session, fsm.Rejection{EventID: fsm.EventID{byte(i), 2}, Type: fsm.EventCustom, Custom: custom(100 + i),
 			State: fsm.StateActive, Reason: fsm.ReasonTooManyCustomTypes, At: 1 << 60})
 	}
 	for i := range fsm.TransitionsKept {
-		s.RestoreTransition(fsm.Transition{From: fsm.StateActive, To: fsm.StatePaused, Type: fsm.SessionPaused,
+		fsmcodec.PushTransition(&s.Session, fsm.Transition{From: fsm.StateActive, To: fsm.StatePaused, Type: fsm.SessionPaused,
 			EventID: fsm.EventID{byte(i), 3}, At: 1 << 60})
 	}
 	for i := range fsm.IDWindow {
-		s.RestoreSeenID(fsm.EventID{byte(i), 4})
+		fsmcodec.PushSeenID(&s.Session, fsm.EventID{byte(i), 4})
 	}
 	s.Version, s.Counters.Events = 1<<40, 1<<40
 	s.Position = snapshot.Position{Partition: 1 << 20, Offset: 1 << 50}

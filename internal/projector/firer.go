@@ -16,7 +16,7 @@ import (
 )
 
 // firer fires the armed deadlines of the partitions this projector owns
-// (DESIGN §10.2). One goroutine per owned partition, started on assignment
+// (docs/timeouts.md). One goroutine per owned partition, started on assignment
 // and stopped on revocation or loss, so firing scales with the group and
 // moves with ownership. Each reads its partition's due entries from the
 // deadline store (score <= now), produces a TimeoutExpired for each on the
@@ -260,7 +260,7 @@ func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.
 	}
 }
 
-// timeoutRecord is the TimeoutExpired of a deadline (DESIGN §10.2): on the
+// timeoutRecord is the TimeoutExpired of a deadline (docs/timeouts.md): on the
 // session's key, occurredAt the deadline (never the wall time), and an
 // eventId derived from (sessionId, kind, armedVersion), so that firing it
 // again is a duplicate.

@@ -291,6 +291,8 @@ func TestDeadlinesSurviveCrashes(t *testing.T) {
 		point := points[rng.IntN(len(points))]
 		r := e.start(crashAt(point, int64(1+rng.IntN(3))))
 		for step := 0; step < 10; step++ {
+			// Real time between the steps of the test clock, so that the
+			// crash points fall at different moments of the firing.
 			e.clock.Advance(250 * time.Millisecond)
 			time.Sleep(15 * time.Millisecond)
 		}

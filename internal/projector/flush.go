@@ -54,7 +54,7 @@ type flushJob struct {
 	positions   []snapshot.Position
 	changes     []feedBatch
 	checkpoints []snapshot.Checkpoint
-	prev        []int64
+	prev        []snapshot.PriorCheckpoint
 	result      snapshot.PutResult
 	err         error
 	done        chan struct{}
@@ -262,7 +262,7 @@ func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*p
 		if part == nil {
 			continue
 		}
-		if cp.Expected && i < len(job.prev) && (job.prev[i] == -1 || job.prev[i] < cp.Known) {
+		if i < len(job.prev) && job.prev[i].Lost(cp) {
 			lost(part) // the store wrote nothing over the hole
 			continue
 		}

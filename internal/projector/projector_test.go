@@ -154,16 +154,13 @@ func caughtUp(cps map[int32]snapshot.Checkpoint, ends map[int32]int64) bool {
 func (e *env) waitCaughtUp(prefix string, timeout time.Duration) {
 	e.t.Helper()
 	ends := endOffsets(e.t, e.brokers)
-	deadline := time.Now().Add(timeout)
-	for {
-		cps, err := e.store(prefix).Checkpoints(ctx, topic)
-		if err == nil && caughtUp(cps, ends) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("not caught up after %v: checkpoints %v, ends %v", timeout, cps, ends)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var cps map[int32]snapshot.Checkpoint
+	if !eventually(timeout, func() bool {
+		var err error
+		cps, err = e.store(prefix).Checkpoints(ctx, topic)
+		return err == nil && caughtUp(cps, ends)
+	}) {
+		e.t.Fatalf("not caught up after %v: checkpoints %v, ends %v", timeout, cps, ends)
 	}
 }
 
@@ -475,13 +472,22 @@ func (e *env) dumpQuiet(st *snapshot.Store) map[string][]byte {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	if !eventually(30*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// eventually polls cond every 20 ms until it holds, for at most timeout,
+// and reports whether it held.
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }

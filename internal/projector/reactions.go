@@ -13,7 +13,7 @@ import (
 const ReasonUnknownPredecessor = "unknown_predecessor"
 
 // reaction is an event the projector derives from a folded one, for
-// another session (DESIGN §10.3, replacement linking):
+// another session (replacement linking, docs/lifecycle.md):
 //
 //   - a successor's applied SessionCreated naming predecessorSessionId
 //     gives SessionReplaced {"successorSessionId"} for the predecessor;

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,13 +58,16 @@ func BenchmarkQueryLatency(b *testing.B) {
 		tick := time.NewTicker(time.Second / rate)
 		end := time.Now().Add(dur)
 		n := 0
+		var inflight sync.WaitGroup
 		for now := range tick.C {
 			if now.After(end) {
 				break
 			}
 			id := ids[n%len(ids)]
 			n++
+			inflight.Add(1)
 			go func() {
+				defer inflight.Done()
 				start := time.Now()
 				resp, err := client.Get(hs.URL + "/v1/sessions/" + id)
 				if err != nil || resp.StatusCode != 200 {
@@ -75,7 +79,7 @@ func BenchmarkQueryLatency(b *testing.B) {
 			}()
 		}
 		tick.Stop()
-		time.Sleep(500 * time.Millisecond)
+		inflight.Wait() // every read answered, so none sends on the closed channel
 		close(lat)
 		var all []time.Duration
 		for d := range lat {

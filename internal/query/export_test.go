@@ -21,3 +21,10 @@ func (w *Watcher) Ready() bool {
 	defer w.mu.Unlock()
 	return w.ready
 }
+
+// Waiting is the number of reads waiting for a position (holding a slot).
+func (h *Handler) Waiting() int {
+	h.waits.mu.Lock()
+	defer h.waits.mu.Unlock()
+	return h.waits.total
+}

@@ -182,10 +182,9 @@ func TestWaitingReadsAreSharedFairly(t *testing.T) {
 	}
 	// Token b waits while a holds its slots, and is answered when the
 	// position is reached.
-	go func() {
-		time.Sleep(100 * time.Millisecond)
+	whenWaiting(srv.Config.Handler.(*query.Handler), 3, func() { // a's 2 and b's
 		f.put("s-1", 0, 0, fsm.SessionCreated, fsm.SessionStarted)
-	}()
+	})
 	if resp, body := get(tokens["b"], "/v1/sessions/s-1?minPosition=0:1&wait=3s"); resp.StatusCode != 200 {
 		t.Fatalf("token b's wait answered %d while token a held its slots: %s", resp.StatusCode, body)
 	}
@@ -234,17 +233,10 @@ func TestMinPositionPartitionMustExist(t *testing.T) {
 	if _, err := adm.CreatePartitions(ctx, 4, topic); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, body := f.get("/v1/sessions/s-1?minPosition=15:0")
-		if resp.StatusCode == http.StatusGatewayTimeout {
-			break // partition 15 exists now; the position is not reached
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the topic grew to 16 partitions, 15:0 still answers %d %s", resp.StatusCode, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, "15:0 answers 504 after the topic grew to 16 partitions (the position is not reached)", func() bool {
+		resp, _ := f.get("/v1/sessions/s-1?minPosition=15:0")
+		return resp.StatusCode == http.StatusGatewayTimeout
+	})
 }
 
 func mustKafka(t *testing.T, cfg kafka.Config) *kgo.Client {

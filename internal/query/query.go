@@ -538,8 +538,8 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 			t := cp.Time
 			ps.CheckpointAt = &t
 		}
-		if cp.HighWatermark >= 0 {
-			hw, lag := cp.HighWatermark, max(0, cp.HighWatermark-cp.Offset)
+		if lag, ok := cp.Lag(); ok {
+			hw := cp.HighWatermark
 			ps.HighWatermark, ps.Lag = &hw, &lag
 		}
 		st.Partitions = append(st.Partitions, ps)

@@ -23,6 +23,7 @@ var ctx = context.Background()
 type fixture struct {
 	t     *testing.T
 	store *snapshot.Store
+	h     *query.Handler
 	srv   *httptest.Server
 }
 
@@ -36,7 +37,7 @@ func newFixture(t *testing.T) *fixture {
 	h := query.NewHandler(store, topic, nil, query.Options{MaxWaiting: 2, MaxWaitingPerPrincipal: 2, PollEvery: 5 * time.Millisecond})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{t: t, store: store, srv: srv}
+	return &fixture{t: t, store: store, h: h, srv: srv}
 }
 
 // put stores a session folded from the given event types at offsets
@@ -54,6 +55,19 @@ func (f *fixture) put(id string, p int32, first int64, types ...fsm.EventType) *
 		f.t.Fatal(err)
 	}
 	return &s
+}
+
+// whenWaiting calls do, in a goroutine, once h has n reads waiting for a
+// position (or after 10 s, and the test's read then fails), so that what do
+// writes happens during a wait.
+func whenWaiting(h *query.Handler, n int, do func()) {
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for h.Waiting() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		do()
+	}()
 }
 
 func (f *fixture) get(path string, header ...string) (*http.Response, []byte) {
@@ -139,17 +153,15 @@ func TestReadYourWrites(t *testing.T) {
 	wantProblem(t, resp, body, 504, "")
 	// Reached while waiting: the snapshot moves, or the checkpoint passes
 	// an offset that belongs to another session.
-	go func() {
-		time.Sleep(100 * time.Millisecond)
+	whenWaiting(f.h, 1, func() {
 		f.put("s-1", 1, 100, fsm.SessionCreated, fsm.SessionStarted, fsm.SessionPaused) // at 1:102
-	}()
+	})
 	if resp, body := f.get("/v1/sessions/s-1?minPosition=1:102&wait=5s"); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	go func() {
-		time.Sleep(100 * time.Millisecond)
+	whenWaiting(f.h, 1, func() {
 		_, _ = f.store.SaveCheckpoints(ctx, topic, []snapshot.Checkpoint{{Partition: 1, Offset: 301}}, time.Now())
-	}()
+	})
 	resp, body = f.get("/v1/sessions/s-1?minPosition=1:300&wait=5s")
 	if resp.StatusCode != 200 {
 		t.Fatalf("checkpoint past the position: %d %s", resp.StatusCode, body)
@@ -177,7 +189,7 @@ func TestWaitingReadsAreBounded(t *testing.T) {
 			done <- resp.StatusCode
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	waitUntil(t, "both reads wait", func() bool { return f.h.Waiting() == 2 })
 	resp, body := f.get("/v1/sessions/s-1?minPosition=0:99&wait=1s")
 	wantProblem(t, resp, body, 503, "")
 	if resp.Header.Get("Retry-After") == "" {
@@ -368,6 +380,8 @@ func TestWaitReturnsWhatTheCheckpointCovers(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			// A different delay each round, so that the writes land at
+			// different points of the waiting read's loop.
 			time.Sleep(time.Duration(round%7) * time.Millisecond)
 			// The newer snapshot first, then a checkpoint past it (another
 			// session's later event moved it), as the projector writes them.

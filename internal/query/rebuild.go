@@ -23,7 +23,7 @@ type RebuildResponse struct {
 	Replaced bool `json:"replaced"`
 }
 
-// rebuild rebuilds one session from the log (DESIGN §10.7): it folds the
+// rebuild rebuilds one session from the log (docs/exactly-once.md): it folds the
 // session's records from its first offset to the stored snapshot's
 // position, as the replay does, and stores the result if it differs.
 //

@@ -15,7 +15,8 @@ import (
 	"github.com/correx/sessions/pkg/fsm"
 )
 
-// Config configures the query service.
+// Config configures the query service. DefaultConfig holds the defaults;
+// Bind registers them as the flags' and environment variables' defaults.
 type Config struct {
 	Kafka        kafka.Config // only for /replay and the watches
 	Topic        string       // CORREX_TOPIC; default correx.session-events
@@ -43,17 +44,32 @@ func (c *Config) Redis() redisconn.Options {
 	return redisconn.Options{URL: c.RedisURL, Cluster: c.RedisCluster, PasswordFile: c.RedisPasswordFile, TLSCAFile: c.RedisTLSCAFile}
 }
 
-// Bind registers the flags and environment variables.
+// DefaultConfig returns the service's defaults, apart from authentication
+// and TLS (auth.Config and httpx.TLSConfig bind their own).
+func DefaultConfig() Config {
+	return Config{
+		Kafka:       kafka.Config{Brokers: []string{config.DefaultBroker}, ClientID: "correx-query"},
+		Topic:       config.DefaultTopic,
+		RedisURL:    config.DefaultRedisURL,
+		RedisPrefix: config.DefaultRedisPrefix,
+		HTTPAddr:    ":8082",
+		Timeouts:    fsm.DefaultTimeouts(),
+	}
+}
+
+// Bind registers the flags and environment variables, with DefaultConfig's
+// values as their defaults.
 func (c *Config) Bind(b *config.Binder) {
-	c.Kafka.ClientID = "correx-query"
-	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", []string{"127.0.0.1:9092"}, "Kafka bootstrap brokers (for /replay only)")
-	b.String(&c.Topic, "topic", "CORREX_TOPIC", "correx.session-events", "topic of session events")
-	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (rediss:// for TLS)")
-	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", false, "the Redis URL names a Redis Cluster")
-	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", "correx", "prefix of every Redis key")
-	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", "", "file holding the Redis password (instead of a password in the URL)")
-	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", "", "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
-	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", ":8082", "listen address")
+	d := DefaultConfig()
+	c.Kafka.ClientID = d.Kafka.ClientID
+	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers (for /replay only)")
+	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
+	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", d.RedisURL, "Redis URL (rediss:// for TLS)")
+	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", d.RedisCluster, "the Redis URL names a Redis Cluster")
+	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.RedisPrefix, "prefix of every Redis key")
+	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", d.RedisPasswordFile, "file holding the Redis password (instead of a password in the URL)")
+	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", d.RedisTLSCAFile, "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
+	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address")
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
 	c.TLS.Bind(b)

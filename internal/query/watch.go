@@ -99,7 +99,7 @@ func (o *WatchOptions) withDefaults() {
 }
 
 // Watcher serves the watches (GET /v1/watch, GET /v1/sessions/{id}/watch)
-// from the change feed, "<topic>.changes" (DESIGN §10.4). Create it with
+// from the change feed, "<topic>.changes" (docs/exactly-once.md). Create it with
 // NewWatcher, run it with Run, and hand it to the Handler in Options.Watch.
 //
 // One reader per process, fanned out. Run reads the feed with one Kafka

@@ -248,17 +248,25 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	master.Stop()
 	began := time.Now()
-	for {
-		if err := put("after", 2); err == nil {
-			break
-		} else if time.Since(began) > 20*time.Second {
-			t.Fatalf("no write through the sentinels 20 s after the master died: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !eventually(20*time.Second, func() bool { err = put("after", 2); return err == nil }) {
+		t.Fatalf("no write through the sentinels 20 s after the master died: %v", err)
 	}
 	t.Logf("writing again %v after the master was killed", time.Since(began).Round(time.Millisecond))
 	got, err := store.GetMany(ctx, []string{"before", "after"})
 	if err != nil || got[0] == nil || got[1] == nil {
 		t.Fatalf("after the failover: %v, %v", got, err)
 	}
+}
+
+// eventually polls cond every 20 ms until it holds, for at most timeout,
+// and reports whether it held.
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/ingest"
-	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/pkg/client"
@@ -169,8 +168,8 @@ func startIngest(b *testing.B) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	cfg := ingest.Config{Kafka: kafka.Config{Brokers: kc.ListenAddrs()}, Topic: "correx.session-events", Partitions: 12,
-		ProduceTimeout: 10 * time.Second, Auth: auth.Config{Disabled: true}}
+	cfg := ingest.DefaultConfig()
+	cfg.Kafka.Brokers, cfg.Auth = kc.ListenAddrs(), auth.Config{Disabled: true}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	go func() { done <- ingest.Serve(ctx, cfg, service.Runtime{Log: log, Listener: l}) }()
 	b.Cleanup(func() {

@@ -96,7 +96,7 @@ func (e *StatusError) Temporary() bool { return retryableStatus(e.Status) }
 // every event was confirmed. Confirmed events are in the Result returned
 // beside it; Unconfirmed lists the ids of the others, which may or may not
 // have been written (resending them is safe: the fold counts a resent id as
-// a duplicate, within the window of DESIGN §2).
+// a duplicate, within the window of docs/lifecycle.md).
 type SendError struct {
 	Attempts    int
 	Unconfirmed []string

@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Event is one envelope (DESIGN §3), ready to send. Build it with a
+// Event is one envelope (docs/lifecycle.md), ready to send. Build it with a
 // constructor (SessionCreated, SessionStarted, ..., Custom): the id (a
 // UUIDv7) and occurredAt are assigned when it is built, so every resend of
 // the same Event carries the same id and the fold counts a resend as a
@@ -24,7 +24,7 @@ type Event struct {
 	CorrelationID string    `json:"correlationId,omitempty"`
 	// ExpectedVersion, when set, is the session version the event expects:
 	// the fold rejects it version_conflict when the session's version
-	// differs (DESIGN §10.6).
+	// differs (docs/lifecycle.md).
 	ExpectedVersion *uint64         `json:"expectedVersion,omitempty"`
 	Payload         json.RawMessage `json:"payload,omitempty"`
 
@@ -68,7 +68,7 @@ const (
 )
 
 // ClosePolicy says what happens to a child session when its parent ends
-// (DESIGN §10.3).
+// (docs/lifecycle.md).
 type ClosePolicy string
 
 // Parent close policies; the service's default is ParentCloseCancel.
@@ -77,7 +77,7 @@ const (
 	ParentCloseAbandon ClosePolicy = "abandon"
 )
 
-// TimeoutKind names a timeout (DESIGN §10.2).
+// TimeoutKind names a timeout (docs/timeouts.md).
 type TimeoutKind string
 
 // Timeout kinds.
@@ -316,7 +316,7 @@ func RecoveryCompleted(sessionID string, opts ...EventOption) Event {
 }
 
 // TimeoutExpired is a client's own timer firing, with the semantics of the
-// system's (DESIGN §10.2): superseded, not applied, unless the session is
+// system's (docs/timeouts.md): superseded, not applied, unless the session is
 // still at armedVersion.
 func TimeoutExpired(sessionID string, kind TimeoutKind, armedVersion uint64, deadline time.Time, opts ...EventOption) Event {
 	p := map[string]any{"timeout": string(kind), "armedVersion": armedVersion, "deadline": deadline.UTC().Format(time.RFC3339Nano)}
@@ -343,7 +343,7 @@ func RepairStarted(sessionID string, opts ...EventOption) Event {
 	return build(sessionID, TypeRepairStarted, nil, opts)
 }
 
-// Custom is a custom event x.<vendor>.<Name> (DESIGN §10.6): applied in any
+// Custom is a custom event x.<vendor>.<Name> (docs/lifecycle.md): applied in any
 // non-terminal state without changing it. payload is encoded as JSON (nil
 // for none); the snapshot's annotations keep it when at most 1 KiB.
 func Custom(sessionID, typ string, payload any, opts ...EventOption) Event {

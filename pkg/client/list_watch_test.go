@@ -173,12 +173,7 @@ func TestWatchResumes(t *testing.T) {
 	// A watch without a cursor starts at the end: write once it is open
 	// (the watch answers 503 until the query service reads the feed, and
 	// the client retries).
-	for cut.streams.Load() == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the watch did not open")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the watch opens", func() bool { return cut.streams.Load() > 0 })
 	const n = 10
 	var want []string
 	for i := range n {
@@ -288,12 +283,7 @@ func TestWatchPipeline(t *testing.T) {
 			changes <- ch
 		}
 	}()
-	for cut.streams.Load() == 0 { // a watch without a cursor starts at the end
-		if ctx.Err() != nil {
-			t.Fatal("the watch did not open")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the watch opens", func() bool { return cut.streams.Load() > 0 }) // a watch without a cursor starts at the end
 	id := "wp:1"
 	evs := lifecycle(id)
 	if _, err := c.SendAndWait(ctx, evs...); err != nil {
@@ -326,4 +316,17 @@ func TestWatchPipeline(t *testing.T) {
 		t.Errorf("changes\n got %v\nwant %v", got, want)
 	}
 	t.Logf("%d changes over %d streams", len(got), cut.streams.Load())
+}
+
+// waitFor polls cond every 10 ms until it holds, failing the test after
+// 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

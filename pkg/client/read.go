@@ -13,8 +13,8 @@ import (
 )
 
 // Snapshot is a session's read model as the query service serves it
-// (DESIGN §4 and §10): the JSON members, typed. Members a newer service adds
-// are ignored.
+// (docs/lifecycle.md, "The snapshot"): the JSON members, typed. Members a
+// newer service adds are ignored.
 type Snapshot struct {
 	SessionID            string            `json:"sessionId"`
 	State                string            `json:"state"`

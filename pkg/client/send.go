@@ -15,7 +15,7 @@ import (
 	"github.com/correx/sessions/pkg/feed"
 )
 
-// Limits of one ingest request (DESIGN §6); Send and the Batcher split
+// Limits of one ingest request (README, HTTP API); Send and the Batcher split
 // larger inputs.
 const (
 	MaxRequestEvents = 1000

@@ -1,9 +1,10 @@
 // Package feed reads the change feed of correx-sessions: the topic
-// "<events topic>.changes" that the projector writes in each flush, after the
-// snapshots and before the checkpoint (DESIGN §10.4). It holds one record per
-// applied transition, per rejected event and per applied custom event, keyed
-// by session id on the session's partition (the partition of the session's
-// events), so a session's changes are in order on one partition.
+// "<events topic>.changes" that the projector writes in each flush, after
+// the snapshots and before the checkpoint (docs/exactly-once.md). It holds
+// one record per applied transition, per rejected event and per applied
+// custom event, keyed by session id on the session's partition (the
+// partition of the session's events), so a session's changes are in order
+// on one partition.
 //
 // The feed is written at least once: after a projector crash, records of the
 // replayed range are written again, byte-identical, so (SessionID, Position)

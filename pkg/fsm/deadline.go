@@ -2,7 +2,7 @@ package fsm
 
 import "time"
 
-// DefaultTimeouts returns the service defaults of DESIGN §10.1 when none
+// DefaultTimeouts returns the service defaults (docs/timeouts.md) when none
 // is configured: every kind unset except cancellation, 5 minutes.
 func DefaultTimeouts() Timeouts {
 	var t Timeouts
@@ -29,7 +29,7 @@ type Deadline struct {
 }
 
 // Deadlines returns the deadlines armed for s, one per kind (At zero for a
-// kind not armed), following DESIGN §10.2: each is the start below plus the
+// kind not armed), following docs/timeouts.md: each is the start below plus the
 // kind's effective duration (s.Timeouts, else defaults); a kind without a
 // duration is not armed.
 //

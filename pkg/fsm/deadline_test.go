@@ -7,7 +7,7 @@ import (
 	"github.com/correx/sessions/pkg/fsm"
 )
 
-// TestDeadlines restates DESIGN §10.2's table: which kinds are armed in
+// TestDeadlines restates docs/timeouts.md's table: which kinds are armed in
 // each state, and from which time.
 func TestDeadlines(t *testing.T) {
 	const (

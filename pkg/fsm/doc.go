@@ -11,7 +11,7 @@
 // once encoded by pkg/snapshot, whether folded at once, resumed from a stored
 // snapshot after every event, or rebuilt from the log.
 //
-// # Choices this package makes where DESIGN.md is open
+// # Choices this package makes where docs/lifecycle.md leaves room
 //
 //   - The duplicate window holds the ids of every event the session has seen
 //     and not discarded as a duplicate, applied or rejected: a client resending
@@ -29,7 +29,7 @@
 //     retrying. The window is not made exact on purpose: an exact record of
 //     every applied id would grow each snapshot without bound, and a
 //     probabilistic filter could drop a real event.
-//   - Text the session keeps is bounded (DESIGN §10.1): the goal is cut to
+//   - Text the session keeps is bounded (docs/lifecycle.md): the goal is cut to
 //     MaxGoalBytes (4096) and each reason (failure, cancellation) to
 //     MaxReasonBytes (1024), at the last UTF-8 sequence boundary at or
 //     below that size, so the kept text is a prefix of the original.
@@ -51,7 +51,7 @@
 //     "timeout:<kind>".
 //   - occurredAt is normalized to UTC; the instant is kept, the offset is not.
 //   - A TimeoutExpired whose payload.armedVersion differs from the session's
-//     version is superseded (DESIGN §10.2): not applied (version, updatedAt
+//     version is superseded (docs/timeouts.md): not applied (version, updatedAt
 //     and digest unchanged), not a rejection, counted in
 //     counters.supersededTimeouts; its id enters the duplicate window, so
 //     the same timeout fired again is a duplicate. version + rejected +
@@ -84,7 +84,7 @@
 //     applied by the component that arms deadlines.
 //   - Record values carry "v": 1. A record without "v" is read as version 1,
 //     so that hand-written records (kcat) work; any other version is refused
-//     with ErrUnsupportedVersion. The fields of DESIGN §10 (expectedVersion,
+//     with ErrUnsupportedVersion. The fields added since (expectedVersion,
 //     custom type names, the new payload members) are optional additions to
 //     version 1: a record without them is byte for byte what it was, and
 //     so are its canonical bytes and digest.

@@ -107,7 +107,8 @@ var hexValue = func() (t [256]byte) {
 	return t
 }()
 
-// Event is one lifecycle or execution event: the envelope of DESIGN §3.
+// Event is one lifecycle or execution event: the envelope of
+// docs/lifecycle.md.
 //
 // Payload holds the payload object as compact JSON (nil when absent). Fields
 // holds what the fold reads from it; the decoders fill both, and code that
@@ -122,7 +123,7 @@ type Event struct {
 	OccurredAt    time.Time // always UTC
 	CorrelationID string    // defaults to SessionID
 	// ExpectedVersion, when HasExpectedVersion is set, is the session
-	// version the producer expects (DESIGN §10.6): the fold rejects the
+	// version the producer expects (docs/lifecycle.md): the fold rejects the
 	// event version_conflict when the session's version differs.
 	ExpectedVersion    uint64
 	HasExpectedVersion bool
@@ -150,13 +151,13 @@ type Fields struct {
 	ToolFailed           bool        // ToolCompleted with ok == false
 
 	// ArmedVersion (when HasArmedVersion) is TimeoutExpired.armedVersion,
-	// the version at which the deadline was armed (DESIGN §10.2), and
+	// the version at which the deadline was armed (docs/timeouts.md), and
 	// Deadline is TimeoutExpired.deadline (zero when absent).
 	ArmedVersion    uint64
 	HasArmedVersion bool
 	Deadline        time.Time
 
-	// SessionCreated additions (DESIGN §10.1).
+	// SessionCreated additions (docs/lifecycle.md).
 	Labels            []Label           // payload.labels, in document order
 	Metadata          []byte            // payload.metadata, compact JSON object
 	ParentSessionID   string            // payload.parentSessionId
@@ -179,7 +180,7 @@ type Label struct {
 type Timeouts [numTimeoutKinds]time.Duration
 
 // ParentClosePolicy says what happens to a child when its parent ends
-// (DESIGN §10.3).
+// (docs/lifecycle.md, "Replacements and children").
 type ParentClosePolicy uint8
 
 // Parent close policies. ParentCloseCancel is the default.
@@ -196,18 +197,18 @@ func (p ParentClosePolicy) String() string {
 	return "cancel"
 }
 
-// Limits of the envelope (DESIGN §3).
+// Limits of the envelope (docs/lifecycle.md).
 const (
 	MaxSessionIDLen     = 128
 	MaxCorrelationIDLen = 128
 	MaxPayloadBytes     = 64 << 10
 	// MaxGoalBytes and MaxReasonBytes bound the text a session keeps
-	// (DESIGN §10.1): ingest refuses longer values, and the fold cuts longer
+	// (docs/lifecycle.md): ingest refuses longer values, and the fold cuts longer
 	// values written by other producers at that size on a UTF-8 boundary,
 	// so that a snapshot stays small whatever reaches the topic.
 	MaxGoalBytes   = 4 << 10
 	MaxReasonBytes = 1 << 10
-	// Bounds of the SessionCreated additions (DESIGN §10.1), enforced like
+	// Bounds of the SessionCreated additions (docs/lifecycle.md), enforced like
 	// the text bounds: ingest refuses, the fold cuts or drops.
 	MaxLabels          = 16
 	MaxLabelKeyLen     = 63
@@ -257,9 +258,9 @@ type DecodeOptions struct {
 }
 
 // DecodeRecord decodes a Kafka record value written by this project (or by
-// any producer following DESIGN §3) into e. Every problem is reported in one
-// *ValidationError; an unknown version also matches ErrUnsupportedVersion.
-// e.Payload aliases value.
+// any producer following docs/lifecycle.md) into e. Every problem is reported
+// in one *ValidationError; an unknown version also matches
+// ErrUnsupportedVersion. e.Payload aliases value.
 func DecodeRecord(value []byte, e *Event) error {
 	return DecodeEnvelope(value, e, DecodeOptions{})
 }
@@ -843,7 +844,8 @@ func (d *envelopeDecoder) timeouts(field string, val []byte, kind jsonKind) {
 // withinBound reports whether text kept by the snapshot fits its bound,
 // counted in bytes of the decoded UTF-8, and records a field error when it
 // does not. Only envelopes from clients are held to it: a record written by
-// another producer still decodes, and the fold cuts the text (DESIGN §10.1).
+// another producer still decodes, and the fold cuts the text
+// (docs/lifecycle.md).
 func (d *envelopeDecoder) withinBound(field, v string, limit int) bool {
 	if !d.opts.Ingest || len(v) <= limit {
 		return true

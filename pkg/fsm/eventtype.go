@@ -34,11 +34,11 @@ const (
 	ToolCompleted
 	RepairStarted
 	// SessionReplaced, ReplacementLinked and ReplacementRefused are produced
-	// by the system only (DESIGN §10.3): ingest refuses them from clients.
+	// by the system only (docs/lifecycle.md): ingest refuses them from clients.
 	SessionReplaced
 	ReplacementLinked
 	ReplacementRefused
-	// EventCustom is every custom type x.<vendor>.<Name> (DESIGN §10.6); the
+	// EventCustom is every custom type x.<vendor>.<Name> (docs/lifecycle.md); the
 	// name itself travels in Event.Custom (and in Rejection.Custom).
 	EventCustom
 
@@ -85,7 +85,8 @@ func EventTypes() []EventType {
 	return out
 }
 
-// SystemEventTypes lists the types only the system produces (DESIGN §10.3).
+// SystemEventTypes lists the types only the system produces
+// (docs/lifecycle.md, "Replacements and children").
 func SystemEventTypes() []EventType {
 	return []EventType{SessionReplaced, ReplacementLinked, ReplacementRefused}
 }
@@ -142,7 +143,7 @@ func ParseEventType(name []byte) (EventType, bool) {
 	return EventUnknown, false
 }
 
-// Limits of custom type names (DESIGN §10.6): x.<vendor>.<Name>.
+// Limits of custom type names (docs/lifecycle.md): x.<vendor>.<Name>.
 const (
 	MaxCustomVendorLen = 32
 	MaxCustomNameLen   = 64

@@ -27,7 +27,7 @@ const (
 	// event to the dead-letter topic.
 	Orphan
 	// Superseded: a TimeoutExpired armed at another version than the
-	// session's (DESIGN §10.2). Not applied and not a rejection: only
+	// session's (docs/timeouts.md). Not applied and not a rejection: only
 	// counters.events, counters.supersededTimeouts and the duplicate
 	// window changed.
 	Superseded
@@ -52,8 +52,8 @@ func (r Result) String() string {
 // Reason says why an event was rejected or orphaned.
 type Reason uint8
 
-// Rejection reasons (DESIGN §2) and the orphan reason. Values are part of the
-// stored snapshot format.
+// Rejection reasons (docs/lifecycle.md) and the orphan reason. Values are
+// part of the stored snapshot format.
 const (
 	ReasonNone Reason = iota
 	ReasonAfterTerminal
@@ -62,7 +62,7 @@ const (
 	ReasonExecutionOutsideActive
 	ReasonDuplicateCreate
 	ReasonUnknownSession
-	// Reasons of DESIGN §10 (added after the orphan reason, so the stored
+	// Reasons added later (after the orphan reason, so the stored
 	// values above keep their numbers).
 	ReasonVersionConflict
 	ReasonTooManyCustomTypes
@@ -326,10 +326,11 @@ func check(s *Session, e *Event) (Reason, *Rule) {
 	return ReasonNone, rule
 }
 
-// replacementAllowed is the fold rule of the replacement events (DESIGN
-// §10.3): SessionReplaced applies to a FAILED session that has no successor
-// yet; ReplacementLinked and ReplacementRefused apply, in any state, to a
-// successor whose replacement is still pending.
+// replacementAllowed is the fold rule of the replacement events
+// (docs/lifecycle.md, "Replacements and children"): SessionReplaced applies
+// to a FAILED session that has no successor yet; ReplacementLinked and
+// ReplacementRefused apply, in any state, to a successor whose replacement is
+// still pending.
 func replacementAllowed(s *Session, t EventType) bool {
 	if t == SessionReplaced {
 		return s.State == StateFailed && s.SuccessorSessionID == ""

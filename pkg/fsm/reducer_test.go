@@ -66,7 +66,7 @@ func reach(tb testing.TB, st fsm.State) *builder {
 }
 
 // TestTransitionMatrix applies every event (and every timeout kind) in every
-// state and checks the outcome against DESIGN §2, written out here
+// state and checks the outcome against docs/lifecycle.md, written out here
 // independently of fsm.Table.
 func TestTransitionMatrix(t *testing.T) {
 	const (
@@ -362,7 +362,7 @@ func TestNegativeIntervalsClamp(t *testing.T) {
 	}
 }
 
-// TestStateKeepingRules restates the replacement rules of DESIGN §10.3 for
+// TestStateKeepingRules restates the replacement rules of docs/lifecycle.md for
 // every state: SessionReplaced applies only in FAILED (and only once), and
 // never changes the state.
 func TestStateKeepingRules(t *testing.T) {

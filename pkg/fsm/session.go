@@ -1,6 +1,6 @@
 package fsm
 
-// Bounds of the history a session keeps (DESIGN §2, §4).
+// Bounds of the history a session keeps (docs/lifecycle.md).
 const (
 	// TransitionsKept is how many of the latest transitions a session keeps.
 	TransitionsKept = 64
@@ -10,7 +10,7 @@ const (
 	// recognise duplicates.
 	IDWindow = 128
 	// AnnotationsKept is how many of the latest custom events a session
-	// keeps in its annotations (DESIGN §10.6).
+	// keeps in its annotations (docs/lifecycle.md).
 	AnnotationsKept = 16
 	// MaxCustomTypes is how many distinct custom types a session counts;
 	// an event of one more type is rejected too_many_custom_types.
@@ -76,7 +76,7 @@ type Session struct {
 }
 
 // ReplacementStatus is where the link of a successor to its predecessor
-// stands (DESIGN §10.3).
+// stands (docs/lifecycle.md, "Replacements and children").
 type ReplacementStatus uint8
 
 // Replacement statuses. ReplacementStatusNone: the session names no predecessor.
@@ -150,7 +150,7 @@ type Counters struct {
 	Rejected           uint64
 	Duplicates         uint64
 	// SupersededTimeouts counts TimeoutExpired events whose armedVersion
-	// was not the session's version (DESIGN §10.2).
+	// was not the session's version (docs/timeouts.md).
 	SupersededTimeouts uint64
 }
 
@@ -261,25 +261,6 @@ func (s *Session) NumCustomTypes() int { return len(s.custom) }
 // CustomCountAt returns the i-th custom counter; the counters are sorted
 // by type.
 func (s *Session) CustomCountAt(i int) CustomCount { return s.custom[i] }
-
-// RestoreAnnotation appends a as the newest annotation (see RestoreTransition).
-func (s *Session) RestoreAnnotation(a Annotation) { s.annotations.push(a, AnnotationsKept) }
-
-// RestoreCustomCount appends a custom counter (see RestoreTransition);
-// decoders restore them in the sorted order they were encoded in.
-func (s *Session) RestoreCustomCount(c CustomCount) { s.custom = append(s.custom, c) }
-
-// RestoreTransition appends t as the newest kept transition. Decoders use it
-// to rebuild a session; appending in oldest-first order restores exactly what
-// was encoded.
-func (s *Session) RestoreTransition(t Transition) { s.transitions.push(t, TransitionsKept) }
-
-// RestoreRejection appends r as the newest kept rejection (see RestoreTransition).
-func (s *Session) RestoreRejection(r Rejection) { s.rejections.push(r, RejectionsKept) }
-
-// RestoreSeenID appends id as the newest id of the duplicate window (see
-// RestoreTransition).
-func (s *Session) RestoreSeenID(id EventID) { s.window.push(id, IDWindow) }
 
 // ring keeps the latest limit values pushed. Once full, head is the index of
 // the oldest value.

@@ -67,8 +67,8 @@ func ExecutionEvents() []ExecutionRule {
 }
 
 // StateKeepingRule describes an event that is not an execution event and
-// never changes the state: the custom types (DESIGN §10.6) and the
-// replacement events, produced by the system only (§10.3).
+// never changes the state: the custom types and the replacement events,
+// produced by the system only (docs/lifecycle.md).
 type StateKeepingRule struct {
 	Event  string // the type, or its pattern for custom types
 	From   string // where it applies
@@ -143,7 +143,7 @@ func ruleFor(t EventType, k TimeoutKind) *Rule {
 	return nil
 }
 
-// describeFrom renders a From set the way DESIGN.md words it.
+// describeFrom renders a From set in the words of the README's table.
 func describeFrom(set StateSet) string {
 	switch {
 	case set == SetOf(StateNone):

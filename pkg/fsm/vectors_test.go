@@ -28,11 +28,12 @@ type vectorFile struct {
 			ApprovalWaitedMs   *int64           `json:"approvalWaitedMs"`
 			FailureReason      *string          `json:"failureReason"`
 			CancellationForced *bool            `json:"cancellationForced"`
-			// lifecycle-2.json (DESIGN §10)
+			// lifecycle-2.json (superseded timeouts, custom types, expected versions)
 			CustomCounters  map[string]int `json:"customCounters"`
 			AnnotationsKept *int           `json:"annotationsKept"`
-			// lifecycle-local.json: the rules of §10.1 and §10.3 that the
-			// shared file does not cover.
+			// lifecycle-local.json: the rules of the SessionCreated additions
+			// and of replacements and children that the shared file does not
+			// cover.
 			Labels             map[string]string `json:"labels"`
 			ParentSessionID    *string           `json:"parentSessionId"`
 			ParentClosePolicy  *string           `json:"parentClosePolicy"`
@@ -88,13 +89,13 @@ func decodeVectorEvent(t *testing.T, raw json.RawMessage, id string) fsm.Event {
 // checks each snapshot field the vector fixes.
 func TestConformanceVectors(t *testing.T) { foldVectors(t, "../../testdata/lifecycle.json", 39) }
 
-// TestConformanceVectors2 folds the vectors of DESIGN §10 (superseded
+// TestConformanceVectors2 folds the vectors of lifecycle-2.json (superseded
 // timeouts, custom event types, expected versions).
 func TestConformanceVectors2(t *testing.T) { foldVectors(t, "../../testdata/lifecycle-2.json", 14) }
 
-// TestLocalVectors folds this project's own vectors for the rules of §10
-// the shared files leave out (labels and the other SessionCreated
-// additions, the replacement events).
+// TestLocalVectors folds this project's own vectors for the rules of
+// docs/lifecycle.md the shared files leave out (labels and the other
+// SessionCreated additions, the replacement events).
 func TestLocalVectors(t *testing.T) { foldVectors(t, "../../testdata/lifecycle-local.json", -1) }
 
 func foldVectors(t *testing.T, path string, count int) {

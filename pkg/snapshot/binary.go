@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -21,8 +22,9 @@ import (
 // state with one GETRANGE and no parsing of the body; it is the same in both
 // versions. Version 2 adds, for a rejection of a custom type, the type name
 // after the rejection's time, and after the duplicate window a tail with the
-// fields of DESIGN §10 (see appendV2Tail). A version 1 snapshot decodes as a
-// session without them.
+// fields added since (labels, metadata, timeouts, replacement, custom
+// counters and annotations, ...; see appendV2Tail). A version 1 snapshot
+// decodes as a session without them.
 const (
 	FormatBinaryV1 = 1
 	FormatBinaryV2 = 2
@@ -124,7 +126,7 @@ func (s *Snapshot) AppendBinary(dst []byte) []byte {
 	return s.appendV2Tail(dst)
 }
 
-// appendV2Tail appends the fields of DESIGN §10: supersededTimeouts, the
+// appendV2Tail appends the fields version 2 added: supersededTimeouts, the
 // labels (count, then key and value), metadata, parentSessionId,
 // parentClosePolicy, the timeouts (a bit set of kinds, then each set
 // duration in nanoseconds), successorSessionId, the replacement (status,
@@ -226,7 +228,7 @@ func (d *decoder) decodeV2Tail(s *Snapshot) {
 			d.fail("custom counters out of order")
 			return
 		}
-		s.RestoreCustomCount(c)
+		fsmcodec.PushCustomCount(&s.Session, c)
 	}
 	for n := d.count(fsm.AnnotationsKept); n > 0 && d.err == nil; n-- {
 		var a fsm.Annotation
@@ -239,7 +241,7 @@ func (d *decoder) decodeV2Tail(s *Snapshot) {
 		a.Type = s.CustomCountAt(int(ti)).Type
 		a.At = d.time()
 		a.Payload = d.str()
-		s.RestoreAnnotation(a)
+		fsmcodec.PushAnnotation(&s.Session, a)
 	}
 }
 
@@ -352,7 +354,7 @@ func Decode(b []byte, s *Snapshot) error {
 		tr.Type = d.eventType()
 		d.id(&tr.EventID)
 		tr.At = d.time()
-		s.RestoreTransition(tr)
+		fsmcodec.PushTransition(&s.Session, tr)
 	}
 	for n := d.count(fsm.RejectionsKept); n > 0 && d.err == nil; n-- {
 		var rj fsm.Rejection
@@ -370,12 +372,12 @@ func Decode(b []byte, s *Snapshot) error {
 			}
 			rj.Custom = d.str()
 		}
-		s.RestoreRejection(rj)
+		fsmcodec.PushRejection(&s.Session, rj)
 	}
 	for n := d.count(fsm.IDWindow); n > 0 && d.err == nil; n-- {
 		var id fsm.EventID
 		d.id(&id)
-		s.RestoreSeenID(id)
+		fsmcodec.PushSeenID(&s.Session, id)
 	}
 	if v2 && d.err == nil {
 		d.decodeV2Tail(s)

@@ -154,7 +154,7 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 // TestAPIShape checks the JSON served by the query API against the field
-// list of DESIGN §4.
+// list of docs/lifecycle.md ("The snapshot").
 func TestAPIShape(t *testing.T) {
 	b := &builderEvents{}
 	b.add(fsm.SessionCreated, fsm.Fields{Goal: "fix it", PredecessorSessionID: "s-0"})

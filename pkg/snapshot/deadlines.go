@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Armed deadlines (DESIGN §10.2) are stored per partition of the events
+// Armed deadlines (docs/timeouts.md) are stored per partition of the events
 // topic, like the sessions they belong to, in two keys that share one hash
 // tag (so every script touches one Redis Cluster slot):
 //

@@ -26,4 +26,10 @@
 //     fencing script keeps in step with the snapshots.
 //
 // redis.Nil never leaves this package: a missing snapshot is ErrNotFound.
+// The store's contract, as the projector and the query service rely on it,
+// is written out and tested by pkg/snapshot/snapshottest, which runs it
+// against this store on a single server, a cluster and miniredis.
+//
+// The store does not hand out its Redis client: a caller that needs Redis
+// for something else keeps the client it gave NewStore.
 package snapshot

@@ -13,6 +13,11 @@ var ErrNotFound = errors.New("snapshot not found")
 // build can read.
 var ErrCorrupt = errors.New("corrupt snapshot")
 
+// ErrBadCursor is returned by the listings (List, ListPrefix,
+// ListFiltered) for a cursor they did not issue, or one issued for another
+// session-id prefix.
+var ErrBadCursor = errors.New("bad cursor")
+
 // ErrNotReplicated is wrapped by PutBatch's error when the store waits for
 // replicas (WaitReplicas) and fewer acknowledged the batch in time: the
 // snapshots are written on the primary but might not survive a failover,
@@ -21,9 +26,14 @@ var ErrCorrupt = errors.New("corrupt snapshot")
 var ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 
 // StoreError is a store operation that failed, with the key it was about.
+// Err is Redis's error, or wraps ErrCorrupt or ErrNotReplicated.
 type StoreError struct {
-	Op  string // "get", "put", "checkpoint", "list", "count"
-	Key string
+	// Op is the operation: "ping", "get", "put", "list", "count",
+	// "checkpoint", "reset", "delete", "children", "outbox", "arm
+	// deadlines", "due", "next deadline", "remove fired" or "delete
+	// deadlines".
+	Op  string
+	Key string // the Redis key, or "" when the operation spans several
 	Err error
 }
 

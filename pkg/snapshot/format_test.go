@@ -63,8 +63,9 @@ func TestFormatV1StillDecodes(t *testing.T) {
 	}
 }
 
-// TestSecondStageFields checks that every field of DESIGN §10 survives the
-// binary and JSON forms and appears in the API form as documented.
+// TestSecondStageFields checks that every field format version 2 added
+// survives the binary and JSON forms and appears in the API form as
+// documented.
 func TestSecondStageFields(t *testing.T) {
 	b := &builderEvents{}
 	b.add(fsm.SessionCreated, fsm.Fields{Goal: "g", PredecessorSessionID: "s-0", ParentSessionID: "s-parent",

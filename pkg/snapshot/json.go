@@ -9,14 +9,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
-// The JSON form of a snapshot is the read model of DESIGN §4. MarshalJSON
-// gives what the query API serves; EncodeJSON adds an "internal" member with
-// the fold state the API hides (the duplicate window and exact nanosecond
-// durations), so that JSON is a complete stored format too (measured against
-// the binary form by BenchmarkCodec, and readable by Decode).
+// The JSON form of a snapshot is the read model (docs/lifecycle.md, "The
+// snapshot"). MarshalJSON gives what the query API serves; EncodeJSON adds an
+// "internal" member with the fold state the API hides (the duplicate window
+// and exact nanosecond durations), so that JSON is a complete stored format
+// too (measured against the binary form by BenchmarkCodec, and readable by
+// Decode).
 
 type jsonSnapshot struct {
 	SessionID            string            `json:"sessionId"`
@@ -100,7 +102,7 @@ type jsonRejection struct {
 	At      jsonTime    `json:"at"`
 }
 
-// jsonDeadline is the earliest armed deadline (DESIGN §10.1).
+// jsonDeadline is the earliest armed deadline (docs/timeouts.md).
 type jsonDeadline struct {
 	Kind string   `json:"kind"`
 	At   jsonTime `json:"at"`
@@ -292,9 +294,10 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 	return v
 }
 
-// MarshalJSON returns the snapshot as the query API serves it (DESIGN §4),
-// without the internal fold state. Text is not HTML-escaped: "<" stays one
-// byte rather than six (\u003c), so a goal's size in the API is its size.
+// MarshalJSON returns the snapshot as the query API serves it
+// (docs/lifecycle.md), without the internal fold state. Text is not
+// HTML-escaped: "<" stays one byte rather than six (\u003c), so a goal's size
+// in the API is its size.
 func (s *Snapshot) MarshalJSON() ([]byte, error) { return marshalView(s.view(false)) }
 
 func marshalView(v *jsonSnapshot) ([]byte, error) {
@@ -392,7 +395,7 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		return corrupt("json: too many transitions or rejections")
 	}
 	for _, t := range v.Transitions {
-		s.RestoreTransition(fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)})
+		fsmcodec.PushTransition(&s.Session, fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)})
 	}
 	for _, r := range v.Rejections {
 		reason, ok := fsm.ParseReason(r.Reason)
@@ -407,21 +410,22 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		} else {
 			return corrupt("json: bad rejection type %q", r.Type)
 		}
-		s.RestoreRejection(rj)
+		fsmcodec.PushRejection(&s.Session, rj)
 	}
 	if v.Internal != nil {
 		if len(v.Internal.EventIDs) > fsm.IDWindow {
 			return corrupt("json: too many event ids")
 		}
 		for _, id := range v.Internal.EventIDs {
-			s.RestoreSeenID(id)
+			fsmcodec.PushSeenID(&s.Session, id)
 		}
 	}
 	return nil
 }
 
-// restoreV2 reads the fields of DESIGN §10 into s; a snapshot stored
-// before they existed has none of them and decodes as a session without.
+// restoreV2 reads the fields added to the snapshot since its first form into
+// s; a snapshot stored before they existed has none of them and decodes as a
+// session without.
 func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 	if len(v.Labels) > fsm.MaxLabels {
 		return corrupt("json: %d labels", len(v.Labels))
@@ -475,7 +479,7 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 	}
 	slices.Sort(types)
 	for _, t := range types {
-		s.RestoreCustomCount(fsm.CustomCount{Type: t, Count: v.Counters.Custom[t]})
+		fsmcodec.PushCustomCount(&s.Session, fsm.CustomCount{Type: t, Count: v.Counters.Custom[t]})
 	}
 	for _, a := range v.Annotations {
 		i, ok := slices.BinarySearch(types, a.Type)
@@ -486,7 +490,7 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 		if len(a.Payload) > 0 {
 			an.Payload = string(a.Payload)
 		}
-		s.RestoreAnnotation(an)
+		fsmcodec.PushAnnotation(&s.Session, an)
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ type Snapshot struct {
 	FirstOffset int64
 	// TimeoutDefaults are the service's timeout defaults (CORREX_TIMEOUT_*),
 	// which the JSON form applies to show the effective timeouts and the
-	// armed deadline (DESIGN §10.1). They are configuration, not state:
+	// armed deadline (docs/timeouts.md). They are configuration, not state:
 	// never stored, never read by the fold; Store.WithTimeoutDefaults sets
 	// them on what it reads.
 	TimeoutDefaults fsm.Timeouts

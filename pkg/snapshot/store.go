@@ -43,9 +43,9 @@ func (s *Store) WithTimeoutDefaults(d fsm.Timeouts) *Store {
 	return &c
 }
 
-// NewStore returns a store over rdb whose keys start with prefix (DESIGN §6
-// CORREX_REDIS_PREFIX, default "correx"). rdb may be a *redis.Client or a
-// *redis.ClusterClient.
+// NewStore returns a store over rdb whose keys start with prefix (the
+// services' CORREX_REDIS_PREFIX, default "correx"). rdb may be a
+// *redis.Client or a *redis.ClusterClient.
 func NewStore(rdb redis.UniversalClient, prefix string) (*Store, error) {
 	if err := validPrefix(prefix); err != nil {
 		return nil, err
@@ -76,9 +76,6 @@ func (s *Store) WaitReplicas(n int, timeout time.Duration) error {
 	s.waitReplicas, s.waitTimeout = n, timeout
 	return nil
 }
-
-// Client returns the Redis client the store uses.
-func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -304,13 +301,16 @@ type Checkpoint struct {
 	Partition int32
 	Offset    int64 // the next offset to fold
 	// HighWatermark is the partition's end offset as the writer last saw
-	// it, or -1 if unknown; HighWatermark-Offset is the lag at Time.
+	// it, or -1 if it saw none, as Kafka clients report it (kgo's
+	// FetchPartition.HighWatermark is copied in unchanged). Read it with
+	// Lag, which says whether it is known.
 	HighWatermark int64
 	Time          time.Time // when the writer stored it (the writer's clock)
 	// Expected tells SaveCheckpoints that the writer knows a checkpoint is
 	// stored for the partition (it loaded or wrote one). If none is, the
-	// store has lost it: nothing is written, and -1 is returned, so the
-	// writer can rebuild instead of recording progress over a hole.
+	// store has lost it: nothing is written, and the PriorCheckpoint
+	// returned says none was stored, so the writer can rebuild instead of
+	// recording progress over a hole.
 	Expected bool
 	// Known, with Expected, is the offset the writer knows is stored (the
 	// checkpoint it loaded or last wrote). A stored offset lower than Known
@@ -321,12 +321,36 @@ type Checkpoint struct {
 	Known int64
 }
 
+// Lag returns HighWatermark-Offset, the partition's lag when the writer
+// stored the checkpoint (never negative), and false when the writer knew no
+// high watermark.
+func (c Checkpoint) Lag() (lag int64, known bool) {
+	if c.HighWatermark < 0 {
+		return 0, false
+	}
+	return max(0, c.HighWatermark-c.Offset), true
+}
+
+// PriorCheckpoint is what a partition's checkpoint was before a
+// SaveCheckpoints call.
+type PriorCheckpoint struct {
+	Stored bool  // whether a checkpoint was stored at all
+	Offset int64 // the stored offset; 0 when none was stored
+}
+
+// Lost reports whether the store refused cp because it lost the
+// checkpoint the writer expected: cp is Expected, and none is stored, or
+// the stored one is lower than cp.Known. Nothing was written for cp then.
+func (p PriorCheckpoint) Lost(cp Checkpoint) bool {
+	return cp.Expected && (!p.Stored || p.Offset < cp.Known)
+}
+
 // SaveCheckpoints advances the checkpoints of a topic's partitions. A lower
 // offset never replaces a stored higher one, and a checkpoint marked Expected
 // is not written where none is stored, or where the stored one is lower
-// than Known. It returns, per checkpoint, the offset stored before the
-// call, or -1 where there was none.
-func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpoint, now time.Time) ([]int64, error) {
+// than Known (PriorCheckpoint.Lost). It returns, per checkpoint, the one
+// stored before the call.
+func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpoint, now time.Time) ([]PriorCheckpoint, error) {
 	if len(cps) == 0 {
 		return nil, nil
 	}
@@ -347,10 +371,19 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
 	}
 	prev, err := cmds[0].Int64Slice()
+	if err == nil && len(prev) != len(cps) {
+		err = corrupt("script answered for %d of %d checkpoints", len(prev), len(cps))
+	}
 	if err != nil {
 		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
 	}
-	return prev, nil
+	out := make([]PriorCheckpoint, len(prev))
+	for i, off := range prev {
+		if off >= 0 { // the script answers -1 where none was stored
+			out[i] = PriorCheckpoint{Stored: true, Offset: off}
+		}
+	}
+	return out, nil
 }
 
 // Checkpoints returns the stored checkpoints of a topic by partition.
@@ -393,9 +426,6 @@ func (s *Store) DeleteCheckpoints(ctx context.Context, topic string) error {
 	}
 	return nil
 }
-
-// ErrBadCursor is returned by List for a cursor it did not issue.
-var ErrBadCursor = errors.New("bad cursor")
 
 // Page is one page of a listing. Next is the cursor of the following page, or
 // "" when this is the last one. After[i] is the cursor that continues right

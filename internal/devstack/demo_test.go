@@ -1,9 +1,10 @@
-package main
+package devstack
 
 import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,9 +20,10 @@ func TestDemoTimeoutFires(t *testing.T) {
 	defer cancel()
 	var errs bytes.Buffer
 	out := &watchBuffer{want: "timed out: CANCELLING", found: cancel}
-	err := run(ctx, []string{"-data-dir", t.TempDir(), "-kafka-port", "0", "-ingest-addr", "127.0.0.1:0",
-		"-query-addr", "127.0.0.1:0", "-projector-addr", "127.0.0.1:0", "-progress", "1s", "-demo-rate", "200"},
-		func(k string) string { return map[string]string{"CORREX_REDIS_URL": srv.URL()}[k] }, out, &errs)
+	c := DefaultConfig()
+	c.DataDir, c.KafkaPort, c.RedisURL, c.Progress = t.TempDir(), 0, srv.URL(), time.Second
+	c.IngestAddr, c.QueryAddr, c.ProjectorAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	err := Run(ctx, c, nil, func(string) string { return "" }, out, &errs)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errs.String())
 	}
@@ -35,17 +37,28 @@ func TestDemoTimeoutFires(t *testing.T) {
 	}
 }
 
-// watchBuffer calls found once what it collects contains want.
+// watchBuffer collects what is written to it, and calls found once it
+// contains want.
 type watchBuffer struct {
-	syncBuffer
+	mu    sync.Mutex
+	b     bytes.Buffer
 	want  string
 	found func()
 }
 
 func (w *watchBuffer) Write(p []byte) (int, error) {
-	n, err := w.syncBuffer.Write(p)
-	if strings.Contains(w.String(), w.want) {
+	w.mu.Lock()
+	n, err := w.b.Write(p)
+	done := strings.Contains(w.b.String(), w.want)
+	w.mu.Unlock()
+	if done {
 		w.found()
 	}
 	return n, err
+}
+
+func (w *watchBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

@@ -1,0 +1,321 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/loadgen"
+	"github.com/correx/sessions/internal/query"
+	"github.com/correx/sessions/internal/service"
+)
+
+// Config is the configuration of cmd/devstack (`make run`): the stack's
+// Options that flags set, and the demo shown around the stack. DefaultConfig
+// holds the defaults; Bind registers them as the flags' and environment
+// variables' defaults.
+type Config struct {
+	// Options: Brokers (CORREX_KAFKA_BROKERS; default the embedded broker),
+	// RedisURL (CORREX_REDIS_URL; default the embedded Redis), Topic,
+	// Partitions, Prefix (as the services), DataDir (-data-dir; default
+	// .devstack/kafka), KafkaPort (9092) and the services' addresses
+	// (127.0.0.1:8081-8083).
+	Options
+	Demo         bool          // -demo: run a demo workload; default true
+	DemoRate     float64       // -demo-rate: its events per second; default 200
+	DemoSessions int           // -demo-sessions: its sessions per round; default 50
+	LogLevel     string        // -log-level: debug, info, warn or error; default warn
+	Progress     time.Duration // -progress: how often to print a progress line; default 2s
+}
+
+// DefaultConfig returns cmd/devstack's defaults.
+func DefaultConfig() Config {
+	return Config{
+		Options: Options{
+			Topic: config.DefaultTopic, Partitions: config.DefaultPartitions, Prefix: config.DefaultRedisPrefix,
+			DataDir: ".devstack/kafka", KafkaPort: 9092,
+			IngestAddr: "127.0.0.1:8081", QueryAddr: "127.0.0.1:8082", ProjectorAddr: "127.0.0.1:8083",
+		},
+		Demo: true, DemoRate: 200, DemoSessions: 50, LogLevel: "warn", Progress: 2 * time.Second,
+	}
+}
+
+// Bind registers the flags and environment variables.
+func (c *Config) Bind(b *config.Binder) {
+	d := DefaultConfig()
+	b.Strings(&c.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Brokers, "an external Kafka instead of the embedded broker")
+	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", d.RedisURL, "an external Redis instead of the embedded one")
+	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
+	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions of the topic")
+	b.String(&c.Prefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.Prefix, "prefix of every Redis key")
+	b.String(&c.DataDir, "data-dir", "", d.DataDir, "where the embedded broker keeps its log (empty: memory)")
+	b.Int(&c.KafkaPort, "kafka-port", "", d.KafkaPort, "port of the embedded broker on 127.0.0.1")
+	b.String(&c.IngestAddr, "ingest-addr", "", d.IngestAddr, "ingest listen address")
+	b.String(&c.QueryAddr, "query-addr", "", d.QueryAddr, "query listen address")
+	b.String(&c.ProjectorAddr, "projector-addr", "", d.ProjectorAddr, "projector health and metrics address")
+	b.Bool(&c.Demo, "demo", "", d.Demo, "run a demo workload")
+	b.Float(&c.DemoRate, "demo-rate", "", d.DemoRate, "demo events per second")
+	b.Int(&c.DemoSessions, "demo-sessions", "", d.DemoSessions, "sessions per demo round")
+	b.String(&c.LogLevel, "log-level", "", d.LogLevel, "debug, info, warn or error")
+	b.Duration(&c.Progress, "progress", "", d.Progress, "how often to print a progress line")
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var p config.Problems
+	if c.Partitions < 1 {
+		p.Addf("CORREX_PARTITIONS: %d, must be at least 1", c.Partitions)
+	}
+	if c.DemoRate <= 0 || c.DemoSessions < 1 {
+		p.Addf("-demo-rate and -demo-sessions must be positive")
+	}
+	if _, err := c.level(); err != nil {
+		p.Addf("-log-level %q: %v", c.LogLevel, err)
+	}
+	if c.Progress <= 0 {
+		p.Addf("-progress: %v, must be positive", c.Progress)
+	}
+	return p.Err()
+}
+
+func (c *Config) level() (slog.Level, error) {
+	var lvl slog.Level
+	err := lvl.UnmarshalText([]byte(c.LogLevel))
+	return lvl, err
+}
+
+// Run starts the stack with the telemetry getenv configures, prints the
+// URLs, some curl lines to try and settings (the effective configuration,
+// secrets masked) to stdout, runs the demo and a progress line until ctx
+// ends, and stops the stack cleanly. Logs go to stderr.
+func Run(ctx context.Context, c Config, settings []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	lvl, err := c.level()
+	if err != nil {
+		return fmt.Errorf("-log-level %q: %w", c.LogLevel, err)
+	}
+	o := c.Options
+	o.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	var shutdowns []func()
+	defer func() {
+		for _, f := range shutdowns {
+			f()
+		}
+	}()
+	var terr error
+	o.Runtime = func(name string) service.Runtime {
+		rt, shutdown, err := service.Telemetry(ctx, name, getenv, o.Log.With("service", name))
+		if err != nil {
+			terr = err
+			return service.Runtime{Log: o.Log.With("service", name)}
+		}
+		shutdowns = append(shutdowns, shutdown)
+		return rt
+	}
+	st, err := Start(ctx, o)
+	if err == nil && terr != nil {
+		_ = st.Stop()
+		err = terr
+	}
+	if err != nil {
+		return err
+	}
+	printBanner(stdout, st, settings, c.DataDir)
+
+	var sent atomic.Int64
+	lines := &lockedWriter{w: stdout} // progress and the demo's timeout print lines concurrently
+	if c.Demo {
+		go demoTimeout(ctx, st, lines, o.Log)
+		go demo(ctx, st, c, o.Log, &sent)
+	}
+	progress(ctx, lines, st, &sent, c.Progress)
+	fmt.Fprintln(stdout, "\nstopping: flushing snapshots and writing checkpoints...")
+	if err := st.Stop(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	fmt.Fprintln(stdout, "stopped")
+	return nil
+}
+
+func printBanner(w io.Writer, st *Stack, settings []string, dataDir string) {
+	kafka := "embedded broker at " + strings.Join(st.Brokers, ",")
+	if st.Broker == nil {
+		kafka = "external Kafka at " + strings.Join(st.Brokers, ",")
+	} else if dataDir != "" {
+		kafka += " (log in " + dataDir + ")"
+	}
+	redis := "embedded Redis (in memory) at " + strings.TrimPrefix(st.RedisURL, "redis://")
+	if st.Redis == nil {
+		redis = "Redis at " + config.Mask(st.RedisURL)
+	}
+	fmt.Fprintf(w, `correx-sessions devstack: the whole pipeline in one process
+  Kafka:     %s
+  Redis:     %s
+  ingest:    %s/v1/events
+  query:     %s/v1/sessions   %s/v1/stats
+  console:   %s/ui/
+  projector: %s/metrics
+  WARNING: authentication is OFF in devstack; do not expose these ports.
+
+Try:
+  curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
+    -d '{"sessionId":"demo:1","type":"SessionCreated","payload":{"goal":"try it"}}'
+  curl -s '%s/v1/sessions/demo:1?minPosition=<position from the answer>&wait=2s'
+  # a session that times out after 5s without events (TimeoutExpired, then CANCELLING)
+  curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
+    -d '%s'
+  curl -s %s/v1/sessions/demo:quiet | grep -o '"state":"[A-Z_]*"'
+  # sessions by label; every change as it happens (Server-Sent Events; Ctrl-C ends it)
+  curl -s '%s/v1/sessions?label=team=demo&prefix=demo:quiet'
+  curl -N %s/v1/watch
+
+Ctrl-C stops it. Settings: %s
+`, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL,
+		st.IngestURL, quietSessionEvents("demo:quiet"), st.QueryURL, st.QueryURL, st.QueryURL, strings.Join(settings, ", "))
+}
+
+// demo runs rounds of realistic sessions against the stack until ctx ends.
+func demo(ctx context.Context, st *Stack, c Config, log *slog.Logger, sent *atomic.Int64) {
+	for round := uint64(1); ctx.Err() == nil; round++ {
+		_, err := loadgen.Run(ctx, loadgen.Config{IngestURL: st.IngestURL, QueryURL: st.QueryURL, Sessions: c.DemoSessions,
+			Concurrency: 4, Rate: c.DemoRate, Batch: 10, InvalidShare: 0.03, DuplicateShare: 0.03,
+			Seed: uint64(time.Now().UnixNano()) + round, Prefix: "demo", Progress: func(n int) { sent.Add(int64(n)) }})
+		if err != nil && ctx.Err() == nil {
+			log.Warn("demo workload", "err", err)
+			select { // a pause before the next round, not a busy loop
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// progress prints events/s, lag and sessions per state until ctx ends.
+func progress(ctx context.Context, w io.Writer, st *Stack, sent *atomic.Int64, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, lastAt := int64(0), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n := sent.Load()
+			rate := float64(n-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = n, now
+			line := fmt.Sprintf("%s  ingested %d (%.0f events/s)", now.Format("15:04:05"), n, rate)
+			if s, err := stats(ctx, st.QueryURL); err == nil {
+				var lag int64
+				for _, p := range s.Partitions {
+					if p.Lag != nil {
+						lag += *p.Lag
+					}
+				}
+				var states []string
+				for k, v := range s.Sessions.ByState {
+					if v > 0 {
+						states = append(states, fmt.Sprintf("%s=%d", k, v))
+					}
+				}
+				sort.Strings(states)
+				line += fmt.Sprintf("  lag %d  sessions %d [%s]", lag, s.Sessions.Total, strings.Join(states, " "))
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+}
+
+func stats(ctx context.Context, queryURL string) (query.Stats, error) {
+	var s query.Stats
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, queryURL+"/v1/stats", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return s, fmt.Errorf("stats: %d", resp.StatusCode)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// quietTimeout is the inactivity timeout of the demo's quiet session.
+const quietTimeout = "5s"
+
+// quietSessionEvents are the events of a session that starts and goes
+// quiet: its inactivity deadline fires quietTimeout after it started.
+func quietSessionEvents(id string) string {
+	return fmt.Sprintf(`{"events":[{"sessionId":%q,"type":"SessionCreated","payload":{"goal":"go quiet","labels":{"team":"demo"},"timeouts":{"inactivity":%q}}},`+
+		`{"sessionId":%q,"type":"SessionStarted"}]}`, id, quietTimeout, id)
+}
+
+// demoTimeout shows a timeout firing: it creates a session with an
+// inactivity timeout, lets it go quiet, and prints a line to w when the
+// projector has timed it out (CANCELLING, by a TimeoutExpired it produced
+// itself).
+func demoTimeout(ctx context.Context, st *Stack, w io.Writer, log *slog.Logger) {
+	id := fmt.Sprintf("demo:quiet-%d", time.Now().Unix())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, st.IngestURL+"/v1/events", bytes.NewBufferString(quietSessionEvents(id)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Warn("demo timeout session", "err", err)
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		log.Warn("demo timeout session", "status", resp.StatusCode)
+		return
+	}
+	fmt.Fprintf(w, "demo: session %s went quiet; its inactivity timeout (%s) will fire\n", id, quietTimeout)
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.QueryURL+"/v1/sessions/"+id, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		var s struct {
+			State        string
+			Cancellation *struct{ Reason, RequestedAt string }
+			Deadline     *struct{ Kind, At string }
+		}
+		err = json.NewDecoder(resp.Body).Decode(&s)
+		resp.Body.Close()
+		if err == nil && s.Cancellation != nil {
+			next := "none"
+			if s.Deadline != nil {
+				next = s.Deadline.Kind + " at " + s.Deadline.At
+			}
+			fmt.Fprintf(w, "demo: session %s timed out: %s, %s at %s (the deadline); next deadline: %s\n",
+				id, s.State, s.Cancellation.Reason, s.Cancellation.RequestedAt, next)
+			return
+		}
+	}
+}
+
+// lockedWriter serialises the lines of concurrent writers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

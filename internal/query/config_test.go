@@ -1,0 +1,30 @@
+package query_test
+
+import (
+	"flag"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/correx/sessions/internal/auth"
+	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/httpx"
+	"github.com/correx/sessions/internal/query"
+)
+
+// TestBindDefaultsAreDefaultConfig: with no flag and no variable set, the
+// flags give exactly DefaultConfig (authentication and TLS bind their own).
+func TestBindDefaultsAreDefaultConfig(t *testing.T) {
+	fs := flag.NewFlagSet("query", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	b := config.NewBinder(fs, func(string) string { return "" })
+	var got query.Config
+	got.Bind(b)
+	if err := b.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	got.Auth, got.TLS = auth.Config{}, httpx.TLSConfig{}
+	if want := query.DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("bound defaults\n %+v\nDefaultConfig\n %+v", got, want)
+	}
+}
