@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,12 +43,18 @@ func TestClusterMasterFailover(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		firstSeed bool // the master that dies is the URL's first seed
-	}{{"replica promoted", false}, {"first seed died", true}} {
-		t.Run(tc.name, func(t *testing.T) { clusterFailover(t, tc.firstSeed) })
+		wait      bool // CORREX_REDIS_WAIT_REPLICAS=1
+	}{{"replica promoted", false, false}, {"first seed died", true, false}, {"waiting for replicas", false, true}} {
+		t.Run(tc.name, func(t *testing.T) { clusterFailover(t, tc.firstSeed, tc.wait) })
 	}
 }
 
-func clusterFailover(t *testing.T, firstSeed bool) {
+// clusterFailover is one case of TestClusterMasterFailover. With wait, the
+// projector waits for one replica of every master before each checkpoint
+// (CORREX_REDIS_WAIT_REPLICAS=1): the promoted replica has none, so the
+// checkpoints wait until the dead master comes back (as its replica), and
+// the batch written while the master died is written again.
+func clusterFailover(t *testing.T, firstSeed, wait bool) {
 	ctx := context.Background()
 	c := redistest.StartClusterWithReplicas(t, 3)
 	const v = 1 // the master that dies: it serves slots 5461-10921
@@ -58,7 +65,12 @@ func clusterFailover(t *testing.T, firstSeed bool) {
 	}
 	url := redistest.ClusterURL(seeds...)
 	st, err := devstack.Start(ctx, devstack.Options{RedisURL: url, RedisCluster: true, Partitions: 6, Log: quietLog(),
-		Projector: func(c *projector.Config) { c.FlushInterval = 50 * time.Millisecond }})
+		Projector: func(c *projector.Config) {
+			c.FlushInterval = 50 * time.Millisecond
+			if wait {
+				c.RedisWaitReplicas = 1
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,41 +114,78 @@ func clusterFailover(t *testing.T, firstSeed bool) {
 		}
 		return false
 	})
-	before := probe.checkpoints(t)
+	listEnds := func() map[int32]int64 {
+		t.Helper()
+		lo, err := adm.ListEndOffsets(ctx, st.Topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int32]int64{}
+		lo.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+		return out
+	}
 
 	killed := time.Now()
 	victim.Stop()
+	// Every event past this end came after the kill: a checkpoint beyond
+	// it is a batch written since.
+	atKill := listEnds()
 	c.Takeover(t, heir)
 	promoted := time.Now()
-	ends := map[int32]int64{}
-	lo, err := adm.ListEndOffsets(ctx, st.Topic)
-	if err != nil {
-		t.Fatal(err)
+	since := promoted // what recovery is measured from
+	var queryOK time.Duration
+	if wait {
+		// The promoted master has no replica: seconds of load later,
+		// no checkpoint has passed an event that came after the kill.
+		n := accepted.Load()
+		waitUntil(t, "load after the promotion", func() bool {
+			if queryOK == 0 && getStatus(st.QueryURL+"/v1/sessions/"+onVictim) == 200 {
+				queryOK = time.Since(promoted)
+			}
+			return accepted.Load() >= n+2500
+		})
+		for p, off := range probe.checkpoints(t) {
+			if off > atKill[p] {
+				t.Fatalf("partition %d checkpointed at %d, past the log's end %d at the kill, while a master has no replica", p, off, atKill[p])
+			}
+		}
+		victim.Restart(t) // with its nodes.conf: it rejoins as the replica of its heir
+		waitUntil(t, "the old master replicating its heir", func() bool {
+			info, err := heir.Client(t).Info(ctx, "replication").Result()
+			return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+		})
+		since = time.Now()
 	}
-	lo.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	// The log's end once an event came after the failover: the projector
+	// must fold and checkpoint what came after it to reach this.
+	var ends map[int32]int64
+	acceptedThen := accepted.Load()
 
-	var foldsAgain, caughtUp, queryOK time.Duration
-	deadline := promoted.Add(clusterRecoveryBound)
+	var foldsAgain, caughtUp time.Duration
+	deadline := since.Add(clusterRecoveryBound)
 	for foldsAgain == 0 || caughtUp == 0 || queryOK == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v after the promotion: folds again after %v, checkpoints at the log's end after %v, query 200 after %v (0: not yet); checkpoints %v, log end %v",
+			t.Fatalf("%v after the failover: folds again after %v, checkpoints at the log's end after %v, query 200 after %v (0: not yet); checkpoints %v, log end %v",
 				clusterRecoveryBound, foldsAgain, caughtUp, queryOK, probe.checkpoints(t), ends)
+		}
+		if ends == nil && accepted.Load() > acceptedThen {
+			ends = listEnds()
 		}
 		cps := probe.checkpoints(t)
 		if foldsAgain == 0 {
 			for p, off := range cps {
-				if off > before[p] {
-					foldsAgain = time.Since(promoted)
+				if off > atKill[p] {
+					foldsAgain = time.Since(since)
 				}
 			}
 		}
-		if caughtUp == 0 && len(cps) == len(ends) {
+		if caughtUp == 0 && ends != nil && len(cps) == len(ends) {
 			all := true
 			for p, end := range ends {
 				all = all && cps[p] >= end
 			}
 			if all {
-				caughtUp = time.Since(promoted)
+				caughtUp = time.Since(since)
 			}
 		}
 		if queryOK == 0 && getStatus(st.QueryURL+"/v1/sessions/"+onVictim) == 200 {
@@ -144,9 +193,15 @@ func clusterFailover(t *testing.T, firstSeed bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("seeds %s: killed, promoted in %v; after the promotion the projector folds again in %v, every checkpoint reaches the log's end of the failover in %v, the query service answers 200 for %s in %v",
-		url, promoted.Sub(killed).Round(time.Millisecond), foldsAgain.Round(time.Millisecond), caughtUp.Round(time.Millisecond),
-		onVictim, queryOK.Round(time.Millisecond))
+	if wait {
+		t.Logf("seeds %s, waiting for 1 replica: killed, promoted in %v, no checkpoint past the kill while the promoted master had no replica; once the old master replicated it (%v after the promotion) the projector checkpoints events after the kill in %v, every checkpoint reaches the log's end after the failover in %v; the query service answers 200 for %s %v after the promotion",
+			url, promoted.Sub(killed).Round(time.Millisecond), since.Sub(promoted).Round(time.Millisecond), foldsAgain.Round(time.Millisecond),
+			caughtUp.Round(time.Millisecond), onVictim, queryOK.Round(time.Millisecond))
+	} else {
+		t.Logf("seeds %s: killed, promoted in %v; after the promotion the projector checkpoints events after the kill in %v, every checkpoint reaches the log's end after the failover in %v, the query service answers 200 for %s in %v",
+			url, promoted.Sub(killed).Round(time.Millisecond), foldsAgain.Round(time.Millisecond), caughtUp.Round(time.Millisecond),
+			onVictim, queryOK.Round(time.Millisecond))
+	}
 
 	res := <-loadDone
 	if res.err != nil {
