@@ -7,7 +7,9 @@
 // TestHappyPath starts its stack with the public testcontainers-go module,
 // pkg/testkit/correx, as the suites of services that use correx do; the
 // scenarios that kill, freeze, scale and restart containers drive each
-// container themselves (stack_test.go).
+// container themselves (stack_test.go). TestClusterFailover (cluster_test.go)
+// runs Redis as a Cluster of three masters with one replica each, joined
+// from the test process, and kills a master under load.
 //
 // The fault scenarios: TestProjectorKilled, TestProjectorScaling,
 // TestProjectorFrozen, TestRedisRestartAndFlush, TestBrokerRestart,

@@ -27,7 +27,7 @@ import (
 type benchEnv struct {
 	brokers []string
 	srv     *redistest.Server
-	rdb     *redis.Client
+	rdb     redis.UniversalClient // srv's, unless a benchmark points it elsewhere
 	events  int
 	// noFeed turns the change feed off in config (it is on by default).
 	noFeed bool
@@ -105,6 +105,9 @@ func (e *benchEnv) catchUpWith(b *testing.B, prefix string, cfg Config, opts ...
 	b.Helper()
 	st, err := snapshot.NewStore(e.rdb, prefix)
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.WaitReplicas(cfg.RedisWaitReplicas, cfg.RedisWaitTimeout); err != nil {
 		b.Fatal(err)
 	}
 	ends := endOffsets(b, e.brokers)
@@ -233,6 +236,51 @@ func BenchmarkCatchUp(b *testing.B) {
 		b.ReportMetric(naiveRate, "naive-events/s")
 		b.ReportMetric(rate/naiveRate, "speedup")
 	}
+}
+
+// BenchmarkCatchUpWait measures what waiting for replicas
+// (CORREX_REDIS_WAIT_REPLICAS=1) costs a projector folding a pre-filled
+// topic (BENCH_SESSIONS sessions, default 50,000, about 20 events each),
+// without and with the wait, alternating in one process: on a
+// redis-server with one replica (off-events/s, on-events/s, on/off: the
+// snapshot writes wait, in their round trip), and on a Redis Cluster of
+// three masters with one replica each (cluster-off-events/s,
+// cluster-on-events/s, cluster-on/off: every master waits before each
+// checkpoint). All on one host. Run it once: go test -run='^$'
+// -bench=CatchUpWait -benchtime=1x.
+func BenchmarkCatchUpWait(b *testing.B) {
+	sessions := 50000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
+		sessions = v
+	}
+	e := newBenchEnv(b, sessions)
+	redistest.StartReplica(b, e.srv)
+	single := e.rdb
+	c := redistest.StartClusterWithReplicas(b, 3)
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	b.Cleanup(func() { _ = cluster.Close() })
+	run := func(rdb redis.UniversalClient, name string, wait int) time.Duration {
+		e.rdb = rdb
+		cfg := e.config(name, "bench-"+name)
+		cfg.RedisWaitReplicas = wait
+		return e.catchUpWith(b, name, cfg)
+	}
+	var off, on, coff, con time.Duration
+	for i := 0; b.Loop(); i++ {
+		off += run(single, fmt.Sprintf("off%d", i), 0)
+		on += run(single, fmt.Sprintf("on%d", i), 1)
+		coff += run(cluster, fmt.Sprintf("coff%d", i), 0)
+		con += run(cluster, fmt.Sprintf("con%d", i), 1)
+	}
+	e.rdb = single
+	n := float64(b.N * e.events)
+	b.ReportMetric(float64(e.events), "events")
+	b.ReportMetric(n/off.Seconds(), "off-events/s")
+	b.ReportMetric(n/on.Seconds(), "on-events/s")
+	b.ReportMetric(off.Seconds()/on.Seconds(), "on/off")
+	b.ReportMetric(n/coff.Seconds(), "cluster-off-events/s")
+	b.ReportMetric(n/con.Seconds(), "cluster-on-events/s")
+	b.ReportMetric(coff.Seconds()/con.Seconds(), "cluster-on/off")
 }
 
 // BenchmarkRecovery measures the time from a projector's start to caught up,

@@ -85,14 +85,16 @@ type Config struct {
 	// "<Topic>.changes", created with the events topic's partition count;
 	// CORREX_CHANGE_FEED, default true.
 	ChangeFeed bool
-	// RedisWaitReplicas makes every snapshot batch wait until that many
-	// Redis replicas acknowledged it (Redis WAIT) before the batch counts
-	// as written, so that no checkpoint passes snapshot writes a failover
-	// could lose (docs/guarantees.md); CORREX_REDIS_WAIT_REPLICAS, default
-	// 0 (no wait). Single server and Sentinel only.
+	// RedisWaitReplicas makes every batch wait until that many Redis
+	// replicas acknowledged it (Redis WAIT) before its checkpoints are
+	// written, so that no checkpoint passes writes a failover could lose
+	// (docs/guarantees.md): on a single server or Sentinel the snapshot
+	// writes wait, on Redis Cluster every master waits for all of the
+	// batch's writes; CORREX_REDIS_WAIT_REPLICAS, default 0 (no wait).
 	RedisWaitReplicas int
 	// RedisWaitTimeout bounds that wait; a batch not acknowledged in time
-	// is retried. CORREX_REDIS_WAIT_TIMEOUT, default 1s.
+	// waits again (its writes again after a Cluster master changed).
+	// CORREX_REDIS_WAIT_TIMEOUT, default 1s.
 	RedisWaitTimeout time.Duration
 	// ShutdownTimeout bounds a graceful stop: once Run's context is done,
 	// the batch in flight and the final flush get this long, then writing
@@ -191,9 +193,6 @@ func (c *Config) Validate() error {
 	if c.RedisWaitReplicas < 0 || (c.RedisWaitReplicas > 0 && c.RedisWaitTimeout <= 0) {
 		p.Addf("CORREX_REDIS_WAIT_REPLICAS (%d) must be at least 0, and CORREX_REDIS_WAIT_TIMEOUT (%v) positive when it is set",
 			c.RedisWaitReplicas, c.RedisWaitTimeout)
-	}
-	if c.RedisWaitReplicas > 0 && c.RedisCluster {
-		p.Addf("CORREX_REDIS_WAIT_REPLICAS: not supported on Redis Cluster (docs/guarantees.md)")
 	}
 	for _, s := range c.Kafka.Validate() {
 		p.Addf("%s", s)

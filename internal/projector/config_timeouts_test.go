@@ -56,12 +56,16 @@ func TestRedisWaitSettings(t *testing.T) {
 	}{
 		{"negative", func(c *Config) { c.RedisWaitReplicas = -1 }, "CORREX_REDIS_WAIT_REPLICAS"},
 		{"no timeout", func(c *Config) { c.RedisWaitReplicas, c.RedisWaitTimeout = 1, 0 }, "CORREX_REDIS_WAIT_TIMEOUT"},
-		{"cluster", func(c *Config) { c.RedisWaitReplicas, c.RedisCluster = 1, true }, "Redis Cluster"},
 	} {
 		c := DefaultConfig()
 		tc.set(&c)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.wants) {
 			t.Errorf("%s: %v, want %q named", tc.name, err, tc.wants)
 		}
+	}
+	c = DefaultConfig()
+	c.RedisWaitReplicas, c.RedisCluster, c.RedisURL = 1, true, "redis://127.0.0.1:7000?addr=127.0.0.1:7001"
+	if err := c.Validate(); err != nil {
+		t.Errorf("waiting for replicas on Redis Cluster: %v", err)
 	}
 }

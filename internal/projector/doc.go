@@ -27,9 +27,15 @@
 //     checkpoints every MaxFlushInterval; /readyz reports the partition
 //     until its rebuild reaches the log's end as it was when it began.
 //   - With RedisWaitReplicas, a batch counts as written only once that many
-//     replicas acknowledged it (Redis WAIT in the batch's round trip), so a
-//     checkpoint never passes snapshot writes a failover could lose
-//     (docs/guarantees.md says what each Redis deployment guarantees).
+//     replicas acknowledged it, so a checkpoint never passes writes a
+//     failover could lose (docs/guarantees.md says what each Redis
+//     deployment guarantees). On a single server the snapshot writes wait
+//     (Redis WAIT in their round trip). On Redis Cluster, before the
+//     checkpoints, every master waits for its replicas behind a write of
+//     its own (covering all of the batch's writes on it), and a master
+//     that changed since the previous batch's wait (died, its replica
+//     promoted) makes the batch be written again first, since writes it
+//     took may be gone with it.
 //   - A crash anywhere (before, during or after a batch, before the
 //     checkpoint) leaves snapshots at or ahead of the checkpoint; the restart
 //     replays from the checkpoint and skips what is already reflected. A
@@ -135,8 +141,11 @@
 //   - The skip rule: Projector.fold (projector.go), through
 //     snapshot.Snapshot.Fold; the fencing is the store's (pkg/snapshot).
 //   - The order of a write (snapshots fenced, dead letters acknowledged,
-//     checkpoints, Kafka offsets) and the crash points between the steps:
-//     flusher.write (flush.go). What a written batch made durable (a
+//     replicas on Redis Cluster, checkpoints, Kafka offsets) and the crash
+//     points between the steps: flusher.write (flush.go); the wait for the
+//     Cluster masters' replicas and the batch written again:
+//     flusher.markReplication and flusher.replicated, over
+//     snapshot.Store.MarkReplication and WaitReplicated. What a written batch made durable (a
 //     snapshot's stored position, a partition's stored checkpoint) is
 //     recorded only afterwards, by flusher.finish, from the fold goroutine.
 //   - Only stored snapshots are evicted: cache.evict and entry.evictable

@@ -40,6 +40,12 @@ type flusher struct {
 
 	inflight *flushJob
 	last     time.Time // when the latest batch was built
+	// repl is where the Redis Cluster masters stood when the last batch's
+	// writes were acknowledged by their replicas (RedisWaitReplicas), the
+	// mark the next batch's writes are checked against; nil when unknown,
+	// and always on a single server. It belongs to whoever writes: the
+	// flush goroutine, then the final flush after it.
+	repl *snapshot.ReplicationMark
 }
 
 func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived) *flusher {
@@ -158,8 +164,11 @@ func (f *flusher) run() {
 // write writes a batch: the change feed's outbox, snapshots (fenced), the
 // sessions' armed deadlines (fenced by version), the change feed's records,
 // then, once the dead-letter and change records produced so far are
-// acknowledged, checkpoints, then Kafka offsets. Redis errors are retried
-// until ctx ends; the batch is idempotent.
+// acknowledged (and, on Redis Cluster with RedisWaitReplicas, every
+// master's replicas acknowledged the batch's writes), checkpoints, then
+// Kafka offsets. Redis errors are retried until ctx ends; the batch is
+// idempotent, and is written again from the outbox on when a Cluster
+// master changed while it was written (replicated).
 func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if job.ctx != nil { // the flush span, under the flusher's cancellation
 		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(job.ctx))
@@ -169,53 +178,79 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if f.crash.at("before-put") {
 		return errCrashed
 	}
-	// The change feed's outcomes are kept in Redis before the snapshots
-	// they derive from; its records are encoded meanwhile (see changeFeed).
+	// The change feed's records are encoded while the snapshots are
+	// written (see changeFeed), once: a batch written again produces the
+	// same records again.
 	changes := f.derived.encode(job)
-	if err := f.derived.persist(ctx, f.store, f.topic, job); err != nil {
-		return err // the encoding ends on its own
+	var recs []*kgo.Record
+	encoded := false
+	records := func() []*kgo.Record {
+		if !encoded {
+			recs, encoded = changes(), true
+		}
+		return recs
 	}
-	if len(job.entries) > 0 {
-		for attempt := 0; ; attempt++ {
-			res, err := f.store.PutBatch(ctx, job.entries)
-			if err == nil {
-				job.result = res
-				break
-			}
-			f.log.Warn("writing snapshots", "err", err, "attempt", attempt, "snapshots", len(job.entries))
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return err
+	for round := 0; ; round++ {
+		mark, err := f.markReplication(ctx)
+		if err != nil {
+			return err
+		}
+		// The change feed's outcomes are kept in Redis before the
+		// snapshots they derive from.
+		if err := f.derived.persist(ctx, f.store, f.topic, job); err != nil {
+			return err // the encoding ends on its own
+		}
+		if len(job.entries) > 0 {
+			for attempt := 0; ; attempt++ {
+				res, err := f.store.PutBatch(ctx, job.entries)
+				if err == nil {
+					job.result = res
+					break
+				}
+				f.log.Warn("writing snapshots", "err", err, "attempt", attempt, "snapshots", len(job.entries))
+				if err := sleep(ctx, backoff(attempt)); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	if f.crash.at("after-put") {
-		return errCrashed
-	}
-	if err := f.armDeadlines(ctx, job); err != nil { // deadlines.go
-		return err
-	}
-	if f.crash.at("after-deadlines") {
-		return errCrashed
-	}
-	// The change feed and the derived events: after the snapshots, before
-	// the checkpoints, which the flush below makes wait for them too.
-	if err := f.derived.produce(ctx, f.store, f.cl, job, changes); err != nil {
-		return err
-	}
-	if len(job.checkpoints) == 0 {
-		return nil
-	}
-	if err := f.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("projector: dead-letter and change feed produce: %w", err)
-	}
-	if errp := f.dlqErr.Load(); errp != nil {
-		return fmt.Errorf("projector: dead-letter produce: %w", *errp)
-	}
-	if err := f.derived.failed(); err != nil {
-		return err
-	}
-	if f.crash.at("before-checkpoint") {
-		return errCrashed
+		if f.crash.at("after-put") {
+			return errCrashed
+		}
+		if err := f.armDeadlines(ctx, job); err != nil { // deadlines.go
+			return err
+		}
+		if f.crash.at("after-deadlines") {
+			return errCrashed
+		}
+		// The change feed and the derived events: after the snapshots,
+		// before the checkpoints, which the flush below makes wait for
+		// them too.
+		if err := f.derived.produce(ctx, f.store, f.cl, job, records); err != nil {
+			return err
+		}
+		if len(job.checkpoints) == 0 {
+			return nil // the next batch's wait covers these writes
+		}
+		if err := f.cl.Flush(ctx); err != nil {
+			return fmt.Errorf("projector: dead-letter and change feed produce: %w", err)
+		}
+		if errp := f.dlqErr.Load(); errp != nil {
+			return fmt.Errorf("projector: dead-letter produce: %w", *errp)
+		}
+		if err := f.derived.failed(); err != nil {
+			return err
+		}
+		if f.crash.at("before-checkpoint") {
+			return errCrashed
+		}
+		again, err := f.replicated(ctx, mark)
+		if err != nil {
+			return err
+		}
+		if !again {
+			break
+		}
+		f.log.Warn("a Redis Cluster master changed during the batch: writing it again", "round", round+1)
 	}
 	for attempt := 0; ; attempt++ {
 		prev, err := f.store.SaveCheckpoints(ctx, f.topic, job.checkpoints, time.Now())
@@ -243,6 +278,51 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 			}
 		})
 	return nil
+}
+
+// markReplication returns the mark the batch's writes are checked against
+// before its checkpoints (Redis Cluster with RedisWaitReplicas): where the
+// masters stood after the previous batch's wait, or now. Nil, with no
+// round trip, otherwise.
+func (f *flusher) markReplication(ctx context.Context) (*snapshot.ReplicationMark, error) {
+	if f.repl != nil {
+		return f.repl, nil
+	}
+	for attempt := 0; ; attempt++ {
+		mark, err := f.store.MarkReplication(ctx)
+		if err == nil {
+			return mark, nil
+		}
+		f.log.Warn("reading the Redis Cluster masters' replication", "err", err, "attempt", attempt)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// replicated waits until every Redis Cluster master's replicas have
+// acknowledged the batch's writes (snapshot.Store.WaitReplicated; nothing
+// to do on a single server, where PutBatch waited), retrying while too few
+// do. It returns again when a master changed since mark (died, its
+// replica promoted): writes of the batch may be lost with it, so the batch
+// must be written again before a checkpoint passes it.
+func (f *flusher) replicated(ctx context.Context, mark *snapshot.ReplicationMark) (again bool, err error) {
+	for attempt := 0; ; attempt++ {
+		next, err := f.store.WaitReplicated(ctx, mark)
+		if err == nil {
+			f.repl = next
+			return false, nil
+		}
+		if errors.Is(err, snapshot.ErrMastersChanged) {
+			f.repl = nil
+			f.log.Warn("waiting for Redis replicas", "err", err)
+			return true, nil
+		}
+		f.log.Warn("waiting for Redis replicas", "err", err, "attempt", attempt)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return false, err
+		}
+	}
 }
 
 // finish records what a written batch made durable: the stored position of

@@ -24,9 +24,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	neturl "net/url"
 	"os"
+	"time"
 
 	"github.com/correx/sessions/internal/config"
 	"github.com/redis/go-redis/v9"
@@ -94,7 +97,10 @@ func (o Options) Open() (redis.UniversalClient, error) {
 		if err := o.apply(tc, &opt.TLSConfig, opt.Username, &opt.CredentialsProviderContext, &opt.ContextTimeoutEnabled); err != nil {
 			return nil, err
 		}
-		return redis.NewClusterClient(opt), nil
+		opt.ClusterStateReloadInterval = ClusterReloadInterval
+		cc := redis.NewClusterClient(opt)
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(reloadOnFailure{cc}) })
+		return cc, nil
 	}
 	if Sentinel(o.URL) {
 		opt, err := redis.ParseFailoverURL(o.URL)
@@ -130,6 +136,64 @@ func (o Options) apply(ca *tls.Config, parsed **tls.Config, user string,
 	}
 	*contextTimeout = true
 	return nil
+}
+
+// ClusterReloadInterval is the longest a Redis Cluster client goes
+// without reading the slot map again (CLUSTER SLOTS) while it is used;
+// go-redis's default is 60 s.
+const ClusterReloadInterval = 5 * time.Second
+
+// reloadOnFailure, a hook of each node's client, makes a cluster client
+// read the slot map again as soon as a node cannot be reached (a dial
+// fails), or a command to it fails other than by the server's answer (the
+// connection dropped, no answer in time) or because the cluster is failing
+// over (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, LOADING). On a node's client it
+// sees every attempt, so the client's own retries of the same command can
+// already go to the new master.
+//
+// go-redis reloads the map by itself only on MOVED and ASK, which a dead
+// master never sends, and every ClusterReloadInterval: without this hook
+// the client kept sending a dead master's slots to it until the periodic
+// reload, although its replica had taken over at once
+// (github.com/redis/go-redis/issues/3979). The reload runs in the
+// background and coalesces requests, so a burst of failures reads the map
+// about every 200 ms, from a random seed or known node.
+type reloadOnFailure struct{ cc *redis.ClusterClient }
+
+func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		h.check(err)
+		return conn, err
+	}
+}
+
+func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.check(err)
+		return err
+	}
+}
+
+func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.check(err)
+		return err
+	}
+}
+
+func (h reloadOnFailure) check(err error) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN") ||
+		redis.HasErrorPrefix(err, "MASTERDOWN") || redis.HasErrorPrefix(err, "LOADING") {
+		// The reload has its own context: the caller's may end first.
+		h.cc.ReloadState(context.Background())
+	}
 }
 
 // Sentinel reports whether url names Redis Sentinels (it has a master_name

@@ -3,6 +3,7 @@ package redisconn_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,4 +270,83 @@ func eventually(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// TestClusterFailover writes through the store to a Redis Cluster whose
+// masters have one replica each, kills a master and promotes its replica
+// (CLUSTER FAILOVER TAKEOVER): writes to every slot work again well before
+// the client's periodic reload of the slot map, and what was replicated
+// before the failover is there. In "first seed died", the master that dies
+// is the one the URL names first; the other seeds (addr=) must be enough.
+func TestClusterFailover(t *testing.T) {
+	for _, firstSeed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "replica promoted", true: "first seed died"}[firstSeed], func(t *testing.T) {
+			c := redistest.StartClusterWithReplicas(t, 3)
+			victim := c.Nodes[1]
+			seeds := []*redistest.Server{c.Nodes[0], victim, c.Nodes[2]}
+			if firstSeed {
+				seeds = []*redistest.Server{victim, c.Nodes[0], c.Nodes[2]}
+			}
+			rdb, err := redisconn.Options{URL: redistest.ClusterURL(seeds...), Cluster: true}.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rdb.Close() })
+			store, err := snapshot.NewStore(rdb, "cluster")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			// Sessions in every bucket, so in every master's slots.
+			put := func(prefix string, offset int64) error {
+				var entries []snapshot.Entry
+				for i := range 2 * snapshot.Buckets {
+					var s snapshot.Snapshot
+					var r fsm.Reducer
+					e := fsm.NewEvent(fsm.EventID{1, byte(offset)}, fmt.Sprintf("%s-%d", prefix, i), fsm.SessionCreated, time.Unix(1, 0).UTC(), fsm.Fields{})
+					s.Fold(&r, &e, snapshot.Position{Offset: offset})
+					entries = append(entries, snapshot.NewEntry(&s))
+				}
+				c, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				_, err := store.PutBatch(c, entries)
+				return err
+			}
+			if err := put("before", 1); err != nil {
+				t.Fatal(err)
+			}
+			// The writes reached the replica before the master dies.
+			if n, err := victim.Client(t).Wait(ctx, 1, 2000).Result(); err != nil || n != 1 {
+				t.Fatalf("WAIT: %d replicas, %v", n, err)
+			}
+			victim.Stop()
+			if err := put("during", 2); err == nil {
+				t.Fatal("a batch with keys of a dead master succeeded")
+			}
+			c.Takeover(t, c.Replicas[1])
+			promoted := time.Now()
+			for {
+				if err := put("after", 3); err == nil {
+					break
+				} else if time.Since(promoted) > 20*time.Second {
+					t.Fatalf("no write 20 s after the replica took over: %v", err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			t.Logf("writing again %v after the replica took over", time.Since(promoted).Round(time.Millisecond))
+			ids := make([]string, 2*snapshot.Buckets)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("before-%d", i)
+			}
+			got, err := store.GetMany(ctx, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range got {
+				if s == nil {
+					t.Fatalf("%s lost in the failover", ids[i])
+				}
+			}
+		})
+	}
 }

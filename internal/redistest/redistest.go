@@ -1,7 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server, or a Redis Cluster of several masters joined with
-// `redis-cli --cluster create`, each on free loopback ports and removed when
-// the test ends. It needs redis-server and redis-cli on PATH (Debian:
+// server, a replica, Sentinels, or a Redis Cluster (masters only, joined with
+// `redis-cli --cluster create`, or masters with one replica each, and their
+// failover), each on free loopback ports and removed when the test ends. It needs redis-server and redis-cli on PATH (Debian:
 // `apt-get install redis-server`; `make deps` does it).
 package redistest
 
@@ -250,6 +250,13 @@ func (s *Server) start(t testing.TB) error {
 	return fmt.Errorf("redis-server on %s did not answer: %s", s.Addr, s.log.String())
 }
 
+// running reports whether the server was started and not stopped.
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
 // Stop kills the server (SIGKILL: no save on exit) and waits for it to exit.
 func (s *Server) Stop() {
 	s.mu.Lock()
@@ -288,18 +295,36 @@ func (s *Server) Restart(t testing.TB) {
 	t.Fatalf("redistest: restart: %v", err)
 }
 
-// Cluster is a Redis Cluster of masters without replicas.
+// Cluster is a Redis Cluster: its masters as started (Nodes), and with
+// StartClusterWithReplicas one replica per master (Replicas[i] replicates
+// Nodes[i] until a failover swaps their roles).
 type Cluster struct {
-	Nodes []*Server
+	Nodes    []*Server
+	Replicas []*Server
 }
 
-// Addrs returns the nodes' addresses.
+// Addrs returns the addresses of the masters as started.
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
 		out[i] = n.Addr
 	}
 	return out
+}
+
+// ClusterURL returns a CORREX_REDIS_URL (with CORREX_REDIS_CLUSTER=true)
+// naming seeds: the first as the URL's host, the others as addr=
+// parameters.
+func ClusterURL(seeds ...*Server) string {
+	u := "redis://" + seeds[0].Addr
+	for i, s := range seeds[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + s.Addr
+	}
+	return u
 }
 
 // Client returns a cluster client, closed when the test ends.
@@ -310,40 +335,204 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// startClusterNodes starts n nodes with cluster mode on; each has its own
+// directory (Start's TempDir) for its nodes.conf. A master pings its
+// replicas every second rather than every 10: Redis leaves a replica out
+// of CLUSTER SLOTS until its replication offset is past 0, which on an
+// idle master only a ping moves. A master starts a replica's first sync at
+// once rather than after the default 5 s (repl-diskless-sync-delay).
+func startClusterNodes(t testing.TB, n int) []*Server {
+	t.Helper()
+	var out []*Server
+	for range n {
+		out = append(out, Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000", "--repl-ping-replica-period", "1",
+			"--repl-diskless-sync-delay", "0"))
+	}
+	return out
+}
+
 // StartCluster starts n redis-server nodes with cluster mode on, joins them
 // with `redis-cli --cluster create` (n >= 3, as Redis requires) and waits
 // until every node reports cluster_state:ok.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{}
-	for range n {
-		node := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000")
-		c.Nodes = append(c.Nodes, node)
-	}
-	// Each node needs its own directory for nodes.conf; Start gave each a
-	// fresh TempDir, so they do not collide.
+	c := &Cluster{Nodes: startClusterNodes(t, n)}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	out, err := exec.Command(binary(t, "redis-cli"), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, node := range c.Nodes {
-		cl := redis.NewClient(&redis.Options{Addr: node.Addr})
-		for {
-			info, err := cl.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				_ = cl.Close()
-				t.Fatalf("redistest: cluster not ok on %s: %v %s", node.Addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = cl.Close()
-	}
+	waitFor(t, "cluster_state:ok on every node", func() (bool, string) { return c.ok(c.Nodes, 0) })
 	return c
+}
+
+// StartClusterWithReplicas starts a Redis Cluster of n masters (n >= 3),
+// each with one replica, as `redis-cli --cluster create --cluster-replicas
+// 1` would, but with a known layout: master i serves the i-th of n equal
+// slot ranges and Replicas[i] replicates it. The nodes are joined with
+// CLUSTER MEET, given their slots with CLUSTER ADDSLOTSRANGE and paired
+// with CLUSTER REPLICATE. It returns once every node reports
+// cluster_state:ok and sees a healthy replica in every shard, and every
+// replica's link to its master is up.
+func StartClusterWithReplicas(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 3 {
+		t.Fatalf("redistest: a cluster needs at least 3 masters, not %d", n)
+	}
+	ctx := context.Background()
+	all := startClusterNodes(t, 2*n)
+	c := &Cluster{Nodes: all[:n], Replicas: all[n:]}
+	// Distinct config epochs, as `redis-cli --cluster create` sets them:
+	// nodes left to settle equal epochs among themselves may leave a
+	// replica with its master's epoch, and a takeover by that replica
+	// would then not win over the dead master's claim to the slots.
+	for i, s := range all {
+		if err := s.Client(t).Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			t.Fatalf("redistest: CLUSTER SET-CONFIG-EPOCH on %s: %v", s.Addr, err)
+		}
+	}
+	for i, m := range c.Nodes {
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		if err := m.Client(t).Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE %d %d on %s: %v", lo, hi, m.Addr, err)
+		}
+	}
+	host, port, _ := strings.Cut(all[0].Addr, ":")
+	for _, s := range all[1:] {
+		if err := s.Client(t).ClusterMeet(ctx, host, port).Err(); err != nil {
+			t.Fatalf("redistest: CLUSTER MEET from %s: %v", s.Addr, err)
+		}
+	}
+	clients := make([]*redis.Client, len(all))
+	for i, s := range all {
+		clients[i] = s.Client(t)
+	}
+	known := fmt.Sprintf("cluster_known_nodes:%d", len(all))
+	waitFor(t, "every node knows every other", func() (bool, string) {
+		for i, s := range all {
+			info, err := clients[i].ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, known) {
+				return false, fmt.Sprintf("%s: %v %s", s.Addr, err, info)
+			}
+		}
+		return true, ""
+	})
+	for i, r := range c.Replicas {
+		id, err := clients[i].ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatalf("redistest: CLUSTER MYID on %s: %v", c.Nodes[i].Addr, err)
+		}
+		// A replica may not have heard of its master's slots yet; it
+		// answers an error until it has, so try again until then.
+		waitFor(t, "CLUSTER REPLICATE on "+r.Addr, func() (bool, string) {
+			err := clients[n+i].Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	waitFor(t, "the cluster with its replicas", func() (bool, string) { return c.ok(all, 2) })
+	return c
+}
+
+// Takeover promotes replica to master with CLUSTER FAILOVER TAKEOVER (no
+// agreement from the other masters needed: its master may be dead) and
+// waits until every running node names it the master of the slots it took
+// over.
+func (c *Cluster) Takeover(t testing.TB, replica *Server) {
+	t.Helper()
+	ctx := context.Background()
+	rc := replica.Client(t)
+	if err := rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr, err)
+	}
+	waitFor(t, replica.Addr+" serving its slots on every running node", func() (bool, string) {
+		if seen, ok := c.servedBy(replica); !ok {
+			nodes, err := rc.ClusterNodes(ctx).Result()
+			return false, fmt.Sprintf("%s; %s says: %v %s", seen, replica.Addr, err, nodes)
+		}
+		return true, ""
+	})
+}
+
+// servedBy reports whether every running node names node as the master
+// of a shard with slots, and otherwise what one of them says.
+func (c *Cluster) servedBy(node *Server) (string, bool) {
+	ctx := context.Background()
+	for _, s := range append(append([]*Server{}, c.Nodes...), c.Replicas...) {
+		if !s.running() {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
+		shards, err := cl.ClusterShards(ctx).Result()
+		_ = cl.Close()
+		if err != nil {
+			return fmt.Sprintf("%s: %v", s.Addr, err), false
+		}
+		found := false
+		for _, sh := range shards {
+			for _, n := range sh.Nodes {
+				if len(sh.Slots) > 0 && n.Role == "master" && net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == node.Addr {
+					found = true
+				}
+			}
+		}
+		if !found {
+			return fmt.Sprintf("%s: %+v", s.Addr, shards), false
+		}
+	}
+	return "", true
+}
+
+// ok reports whether every running node of nodes says cluster_state:ok
+// and sees at least perShard healthy nodes (master and replicas) in every
+// shard that has slots, and every running replica's link to its master is
+// up.
+func (c *Cluster) ok(nodes []*Server, perShard int) (bool, string) {
+	ctx := context.Background()
+	for _, s := range nodes {
+		if !s.running() {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr})
+		info, err := cl.ClusterInfo(ctx).Result()
+		shards, err2 := cl.ClusterShards(ctx).Result()
+		repl, err3 := cl.Info(ctx, "replication").Result()
+		_ = cl.Close()
+		if err != nil || err2 != nil || err3 != nil || !strings.Contains(info, "cluster_state:ok") {
+			return false, fmt.Sprintf("%s: %v %v %v %s", s.Addr, err, err2, err3, info)
+		}
+		for _, sh := range shards {
+			healthy := 0
+			for _, n := range sh.Nodes {
+				if n.Health == "online" {
+					healthy++
+				}
+			}
+			if len(sh.Slots) > 0 && healthy < perShard {
+				return false, fmt.Sprintf("%s: shard %+v", s.Addr, sh)
+			}
+		}
+		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+			return false, fmt.Sprintf("%s: %s", s.Addr, repl)
+		}
+	}
+	return true, ""
+}
+
+// waitFor polls cond until it holds, for at most 30 s; cond returns what
+// it saw, for the failure message.
+func waitFor(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: waiting for %s: %s", what, seen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -24,6 +24,13 @@
 //   - A batch is one pipelined round trip; retrying it leaves the same state.
 //   - Listing by state and counting per state read the indexes, which the
 //     fencing script keeps in step with the snapshots.
+//   - Replicas (WaitReplicas): on a single server, a batch counts as
+//     written once that many replicas acknowledged it (WAIT in its round
+//     trip, else ErrNotReplicated). On Redis Cluster, where one WAIT cannot
+//     cover writes spread over the masters, MarkReplication before the
+//     writes and WaitReplicated after them make sure every master's
+//     replicas hold them, and that no master changed meanwhile
+//     (ErrMastersChanged: write again); see replication.go.
 //
 // redis.Nil never leaves this package: a missing snapshot is ErrNotFound.
 // The store's contract, as the projector and the query service rely on it,

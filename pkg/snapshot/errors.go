@@ -18,20 +18,28 @@ var ErrCorrupt = errors.New("corrupt snapshot")
 // session-id prefix.
 var ErrBadCursor = errors.New("bad cursor")
 
-// ErrNotReplicated is wrapped by PutBatch's error when the store waits for
-// replicas (WaitReplicas) and fewer acknowledged the batch in time: the
-// snapshots are written on the primary but might not survive a failover,
-// so the caller must not advance a checkpoint past them (running the batch
-// again is safe).
+// ErrNotReplicated is wrapped by PutBatch's error (a single server) or
+// WaitReplicated's (Redis Cluster) when the store waits for replicas
+// (WaitReplicas) and fewer acknowledged the writes in time: they are
+// written on the primary but might not survive a failover, so the caller
+// must not advance a checkpoint past them (waiting again, or running the
+// batch again, is safe).
 var ErrNotReplicated = errors.New("not acknowledged by enough replicas")
+
+// ErrMastersChanged is wrapped by WaitReplicated's error when a master of
+// the Redis Cluster is not the one of the mark it was given (gone, new, a
+// promoted replica, restarted on another history, or behind): writes made
+// since the mark may be lost, so they must be made again, after a new
+// mark, before a checkpoint may pass them.
+var ErrMastersChanged = errors.New("the Redis Cluster masters changed since the writes")
 
 // StoreError is a store operation that failed, with the key it was about.
 // Err is Redis's error, or wraps ErrCorrupt or ErrNotReplicated.
 type StoreError struct {
 	// Op is the operation: "ping", "get", "put", "list", "count",
 	// "checkpoint", "reset", "delete", "children", "outbox", "arm
-	// deadlines", "due", "next deadline", "remove fired" or "delete
-	// deadlines".
+	// deadlines", "due", "next deadline", "remove fired", "delete
+	// deadlines" or "replication".
 	Op  string
 	Key string // the Redis key, or "" when the operation spans several
 	Err error

@@ -27,6 +27,9 @@ type Store struct {
 	// waitReplicas and waitTimeout: see WaitReplicas.
 	waitReplicas int
 	waitTimeout  time.Duration
+	// markers are WaitReplicated's keys, one per Redis Cluster master;
+	// shared by the copies WithTimeoutDefaults makes.
+	markers *markerKeys
 	// defaults are the service's timeout defaults, given to every snapshot
 	// read (Snapshot.TimeoutDefaults); see WithTimeoutDefaults.
 	defaults fsm.Timeouts
@@ -50,26 +53,29 @@ func NewStore(rdb redis.UniversalClient, prefix string) (*Store, error) {
 	if err := validPrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, keys: newKeys(prefix)}, nil
+	return &Store{rdb: rdb, keys: newKeys(prefix), markers: &markerKeys{}}, nil
 }
 
-// WaitReplicas makes every PutBatch wait, in the same round trip as its
-// writes, until n replicas have acknowledged them (Redis WAIT), for at most
-// timeout; when fewer did, PutBatch fails with ErrNotReplicated. A
-// projector writes a partition's checkpoint only after its snapshots are
-// stored, so with n >= 1 a checkpoint never advances past snapshot writes
-// that a failover to an acknowledging replica would lose. n = 0 (the
-// default) does not wait. Call it before the store is used.
+// WaitReplicas makes the store's writes count only once n replicas have
+// acknowledged them (Redis WAIT), waiting at most timeout each time; n = 0
+// (the default) does not wait. Call it before the store is used.
+//
+// On a single server (or Sentinel), every PutBatch waits, in the same
+// round trip as its writes, and fails with ErrNotReplicated when fewer
+// replicas acknowledged them in time. A projector writes a partition's
+// checkpoint only after its snapshots are stored, so with n >= 1 a
+// checkpoint never advances past snapshot writes that a failover to an
+// acknowledging replica would lose.
+//
+// On Redis Cluster a batch spans one connection per master and WAIT
+// covers one connection's writes, so PutBatch does not wait: the writer
+// calls MarkReplication before its writes and WaitReplicated after them,
+// before the checkpoint that passes them (see replication.go).
 //
 // WAIT counts the replicas that received the writes, not that wrote them to
 // disk: with persistence, a replica restarted from an old file can still go
-// back in time (docs/guarantees.md). Redis Cluster is refused: WAIT only
-// covers the writes of the connection it runs on, and a cluster batch spans
-// one connection per node.
+// back in time (docs/guarantees.md).
 func (s *Store) WaitReplicas(n int, timeout time.Duration) error {
-	if _, cluster := s.rdb.(*redis.ClusterClient); cluster && n > 0 {
-		return errors.New("snapshot store: waiting for replicas is not supported on Redis Cluster")
-	}
 	if n < 0 || (n > 0 && timeout <= 0) {
 		return fmt.Errorf("snapshot store: waiting for %d replicas for %v: want n >= 0 and a positive timeout", n, timeout)
 	}
@@ -224,7 +230,7 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 		}
 		if s.waitReplicas > 0 {
 			// On the connection that carried the writes, so that WAIT
-			// covers them.
+			// covers them (on Redis Cluster, WaitReplicated does).
 			wait = pipe.Do(ctx, "WAIT", s.waitReplicas, s.waitTimeout.Milliseconds())
 		}
 		return cmds

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -247,11 +248,87 @@ func TestWaitReplicas(t *testing.T) {
 	if err := st.WaitReplicas(1, 0); err == nil {
 		t.Error("a wait without a timeout was accepted")
 	}
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
-	t.Cleanup(func() { _ = cl.Close() })
-	cst, _ := snapshot.NewStore(cl, "wait")
-	if err := cst.WaitReplicas(1, time.Second); err == nil {
-		t.Error("waiting for replicas on Redis Cluster was accepted")
+	if m, err := st.WaitReplicated(ctx, nil); m != nil || err != nil {
+		t.Errorf("WaitReplicated on a single server: %v %v, want nothing done", m, err)
+	}
+}
+
+// TestWaitReplicatedCluster: on a Redis Cluster of three masters with one
+// replica each, with WaitReplicas(1, ...), WaitReplicated after a batch
+// succeeds while every replica is up, fails with ErrNotReplicated while one
+// replica hangs (SIGSTOP) and succeeds once it is back (SIGCONT); after a
+// master died and its replica took over, it fails with ErrMastersChanged
+// for writes made before, and with ErrNotReplicated for writes made after
+// a new mark as long as the promoted master has no replica.
+func TestWaitReplicatedCluster(t *testing.T) {
+	c := redistest.StartClusterWithReplicas(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = cc.Close() })
+	st, _ := snapshot.NewStore(cc, "wait")
+	if err := st.WaitReplicas(1, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// A batch with a session in every bucket, so on every master.
+	put := func(offset int64) {
+		t.Helper()
+		var entries []snapshot.Entry
+		for i := range 2 * snapshot.Buckets {
+			entries = append(entries, snapshot.NewEntry(snap(t, fmt.Sprintf("s-%d", i), 0, offset)))
+		}
+		if _, err := st.PutBatch(ctx, entries); err != nil {
+			t.Fatalf("put at %d: %v", offset, err)
+		}
+	}
+	mark, err := st.MarkReplication(ctx)
+	if err != nil || mark == nil {
+		t.Fatalf("mark: %v %v", mark, err)
+	}
+	put(1)
+	if mark, err = st.WaitReplicated(ctx, mark); err != nil {
+		t.Fatalf("with every replica up: %v", err)
+	}
+
+	if err := c.Replicas[1].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	put(2)
+	_, err = st.WaitReplicated(ctx, mark)
+	_ = c.Replicas[1].Signal(syscall.SIGCONT)
+	if !errors.Is(err, snapshot.ErrNotReplicated) || !strings.Contains(err.Error(), c.Nodes[1].Addr) {
+		t.Fatalf("with the replica of %s hung: %v, want ErrNotReplicated naming it", c.Nodes[1].Addr, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		next, err := st.WaitReplicated(ctx, mark)
+		if err == nil {
+			mark = next
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the replica is back, and still: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	put(3)
+	c.Nodes[2].Stop()
+	c.Takeover(t, c.Replicas[2])
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		_, err := st.WaitReplicated(ctx, mark)
+		if errors.Is(err, snapshot.ErrMastersChanged) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("after a takeover: %v, want ErrMastersChanged", err)
+		}
+		time.Sleep(50 * time.Millisecond) // the client may still try the dead master
+	}
+	if mark, err = st.MarkReplication(ctx); err != nil {
+		t.Fatal(err)
+	}
+	put(4)
+	if _, err := st.WaitReplicated(ctx, mark); !errors.Is(err, snapshot.ErrNotReplicated) ||
+		!strings.Contains(err.Error(), c.Replicas[2].Addr) {
+		t.Fatalf("with a promoted master and no replica: %v, want ErrNotReplicated naming %s", err, c.Replicas[2].Addr)
 	}
 }
 
