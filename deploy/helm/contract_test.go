@@ -27,7 +27,7 @@ var (
 	// commonEnv is what every component gets.
 	commonEnv = []string{
 		"CORREX_KAFKA_BROKERS", "CORREX_TOPIC", "CORREX_PARTITIONS",
-		"CORREX_REDIS_URL", "CORREX_REDIS_PREFIX", "CORREX_HTTP_ADDR",
+		"CORREX_REDIS_URL", "CORREX_REDIS_PREFIX", "CORREX_REDIS_CLUSTER", "CORREX_HTTP_ADDR",
 	}
 	// componentEnv is what one component gets on top of commonEnv.
 	componentEnv = map[string][]string{
@@ -102,7 +102,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 			t.Errorf("%s is listed %d times", n, count)
 		}
 	}
-	if got, want := len(documentedEnv()), 6+1+8+14+2+5; got != want {
+	if got, want := len(documentedEnv()), 7+1+8+14+2+5; got != want {
 		t.Errorf("documented CORREX_ names: got %d, want %d", got, want)
 	}
 }

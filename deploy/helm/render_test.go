@@ -149,3 +149,41 @@ func TestRateLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisSentinelAndCluster renders the Redis deployments of
+// docs/guarantees.md from values: a Sentinel URL (its master_name and addr
+// parameters pass the schema and reach every component as written), and a
+// Redis Cluster (redis.cluster sets CORREX_REDIS_CLUSTER, false by default).
+func TestRedisSentinelAndCluster(t *testing.T) {
+	t.Parallel()
+	const sentinel = "redis://sentinel-0.sentinel:26379/0?master_name=mymaster&addr=sentinel-1.sentinel:26379&addr=sentinel-2.sentinel:26379"
+	const cluster = "redis://redis-0.redis:6379?addr=redis-1.redis:6379&addr=redis-2.redis:6379"
+	for _, tc := range []struct {
+		name, url, clusterFlag string
+		extra                  []string
+	}{
+		{"default", "redis://redis-master.cache.svc.cluster.local:6379/0", "false", nil},
+		{"sentinel", sentinel, "false", []string{"--set-string", "redis.url=" + sentinel}},
+		{"cluster", cluster, "true", []string{"--set-string", "redis.url=" + cluster, "--set", "redis.cluster=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := render(t, "minimal.yaml", tc.extra...)
+			seen := 0
+			for name, cm := range m.configMaps {
+				if _, ok := cm.Data["CORREX_REDIS_URL"]; !ok {
+					continue
+				}
+				seen++
+				if got := cm.Data["CORREX_REDIS_URL"]; got != tc.url {
+					t.Errorf("%s: CORREX_REDIS_URL=%q, want %q", name, got, tc.url)
+				}
+				if got := cm.Data["CORREX_REDIS_CLUSTER"]; got != tc.clusterFlag {
+					t.Errorf("%s: CORREX_REDIS_CLUSTER=%q, want %q", name, got, tc.clusterFlag)
+				}
+			}
+			if seen != 3 {
+				t.Errorf("%d ConfigMaps carry CORREX_REDIS_URL, want 3", seen)
+			}
+		})
+	}
+}

@@ -150,6 +150,8 @@ func TestTemplateRulesReject(t *testing.T) {
 			"redis.url contains a password"},
 		{"user and password in the Redis URL", []string{"--set", "redis.url=rediss://correx:hunter2@redis:6380"},
 			"redis.url contains a password"},
+		{"sentinel password in the Redis URL", []string{"--set-string", "redis.url=redis://s-0:26379/0?master_name=m&sentinel_password=hunter2"},
+			"redis.url contains a password"},
 		{"Redis CA without rediss", []string{"--set", "redis.tls.caSecret=redis-ca"},
 			"redis.tls.caSecret is set but redis.url is not a rediss:// URL"},
 		{"SASL without password Secret", []string{"--set", "kafka.sasl.mechanism=SCRAM-SHA-256", "--set", "kafka.sasl.username=u"},

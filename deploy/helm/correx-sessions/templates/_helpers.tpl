@@ -118,6 +118,7 @@ appear here only as file paths. The pod template hashes this output
 {{- $_ = set $d "CORREX_REDIS_URL" $root.Values.redis.url }}
 {{- end }}
 {{- $_ = set $d "CORREX_REDIS_PREFIX" $root.Values.redis.prefix }}
+{{- $_ = set $d "CORREX_REDIS_CLUSTER" (toString $root.Values.redis.cluster) }}
 {{- $_ = set $d "CORREX_HTTP_ADDR" (printf ":%d" ($v.port | int)) }}
 {{- if eq $c "projector" }}
 {{- $_ = set $d "CORREX_GROUP" $v.group }}
@@ -449,7 +450,7 @@ Each failure names the values to change.
 {{- if gt $replicas $partitions }}
 {{- fail (printf "projector.replicas (%d) must not exceed kafka.partitions (%d): a consumer group gives each partition to one member, so the extra projectors would sit idle. Lower projector.replicas (adding partitions to an existing topic moves sessions to other partitions and breaks their order: that is a migration, not a scaling step)." $replicas $partitions) }}
 {{- end }}
-{{- if and (not $v.redis.existingSecret) (regexMatch "^rediss?://[^/@]*:[^/@]*@" $v.redis.url) }}
+{{- if and (not $v.redis.existingSecret) (or (regexMatch "^rediss?://[^/@]*:[^/@]*@" $v.redis.url) (regexMatch "[?&][a-z_]*password=" $v.redis.url)) }}
 {{- fail "redis.url contains a password, which would land in a ConfigMap: put the URL in a Secret and set redis.existingSecret, or put the password alone in a Secret and set redis.passwordSecret." }}
 {{- end }}
 {{- if and $v.redis.tls.caSecret (not $v.redis.existingSecret) (not (hasPrefix "rediss://" $v.redis.url)) }}
