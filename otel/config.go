@@ -67,9 +67,11 @@ type Config struct {
 	// package serialises writes to it, so it need not be safe for concurrent
 	// use.
 	ConsoleWriter io.Writer
-	// SpanExporter, when set, receives spans through a batch span processor
-	// in addition to those OTEL_TRACES_EXPORTER selects (benchmarks use it
-	// to measure instrumentation apart from an exporter's encoding).
+	// SpanExporter, when set, receives every span, as the exporters
+	// OTEL_TRACES_EXPORTER selects do: spans made through the SDK from a
+	// batch span processor, lifecycle spans from LifecycleSpans.Export. Calls
+	// to it are serialised. Benchmarks use it to measure instrumentation
+	// apart from an exporter's encoding.
 	SpanExporter sdktrace.SpanExporter
 }
 

@@ -17,6 +17,9 @@
 //     DeriveTraceID, WithSpanID, WithTraceID), so that replaying a
 //     transition after a crash re-emits the same span rather than a second,
 //     different one;
+//   - lifecycle spans built as finished records and exported in batches,
+//     past the SDK's per-span machinery (LifecycleSpans), sampled by the
+//     same sampler and sent to the same exporters as every other span;
 //   - a clean Telemetry.Shutdown that flushes what is pending;
 //   - NewForTest, recording spans and metrics in memory for other packages'
 //     tests.
@@ -48,11 +51,17 @@
 // Read from the real process environment by the SDK and the exporters, not
 // through Getenv: OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT, _HEADERS,
 // _TIMEOUT, _COMPRESSION, _CERTIFICATE and the rest of the OTLP exporter
-// settings; OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default
-// parentbased_always_on); OTEL_BSP_* for the batch span processor;
+// settings; OTEL_BSP_* for the batch span processor;
 // OTEL_METRIC_EXPORT_INTERVAL and OTEL_METRIC_EXPORT_TIMEOUT for the periodic
 // reader; OTEL_SPAN_*_LIMIT. Re-implementing them here would only let them
 // drift from the SDK's.
+//
+// One exception: OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default
+// parentbased_always_on) are read here, also from the real process
+// environment, exactly as the SDK reads them (TestParseSamplerMatchesTheSDK
+// compares the decisions), because the TracerProvider keeps the sampler it
+// builds to itself and LifecycleSpans must use the same one: Setup builds
+// it once and gives it to both.
 //
 // # Deterministic IDs
 //
@@ -64,4 +73,28 @@
 // the backend receives the same span ID (and, when the parent is the same
 // record's producer span or DeriveTraceID, the same trace ID) and keeps one
 // span.
+//
+// # Lifecycle spans
+//
+// A lifecycle span (session.transition, session.event) is a deterministic
+// record: its IDs come from the session and version, its times from the
+// event, its attributes from the fold. Started and ended through the SDK,
+// each cost a recording span, its option and attribute slices, a context
+// for the requested IDs, a snapshot at End and a slot in the batch span
+// processor's queue: about 17 allocations and 4 KB per span
+// (BenchmarkLifecycleSpans), and the processor's queue drops spans without
+// counting them when it fills. LifecycleSpans builds the same spans (a test
+// holds them equal to the SDK's, field for field) as read-only records in a
+// SpanBatch whose slabs a whole batch shares, and Export hands them to the
+// exporters 512 at a time: about 0.8 KB per span and a handful of
+// allocations per batch. The caller owns the queueing and so decides what happens when
+// exporters fall behind; the projector's choice is in its Telemetry.
+//
+// sdktrace.ReadOnlySpan has an unexported method so that only the SDK
+// implements it. A record embeds the interface (nil) to have that method,
+// as the SDK's own tracetest snapshots do, and implements every exported
+// one; a test calls each method, so that a method a later SDK release adds
+// fails the test rather than panics in an exporter. RecordTransition and
+// RecordRejection remain: they are the reference the records are held
+// equal to, and emit a single span where no batch is at hand.
 package correxotel

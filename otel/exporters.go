@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // newSpanExporter builds the span exporter called name (already validated)
@@ -95,3 +96,35 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// serialExporter serialises the calls to an exporter that two callers
+// share: the batch span processor and LifecycleSpans.Export.
+type serialExporter struct {
+	mu  sync.Mutex
+	exp sdktrace.SpanExporter
+}
+
+func (s *serialExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exp.ExportSpans(ctx, spans)
+}
+
+func (s *serialExporter) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exp.Shutdown(ctx)
+}
+
+// recorderExporter hands exported spans to a span recorder, as if each had
+// just ended: NewForTest's LifecycleSpans record where its SDK spans do.
+type recorderExporter struct{ rec *tracetest.SpanRecorder }
+
+func (r recorderExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	for _, s := range spans {
+		r.rec.OnEnd(s)
+	}
+	return nil
+}
+
+func (recorderExporter) Shutdown(context.Context) error { return nil }

@@ -15,10 +15,11 @@ import (
 
 // NewForTest returns a Telemetry for other packages' tests, wired like
 // Setup's but reading no environment: every span is sampled and handed,
-// synchronously as it ends, to the returned SpanRecorder; the returned
-// ManualReader collects metric data points on demand; MetricsHandler serves
-// the same instruments from a private Prometheus registry; the ID generator
-// honours WithSpanID and WithTraceID. service.name is "test".
+// synchronously as it ends (a lifecycle span: as LifecycleSpans.Export
+// exports it), to the returned SpanRecorder; the returned ManualReader
+// collects metric data points on demand; MetricsHandler serves the same
+// instruments from a private Prometheus registry; the ID generator honours
+// WithSpanID and WithTraceID. service.name is "test".
 //
 // The caller owns the result and should Shutdown it (t.Cleanup), although
 // nothing leaks if it does not: there is no exporter and no goroutine.
@@ -37,10 +38,11 @@ func NewForTest() (*Telemetry, *tracetest.SpanRecorder, *sdkmetric.ManualReader)
 		// not bad input.
 		panic(fmt.Sprintf("correxotel: prometheus exporter on a new registry: %v", err))
 	}
+	sampler := sdktrace.AlwaysSample()
 	return &Telemetry{
 		TracerProvider: sdktrace.NewTracerProvider(
 			sdktrace.WithResource(res),
-			sdktrace.WithSampler(sdktrace.AlwaysSample()),
+			sdktrace.WithSampler(sampler),
 			sdktrace.WithIDGenerator(idGenerator{}),
 			sdktrace.WithSpanProcessor(spans),
 		),
@@ -50,6 +52,9 @@ func NewForTest() (*Telemetry, *tracetest.SpanRecorder, *sdkmetric.ManualReader)
 			sdkmetric.WithReader(promReader),
 		),
 		Propagator: newPropagator(),
+		resource:   res,
+		sampler:    sampler,
+		spanSinks:  []sdktrace.SpanExporter{recorderExporter{spans}},
 		registry:   registry,
 		handler:    newMetricsHandler(registry),
 		exporters:  []string{"traces:recorder", "metrics:manual", "metrics:prometheus"},

@@ -26,7 +26,14 @@ const (
 // release, which is what makes a replay after a crash re-emit the same span
 // rather than a second one. It is never the invalid all-zero ID.
 func DeriveSpanID(sessionID string, version uint64) trace.SpanID {
-	return spanIDFromSum(sha256.Sum256(derivationInput(spanIDDomain, sessionID, version, true)))
+	return deriveSpanID(sessionID, "", version)
+}
+
+// deriveSpanID is DeriveSpanID(sessionID+suffix, version) without building
+// the concatenation.
+func deriveSpanID(sessionID, suffix string, version uint64) trace.SpanID {
+	var buf [128]byte // on the stack: no allocation for usual session IDs
+	return spanIDFromSum(sha256.Sum256(derivationInput(buf[:0], spanIDDomain, sessionID, suffix, version, true)))
 }
 
 // DeriveTraceID returns a trace ID for a session's lifecycle: the first 16
@@ -35,15 +42,18 @@ func DeriveSpanID(sessionID string, version uint64) trace.SpanID {
 // root rather than continuing an ingest request's trace. It is never the
 // invalid all-zero ID.
 func DeriveTraceID(sessionID string) trace.TraceID {
-	return traceIDFromSum(sha256.Sum256(derivationInput(traceIDDomain, sessionID, 0, false)))
+	var buf [128]byte
+	return traceIDFromSum(sha256.Sum256(derivationInput(buf[:0], traceIDDomain, sessionID, "", 0, false)))
 }
 
-func derivationInput(domain, sessionID string, version uint64, withVersion bool) []byte {
-	b := make([]byte, 0, len(domain)+1+8+len(sessionID)+8)
+// derivationInput appends to b the bytes hashed for an ID: the domain tag, a
+// zero byte, the length of sessionID+suffix and its bytes, and the version.
+func derivationInput(b []byte, domain, sessionID, suffix string, version uint64, withVersion bool) []byte {
 	b = append(b, domain...)
 	b = append(b, 0)
-	b = binary.BigEndian.AppendUint64(b, uint64(len(sessionID)))
+	b = binary.BigEndian.AppendUint64(b, uint64(len(sessionID)+len(suffix)))
 	b = append(b, sessionID...)
+	b = append(b, suffix...)
 	if withVersion {
 		b = binary.BigEndian.AppendUint64(b, version)
 	}

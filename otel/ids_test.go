@@ -192,3 +192,19 @@ func TestReplayEmitsTheSameSpan(t *testing.T) {
 		t.Errorf("replay emitted %s/%s, first run %s/%s", replay.TraceID(), replay.SpanID(), first.TraceID(), first.SpanID())
 	}
 }
+
+// TestDeriveIDsDoNotAllocate: deriving a lifecycle span's IDs costs no
+// garbage, and the rejection suffix derives what the concatenation would.
+func TestDeriveIDsDoNotAllocate(t *testing.T) {
+	const session = "0190a8f4-7a9b-7c1e-9f00-5a6b7c8d9e0f"
+	if n := testing.AllocsPerRun(100, func() {
+		DeriveSpanID(session, 7)
+		DeriveTraceID(session)
+		deriveSpanID(session, rejectedSuffix, 7)
+	}); n != 0 {
+		t.Errorf("%v allocations per derivation, want 0", n)
+	}
+	if got, want := deriveSpanID(session, rejectedSuffix, 7), DeriveSpanID(session+rejectedSuffix, 7); got != want {
+		t.Errorf("deriveSpanID with a suffix = %s, want %s", got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,13 @@ type Telemetry struct {
 	// Propagator is W3C Trace Context plus W3C Baggage.
 	Propagator propagation.TextMapPropagator
 
+	// resource, sampler and spanSinks are what the TracerProvider was built
+	// with, shared with LifecycleSpans: its spans describe the same service,
+	// are sampled by the same sampler and go to the same exporters.
+	resource  *resource.Resource
+	sampler   sdktrace.Sampler
+	spanSinks []sdktrace.SpanExporter
+
 	registry *prometheus.Registry
 	handler  http.Handler
 	// exporters names what was built, such as "traces:otlp/grpc" and
@@ -67,10 +75,11 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	console := newLockedWriter(cfg.ConsoleWriter)
 
-	t := &Telemetry{Propagator: newPropagator()}
+	t := &Telemetry{Propagator: newPropagator(), resource: res, sampler: samplerFromEnv(os.Getenv)}
 
 	traceOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
+		sdktrace.WithSampler(t.sampler),
 		sdktrace.WithIDGenerator(idGenerator{}),
 	}
 	var built []shutdowner // what to release if a later step fails
@@ -87,11 +96,17 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		}
 		built = append(built, exp)
 		t.exporters = append(t.exporters, "traces:"+label)
+		t.spanSinks = append(t.spanSinks, exp) // the OTLP and console exporters are safe for concurrent use
 		traceOpts = append(traceOpts, sdktrace.WithBatcher(exp))
 	}
 	if cfg.SpanExporter != nil {
+		// Nothing says a custom exporter is safe for concurrent use (the SDK
+		// never calls one concurrently), and the batch span processor and
+		// LifecycleSpans.Export both call it: serialise them.
+		exp := &serialExporter{exp: cfg.SpanExporter}
 		t.exporters = append(t.exporters, "traces:custom")
-		traceOpts = append(traceOpts, sdktrace.WithBatcher(cfg.SpanExporter))
+		t.spanSinks = append(t.spanSinks, exp)
+		traceOpts = append(traceOpts, sdktrace.WithBatcher(exp))
 	}
 
 	t.registry = prometheus.NewRegistry()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +21,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // benchEnv is a broker with a pre-filled topic and a redis-server.
@@ -316,45 +321,160 @@ func BenchmarkRecovery(b *testing.B) {
 	}
 }
 
-// BenchmarkTracingOverhead folds the same pre-filled topic with telemetry
-// off and on (always-on sampler, batch span processor exporting every span,
-// encoded, to a discarded writer; metrics on), alternating, in one process.
-// It reports both rates and on/off.
+// BenchmarkTracingOverhead folds the same pre-filled topic (BENCH_SESSIONS
+// sessions, default 50,000) three ways, alternating, in one process, after
+// an untimed warm-up catch-up: telemetry off; on, with an exporter that
+// counts the spans it receives (the instrumentation's own cost: building,
+// sampling, batching and handing over every span); and on, with the OTLP
+// exporter's transform and protobuf encoding, the bytes discarded (what a
+// deployment exporting over OTLP pays, short of the network). Traced runs
+// use the always-on sampler, with metrics on; their time includes waiting,
+// after the projector stopped, until every span they made was exported.
+// on/off and encoded/off are the ratios of the rates, cpu-on/off and
+// cpu-encoded/off those of the process's CPU time. A traced run that
+// exported fewer lifecycle spans than the transitions and rejections the
+// projector folded fails the benchmark: a design that drops spans cannot
+// look cheap.
 func BenchmarkTracingOverhead(b *testing.B) {
 	sessions := 50000
 	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
 		sessions = v
 	}
 	e := newBenchEnv(b, sessions)
-	exporter := &countingExporter{}
-	tel, err := correxotel.Setup(ctx, correxotel.Config{ServiceName: "bench", Getenv: func(string) string { return "" },
-		SpanExporter: exporter})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tel.Shutdown(ctx)
-	obs, err := NewTelemetry(tel, topic, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var off, on time.Duration
+	counting := newTracedBench(b, &countingExporter{})
+	client := &encodingClient{}
+	encoding := newTracedBench(b, &countingExporter{next: otlptrace.NewUnstarted(client)})
+	// An untimed first catch-up warms the broker's log and the heap, which
+	// would otherwise slow whichever run comes first.
+	e.catchUp(b, "warm", "warm")
+	var off, on, encoded, offCPU, onCPU, encodedCPU time.Duration
 	for i := 0; b.Loop(); i++ {
+		cpu := cpuTime()
 		off += e.catchUp(b, fmt.Sprintf("off%d", i), fmt.Sprintf("off%d", i))
-		on += e.catchUp(b, fmt.Sprintf("on%d", i), fmt.Sprintf("on%d", i), WithObserver(obs))
+		offCPU += cpuTime() - cpu
+		cpu = cpuTime()
+		on += counting.run(b, e, fmt.Sprintf("on%d", i))
+		onCPU += cpuTime() - cpu
+		cpu = cpuTime()
+		encoded += encoding.run(b, e, fmt.Sprintf("enc%d", i))
+		encodedCPU += cpuTime() - cpu
 	}
 	n := float64(b.N * e.events)
 	b.ReportMetric(n/off.Seconds(), "off-events/s")
 	b.ReportMetric(n/on.Seconds(), "on-events/s")
 	b.ReportMetric(off.Seconds()/on.Seconds(), "on/off")
-	b.ReportMetric(float64(exporter.spans.Load())/float64(b.N), "spans-exported/run")
+	b.ReportMetric(off.Seconds()/encoded.Seconds(), "encoded/off")
+	// The process's CPU time per run, in the same ratios: on a shared
+	// machine, less sensitive than the rates to what else runs.
+	b.ReportMetric(offCPU.Seconds()/onCPU.Seconds(), "cpu-on/off")
+	b.ReportMetric(offCPU.Seconds()/encodedCPU.Seconds(), "cpu-encoded/off")
+	b.ReportMetric(float64(counting.exporter.lifecycle.Load())/float64(b.N), "spans-exported/run")
+	b.ReportMetric(float64(client.bytes.Load())/float64(b.N), "otlp-bytes/run")
 }
 
-// countingExporter receives spans from the batch processor and counts them.
-type countingExporter struct{ spans atomic.Int64 }
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
-func (c *countingExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
-	c.spans.Add(int64(len(spans)))
+// tracedBench is a Telemetry exporting to one exporter, and the projector
+// observer built on it, shared by the runs of a benchmark.
+type tracedBench struct {
+	tel      *correxotel.Telemetry
+	obs      *Telemetry
+	exporter *countingExporter
+}
+
+func newTracedBench(b *testing.B, exp *countingExporter) *tracedBench {
+	b.Helper()
+	tel, err := correxotel.Setup(ctx, correxotel.Config{ServiceName: "bench", Getenv: func(string) string { return "" },
+		SpanExporter: exp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = tel.Shutdown(ctx) })
+	obs, err := NewTelemetry(tel, topic, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(obs.Close)
+	return &tracedBench{tel: tel, obs: obs, exporter: exp}
+}
+
+// run catches a projector up with the observer, waits until its spans are
+// exported, and returns the time of both. It fails the benchmark if a
+// transition or rejection the projector folded has no exported span.
+func (t *tracedBench) run(b *testing.B, e *benchEnv, name string) time.Duration {
+	b.Helper()
+	folded, exported := t.obs.lifecycleFolds(), t.exporter.lifecycle.Load()
+	d := e.catchUp(b, name, name, WithObserver(t.obs))
+	start := time.Now()
+	t.obs.Drain()
+	if err := t.tel.TracerProvider.ForceFlush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	d += time.Since(start)
+	folded, exported = t.obs.lifecycleFolds()-folded, t.exporter.lifecycle.Load()-exported
+	if exported != folded {
+		b.Fatalf("%s: %d lifecycle spans exported for %d transitions and rejections folded", name, exported, folded)
+	}
+	return d
+}
+
+// lifecycleFolds is the number of transitions and rejections folded so far:
+// one lifecycle span each.
+func (o *Telemetry) lifecycleFolds() int64 {
+	var n int64
+	for from := range o.transitions {
+		for to := range o.transitions[from] {
+			n += o.transitions[from][to].Load()
+		}
+	}
+	for r := range o.rejected {
+		n += o.rejected[r].Load()
+	}
+	return n
+}
+
+// countingExporter counts the lifecycle spans it receives and passes every
+// span on to next, if set.
+type countingExporter struct {
+	lifecycle atomic.Int64
+	next      sdktrace.SpanExporter
+}
+
+func (c *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	for _, s := range spans {
+		if s.Name() == correxotel.SpanTransition || s.Name() == correxotel.SpanRejected {
+			c.lifecycle.Add(1)
+		}
+	}
+	if c.next != nil {
+		return c.next.ExportSpans(ctx, spans)
+	}
 	return nil
 }
 
-func (c *countingExporter) Shutdown(context.Context) error { return nil }
+func (c *countingExporter) Shutdown(ctx context.Context) error {
+	if c.next != nil {
+		return c.next.Shutdown(ctx)
+	}
+	return nil
+}
+
+// encodingClient is the network end of an OTLP exporter without the
+// network: it encodes each request as the gRPC and HTTP clients do and
+// discards the bytes.
+type encodingClient struct{ bytes atomic.Int64 }
+
+func (*encodingClient) Start(context.Context) error { return nil }
+func (*encodingClient) Stop(context.Context) error  { return nil }
+func (c *encodingClient) UploadTraces(_ context.Context, spans []*tracepb.ResourceSpans) error {
+	raw, err := proto.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: spans})
+	c.bytes.Add(int64(len(raw)))
+	return err
+}

@@ -21,9 +21,8 @@ import (
 //
 // Folded, Skipped, DeadLettered and FlushStarted are called from the fold
 // goroutine, so time spent in them is time the fold stands still: they may
-// wait briefly but never on I/O. Telemetry's Folded waits while its span
-// queue is full, and its FlushStarted waits up to 100 ms for the spans
-// queued so far (so that the flush span links them). Flushed and
+// wait briefly but never on I/O. Telemetry's Folded and FlushStarted wait
+// up to 250 ms when its span queue is full (see its doc). Flushed and
 // Checkpointed are called from whoever writes the batch: the flush
 // goroutine, or the fold goroutine and rebalance callbacks for the final
 // and revoke flushes. DeadLetterFailed is called from the Kafka client's

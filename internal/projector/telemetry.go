@@ -11,6 +11,7 @@ import (
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -22,32 +23,58 @@ import (
 // OpenTelemetry spans and metrics.
 //
 // Spans: one session.transition span per applied transition and one
-// session.event span per rejected event (correxotel.RecordTransition,
-// RecordRejection), continuing the trace the record's headers carry, with
-// IDs derived from the session so that a replay after a crash re-emits the
-// same spans; and one projector.flush span per batch, linked to the
-// transitions it persists (at most linkLimit), parent of the Redis calls.
-// Duplicates and skipped records make no span.
+// session.event span per rejected event, continuing the trace the record's
+// headers carry, with IDs derived from the session so that a replay after
+// a crash re-emits the same spans; and one projector.flush span per batch,
+// linked to the transitions it persists (the first linkLimit folded since
+// the previous flush, as sampled), parent of the Redis calls. Duplicates
+// and skipped records make no span.
+//
+// Lifecycle spans are built as finished records and exported in batches
+// (correxotel.LifecycleSpans), not started and ended one by one through the
+// SDK: Folded appends a small value to the current chunk, and each full
+// chunk, and at each flush the rest, goes through a bounded queue to one
+// goroutine that extracts the records' trace context (copied from their
+// headers: a queued span keeps no record), builds the spans and hands them
+// to the exporters. The fold never waits for an exporter for
+// long: when the queue is full it waits up to maxSpanWait for room
+// (correx.projector.spans.waits counts the waits), which paces it to an
+// exporter that is merely slower than the fold; if none comes (the exporter
+// is stuck: a collector down), the chunk is dropped and counted in
+// correx.projector.spans.dropped, and later chunks are dropped without
+// waiting until the exporter finishes an export again. See doc.go.
 //
 // Counters are atomics read by observable instruments at collection time, so
-// folding an event costs no OpenTelemetry call; histograms are recorded only
-// for the transitions that end what they measure.
-//
-// Spans are created off the fold path: Folded enqueues a small value and one
-// emitter goroutine extracts the record's trace context and creates the
-// span, so the work runs on a spare core when there is one (see
-// BenchmarkTracingOverhead). When the queue (spanQueue) is full the fold
-// waits: no span is lost; correx.projector.spans.waits counts the waits.
-// Close drains the queue.
+// folding an event costs no OpenTelemetry call. Histograms are recorded only
+// for the transitions that end what they measure, with attribute sets built
+// once, and by the exporter goroutine: the measurements travel with the
+// chunk, and are recorded even when its spans are dropped.
 type Telemetry struct {
-	tracer trace.Tracer
+	tracer trace.Tracer // projector.flush and session.timeout spans
+	spans  *correxotel.LifecycleSpans
 	prop   propagation.TextMapPropagator
 
-	queue   chan spanJob
-	pending atomic.Int64
-	dropped atomic.Int64 // waits on a full queue
-	done    chan struct{}
-	closing sync.Once
+	mu        sync.Mutex // guards cur, links and linkTried
+	cur       spanChunk  // folded since the last hand-over
+	links     []trace.Link
+	linkTried int // transitions considered for links since the last flush
+
+	queue   chan spanChunk
+	free    chan spanChunk // chunks the exporter is done with
+	stalled atomic.Bool    // a hand-over timed out and the exporter has not finished an export since
+	waits   atomic.Int64   // hand-overs that waited for room
+	dropped atomic.Int64   // spans not exported: no room in time, a failed export, or Close's deadline
+	// exportCtx bounds the exports; Close cancels it when closeWait runs
+	// out.
+	exportCtx    context.Context
+	cancelExport context.CancelFunc
+	done         chan struct{}
+	closing      sync.Once
+	// closeWait is the longest Close waits for queued spans to be exported
+	// (closeTimeout; tests shorten it).
+	closeWait time.Duration
+	idBuf     []byte       // the exporter's, reused
+	carrier   traceCarrier // the exporter's, reused
 
 	consumed    atomic.Int64
 	applied     atomic.Int64
@@ -62,12 +89,15 @@ type Telemetry struct {
 	sessionDuration, approvalWait, cancellation, recovery, paused metric.Float64Histogram
 	flushSize                                                     metric.Int64Histogram
 	flushDuration                                                 metric.Float64Histogram
+	// Attributes of the histograms, by terminal state and by forced, built
+	// once rather than per record.
+	terminalOpts [fsm.NumStates][]metric.RecordOption
+	forcedOpts   [2][]metric.RecordOption
 
 	timeouts timeoutMetrics // telemetry_timeouts.go
 
-	mu    sync.Mutex
+	lagMu sync.Mutex
 	lag   map[int32]int64
-	links []trace.Link
 }
 
 var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, ReasonUnknownEventType,
@@ -75,30 +105,120 @@ var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, Reason
 
 const (
 	linkLimit = 128
-	spanQueue = 1 << 16
-	drainWait = 100 * time.Millisecond
+	// chunkSpans is how many spans the fold hands over at a time, and the
+	// exporter builds and exports together.
+	chunkSpans = 1024
+	// queueChunks bounds the chunks waiting for the exporter: with the
+	// chunk being filled and the one being exported, at most
+	// (queueChunks+2)*chunkSpans spans (and their records) are held.
+	queueChunks = 64
+	// maxSpanWait is the longest a hand-over waits for room in a full queue
+	// before the chunk is dropped.
+	maxSpanWait = 250 * time.Millisecond
+	// closeTimeout is the longest Close waits for queued spans to be
+	// exported.
+	closeTimeout = 5 * time.Second
 )
 
-// spanJob is a span to emit: a transition, or a rejection when rejected is set.
+// spanJob is a span to build: a transition, or a rejection when rejected is
+// set.
 type spanJob struct {
-	rec        *kgo.Record
-	rejected   bool
-	session    string
-	corr       string
-	from, to   fsm.State
-	reason     fsm.Reason
-	eventType  fsm.EventType
-	eventID    fsm.EventID
-	version    uint64 // for a rejection: events seen
-	occurredAt time.Time
-	inFrom     time.Duration
+	// traceparent and tracestate are where the record's trace context
+	// headers were copied in the chunk's arena: the job must not keep the
+	// record, which keeps its whole fetched batch.
+	traceparent, tracestate headerRange
+	partition               int32
+	offset                  int64
+	rejected                bool
+	from, to                fsm.State
+	reason                  fsm.Reason
+	eventType               fsm.EventType
+	session                 string
+	corr                    string
+	eventID                 fsm.EventID
+	version                 uint64 // for a rejection: events seen
+	occurredAt              time.Time
+	inFrom                  time.Duration
+}
+
+// spanChunk is what the queue carries: spans to build and export, the
+// bytes of their records' trace context headers, the histogram
+// measurements folded with them, and, for Drain, a channel to close once
+// everything queued before it is exported.
+type spanChunk struct {
+	jobs     []spanJob
+	arena    []byte
+	measures []measure
+	barrier  chan struct{}
+}
+
+// headerRange locates bytes in a chunk's arena; the zero range is empty.
+type headerRange struct{ start, end int32 }
+
+// maxTraceHeader bounds each trace context header copied from a record: a
+// traceparent is 55 bytes, and a tracestate longer than records carry
+// (correxotel.MaxRecordTraceStateBytes) is not kept, so a record from
+// another producer cannot make a chunk hold more than a few hundred KB.
+const maxTraceHeader = correxotel.MaxRecordTraceStateBytes
+
+// copyHeader copies the value of r's header key into the arena.
+func (c *spanChunk) copyHeader(r *kgo.Record, key string) headerRange {
+	for _, h := range r.Headers {
+		if h.Key == key && len(h.Value) <= maxTraceHeader {
+			start := int32(len(c.arena))
+			c.arena = append(c.arena, h.Value...)
+			return headerRange{start, int32(len(c.arena))}
+		}
+	}
+	return headerRange{}
+}
+
+// traceCarrier presents the trace context headers copied in a chunk's
+// arena to the propagator; the exporter goroutine reuses one.
+type traceCarrier struct{ traceparent, tracestate string }
+
+func (c *traceCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.traceparent
+	case "tracestate":
+		return c.tracestate
+	}
+	return ""
+}
+
+func (c *traceCarrier) Set(string, string) {}
+
+func (c *traceCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+
+// measure is a histogram measurement: recorded by the exporter goroutine,
+// not the fold (a Record costs more than the rest of Folded), and recorded
+// even when the chunk's spans are dropped.
+type measure struct {
+	h    metric.Float64Histogram
+	v    float64
+	opts []metric.RecordOption
+}
+
+func (c *spanChunk) record() {
+	for _, m := range c.measures {
+		m.h.Record(ctxBackground, m.v, m.opts...)
+	}
 }
 
 // NewTelemetry builds the observer from a meter and tracer provider.
 func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, error) {
-	o := &Telemetry{tracer: t.Tracer("github.com/correx/sessions/projector"), prop: t.Propagator, lag: map[int32]int64{},
-		queue: make(chan spanJob, spanQueue), done: make(chan struct{})}
-	m := t.Meter("github.com/correx/sessions/projector")
+	const scope = "github.com/correx/sessions/projector"
+	o := &Telemetry{tracer: t.Tracer(scope), spans: t.LifecycleSpans(scope), prop: t.Propagator, lag: map[int32]int64{},
+		queue: make(chan spanChunk, queueChunks), free: make(chan spanChunk, queueChunks+2), done: make(chan struct{}), closeWait: closeTimeout}
+	o.exportCtx, o.cancelExport = context.WithCancel(context.Background())
+	for st := range fsm.NumStates {
+		o.terminalOpts[st] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(correxotel.AttrSessionState.String(fsm.State(st).String())))}
+	}
+	for i, forced := range []bool{false, true} {
+		o.forcedOpts[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.Bool("correx.forced", forced)))}
+	}
+	m := t.Meter(scope)
 	var err error
 	hist := func(name, desc string) metric.Float64Histogram {
 		h, e := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
@@ -132,19 +252,22 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("Records sent to the dead-letter topic, by reason."))
 	lag, e7 := m.Int64ObservableGauge("correx.projector.lag", metric.WithUnit("{message}"),
 		metric.WithDescription("High watermark minus checkpoint per partition, when the checkpoint was written."))
-	dropped, e8 := m.Int64ObservableCounter("correx.projector.spans.waits", metric.WithUnit("{span}"),
-		metric.WithDescription("Lifecycle spans the fold had to wait to queue, because the emitter was behind."))
+	waits, e8 := m.Int64ObservableCounter("correx.projector.spans.waits", metric.WithUnit("{chunk}"),
+		metric.WithDescription("Chunks of lifecycle spans the fold had to wait to queue, because the exporter was behind."))
+	dropped, e11 := m.Int64ObservableCounter("correx.projector.spans.dropped", metric.WithUnit("{span}"),
+		metric.WithDescription("Lifecycle spans not exported: the exporter was stuck (no room in the queue in time), an export failed, or the exporter was still behind when the projector stopped."))
 	refusedDLQ, e9 := m.Int64ObservableCounter("correx.projector.dead_letters.refused", metric.WithUnit("{message}"),
 		metric.WithDescription("Records set aside whose dead letter the broker refused (too large, invalid), by reason: skipped without a dead letter."))
 	rebuilds, e10 := m.Int64ObservableCounter("correx.projector.rebuilds", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions rebuilt from the log because Redis lost their checkpoint or went back in time (emptied, a lagging replica promoted, a restart from an older file)."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10)
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11)
 	if err != nil {
 		return nil, err
 	}
 	outcome := func(v string) attribute.KeyValue { return attribute.String("correx.outcome", v) }
 	_, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		obs.ObserveInt64(consumed, o.consumed.Load(), msgAttrs)
+		obs.ObserveInt64(waits, o.waits.Load())
 		obs.ObserveInt64(dropped, o.dropped.Load())
 		obs.ObserveInt64(rebuilds, o.rebuilds.Load())
 		obs.ObserveInt64(events, o.applied.Load(), metric.WithAttributes(outcome("applied")))
@@ -172,78 +295,188 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 				}
 			}
 		}
-		o.mu.Lock()
-		defer o.mu.Unlock()
+		o.lagMu.Lock()
+		defer o.lagMu.Unlock()
 		for p, l := range o.lag {
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, dropped, refusedDLQ, rebuilds)
+	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds)
 	if err != nil {
 		return nil, err
 	}
-	go o.emit()
+	go o.export()
 	return o, nil
 }
 
-// enqueue hands a span to the emitter. A full queue blocks the fold rather
-// than losing spans: tracing that drops most transitions under load would be
-// worse than a slower projector. BlockingSends counts how often it waited.
-func (o *Telemetry) enqueue(j spanJob) {
-	o.pending.Add(1)
-	select {
-	case o.queue <- j:
-	default:
-		o.dropped.Add(1) // counted as a wait, not a loss
-		o.queue <- j
-	}
-}
-
-// emit creates the queued spans.
-func (o *Telemetry) emit() {
-	defer close(o.done)
-	for j := range o.queue {
-		ctx := correxotel.ExtractRecord(ctxBackground, o.prop, j.rec)
-		if j.rejected {
-			correxotel.RecordRejection(ctx, o.tracer, correxotel.Rejection{
-				SessionID: j.session, CorrelationID: j.corr, EventType: j.eventType.String(), EventID: j.eventID.String(),
-				State: j.from.String(), Reason: j.reason.String(), Seen: j.version, OccurredAt: j.occurredAt,
-				Partition: j.rec.Partition, Offset: j.rec.Offset})
-		} else {
-			from := ""
-			if j.from != fsm.StateNone {
-				from = j.from.String()
-			}
-			sc := correxotel.RecordTransition(ctx, o.tracer, correxotel.Transition{
-				SessionID: j.session, CorrelationID: j.corr, From: from, To: j.to.String(),
-				EventType: j.eventType.String(), EventID: j.eventID.String(), Version: j.version,
-				OccurredAt: j.occurredAt, InFrom: j.inFrom, Partition: j.rec.Partition, Offset: j.rec.Offset})
-			if sc.IsSampled() {
-				o.mu.Lock()
-				if len(o.links) < linkLimit {
-					o.links = append(o.links, trace.Link{SpanContext: sc})
-				}
-				o.mu.Unlock()
-			}
+// add appends a span, and the measurements folded with it, to the current
+// chunk, handing the chunk over when it is full. The first linkLimit
+// transitions since the previous flush get their span context now, for the
+// flush span's links: at most linkLimit derivations per flush on the fold
+// path.
+func (o *Telemetry) add(rec *kgo.Record, j spanJob, ms ...measure) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !j.rejected && o.linkTried < linkLimit {
+		o.linkTried++
+		ctx := correxotel.ExtractRecord(ctxBackground, o.prop, rec)
+		if sc := o.spans.TransitionSpanContext(ctx, j.session, j.version); sc.IsSampled() {
+			o.links = append(o.links, trace.Link{SpanContext: sc})
 		}
-		o.pending.Add(-1)
+	}
+	if o.cur.jobs == nil {
+		o.cur = o.newChunk()
+	}
+	if len(rec.Headers) > 0 {
+		j.traceparent = o.cur.copyHeader(rec, "traceparent")
+		j.tracestate = o.cur.copyHeader(rec, "tracestate")
+	}
+	o.cur.jobs = append(o.cur.jobs, j)
+	o.cur.measures = append(o.cur.measures, ms...)
+	if len(o.cur.jobs) == chunkSpans {
+		o.handOverLocked()
 	}
 }
 
-// Drain waits until every queued span is emitted (tests, and before a flush
-// span is started, so it links what it persists).
+func (o *Telemetry) newChunk() spanChunk {
+	select {
+	case c := <-o.free:
+		return c
+	default:
+		return spanChunk{jobs: make([]spanJob, 0, chunkSpans), arena: make([]byte, 0, 64*chunkSpans),
+			measures: make([]measure, 0, chunkSpans/2)}
+	}
+}
+
+// handOverLocked queues the current chunk. A full queue makes it wait up to
+// maxSpanWait, unless an earlier wait already ran out and the exporter has
+// not finished an export since: then the chunk is dropped at once, so that
+// a stuck exporter costs the fold one wait per export, not one per chunk.
+func (o *Telemetry) handOverLocked() {
+	if len(o.cur.jobs) == 0 {
+		return
+	}
+	c := o.cur
+	o.cur = spanChunk{}
+	select {
+	case o.queue <- c:
+		return
+	default:
+	}
+	if !o.stalled.Load() {
+		o.waits.Add(1)
+		t := time.NewTimer(maxSpanWait)
+		defer t.Stop()
+		select {
+		case o.queue <- c:
+			return
+		case <-t.C:
+			o.stalled.Store(true)
+		}
+	}
+	c.record()
+	o.dropped.Add(int64(len(c.jobs)))
+	o.recycle(c)
+}
+
+func (o *Telemetry) recycle(c spanChunk) {
+	clear(c.jobs) // release the records
+	clear(c.measures)
+	select {
+	case o.free <- spanChunk{jobs: c.jobs[:0], arena: c.arena[:0], measures: c.measures[:0]}:
+	default:
+	}
+}
+
+// export is the exporter goroutine: it builds and exports the queued spans,
+// one batch per chunk.
+func (o *Telemetry) export() {
+	defer close(o.done)
+	for c := range o.queue {
+		if len(c.jobs) > 0 {
+			c.record()
+			o.exportChunk(c.jobs, c.arena)
+			o.stalled.Store(false)
+			o.recycle(c)
+		}
+		if c.barrier != nil {
+			close(c.barrier)
+		}
+	}
+}
+
+func (o *Telemetry) exportChunk(jobs []spanJob, arena []byte) {
+	if o.exportCtx.Err() != nil { // Close gave up waiting
+		o.dropped.Add(int64(len(jobs)))
+		return
+	}
+	// The event IDs of the chunk in one string, sliced per span: one
+	// allocation per chunk rather than one per span.
+	const idLen = len("01234567-89ab-cdef-0123-456789abcdef")
+	o.idBuf = o.idBuf[:0]
+	for i := range jobs {
+		o.idBuf = jobs[i].eventID.AppendText(o.idBuf)
+	}
+	ids := string(o.idBuf)
+	headers := string(arena) // a tracestate becomes part of a span: copied once
+	b := o.spans.NewBatch(len(jobs))
+	for i := range jobs {
+		j := &jobs[i]
+		o.carrier = traceCarrier{headers[j.traceparent.start:j.traceparent.end], headers[j.tracestate.start:j.tracestate.end]}
+		ctx := o.prop.Extract(ctxBackground, &o.carrier)
+		id := ids[i*idLen : (i+1)*idLen]
+		if j.rejected {
+			b.AddRejection(ctx, &correxotel.Rejection{
+				SessionID: j.session, CorrelationID: j.corr, EventType: j.eventType.String(), EventID: id,
+				State: j.from.String(), Reason: j.reason.String(), Seen: j.version, OccurredAt: j.occurredAt,
+				Partition: j.partition, Offset: j.offset})
+			continue
+		}
+		from := ""
+		if j.from != fsm.StateNone {
+			from = j.from.String()
+		}
+		b.AddTransition(ctx, &correxotel.Transition{
+			SessionID: j.session, CorrelationID: j.corr, From: from, To: j.to.String(),
+			EventType: j.eventType.String(), EventID: id, Version: j.version,
+			OccurredAt: j.occurredAt, InFrom: j.inFrom, Partition: j.partition, Offset: j.offset})
+	}
+	failed, err := o.spans.Export(o.exportCtx, b)
+	if err != nil {
+		otel.Handle(err) // as the SDK's batch span processor reports a failed export
+	}
+	o.dropped.Add(int64(failed))
+}
+
+// Drain waits until every span folded so far is exported (tests and
+// benchmarks).
 func (o *Telemetry) Drain() {
-	for o.pending.Load() > 0 {
-		time.Sleep(time.Millisecond)
-	}
+	o.mu.Lock()
+	o.handOverLocked()
+	o.mu.Unlock()
+	barrier := make(chan struct{})
+	o.queue <- spanChunk{barrier: barrier}
+	<-barrier
 }
 
-// Close emits what is queued and stops the emitter; the observer must not
-// be used after.
+// Close exports what is queued, waiting at most closeTimeout (spans still
+// unexported then are dropped and counted), and stops the exporter
+// goroutine; the observer must not be used after.
 func (o *Telemetry) Close() {
 	o.closing.Do(func() {
+		o.mu.Lock()
+		o.handOverLocked()
+		o.mu.Unlock()
 		close(o.queue)
-		<-o.done
+		t := time.NewTimer(o.closeWait)
+		defer t.Stop()
+		select {
+		case <-o.done:
+		case <-t.C:
+			o.cancelExport() // the export in progress returns, the rest is dropped
+			<-o.done
+		}
+		o.cancelExport()
 	})
 }
 
@@ -265,7 +498,7 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 		if int(out.Reason) < len(o.rejected) {
 			o.rejected[out.Reason].Add(1)
 		}
-		o.enqueue(spanJob{rec: rec, rejected: true, session: s.ID, corr: e.CorrelationID, from: out.From,
+		o.add(rec, spanJob{partition: rec.Partition, offset: rec.Offset, rejected: true, session: s.ID, corr: e.CorrelationID, from: out.From,
 			reason: out.Reason, eventType: e.Type, eventID: e.ID, version: s.Counters.Events, occurredAt: e.OccurredAt})
 		return
 	}
@@ -273,25 +506,31 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 		return
 	}
 	o.transitions[out.From][out.To].Add(1)
-	o.enqueue(spanJob{rec: rec, session: s.ID, corr: s.CorrelationID, from: out.From, to: out.To,
-		eventType: e.Type, eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed})
+	var buf [4]measure
+	ms := buf[:0]
 	at := e.OccurredAt.UnixNano()
 	if out.To.Terminal() {
-		o.sessionDuration.Record(ctxBackground, seconds(at-s.CreatedAt), metric.WithAttributes(correxotel.AttrSessionState.String(out.To.String())))
+		ms = append(ms, measure{o.sessionDuration, seconds(at - s.CreatedAt), o.terminalOpts[out.To]})
 	}
 	if out.ApprovalWait > 0 || (out.From == fsm.StateAwaitingApproval && out.To != fsm.StateRecovering) {
-		o.approvalWait.Record(ctxBackground, out.ApprovalWait.Seconds())
+		ms = append(ms, measure{o.approvalWait, out.ApprovalWait.Seconds(), nil})
 	}
 	if out.To == fsm.StateCancelled {
 		c := s.Cancellation
-		o.cancellation.Record(ctxBackground, seconds(c.CompletedAt-c.RequestedAt), metric.WithAttributes(attribute.Bool("correx.forced", c.Forced)))
+		forced := 0
+		if c.Forced {
+			forced = 1
+		}
+		ms = append(ms, measure{o.cancellation, seconds(c.CompletedAt - c.RequestedAt), o.forcedOpts[forced]})
 	}
 	switch out.From {
 	case fsm.StateRecovering:
-		o.recovery.Record(ctxBackground, out.Closed.Seconds())
+		ms = append(ms, measure{o.recovery, out.Closed.Seconds(), nil})
 	case fsm.StatePaused:
-		o.paused.Record(ctxBackground, out.Closed.Seconds())
+		ms = append(ms, measure{o.paused, out.Closed.Seconds(), nil})
 	}
+	o.add(rec, spanJob{partition: rec.Partition, offset: rec.Offset, session: s.ID, corr: s.CorrelationID, from: out.From, to: out.To,
+		eventType: e.Type, eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed}, ms...)
 }
 
 // Skipped implements Observer.
@@ -319,18 +558,14 @@ func (o *Telemetry) DeadLetterFailed(_ *kgo.Record, reason string, _ error) {
 	}
 }
 
-// FlushStarted implements Observer: it starts the projector.flush span,
-// linked to the transitions folded since the previous flush. It first gives
-// the emitter up to drainWait to create the spans queued so far, so that the
-// flush links what it persists; under heavy load some links then fall to the
-// next flush rather than holding the fold back.
+// FlushStarted implements Observer: it hands the spans folded since the
+// previous flush to the exporter and starts the projector.flush span,
+// linked to the first of those transitions.
 func (o *Telemetry) FlushStarted(snapshots, checkpoints int) context.Context {
-	for deadline := time.Now().Add(drainWait); o.pending.Load() > 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
 	o.mu.Lock()
+	o.handOverLocked()
 	links := o.links
-	o.links = nil
+	o.links, o.linkTried = nil, 0
 	o.mu.Unlock()
 	ctx, _ := o.tracer.Start(ctxBackground, "projector.flush", trace.WithLinks(links...), trace.WithAttributes(
 		attribute.Int("correx.flush.snapshots", snapshots), attribute.Int("correx.flush.checkpoints", checkpoints)))
@@ -356,9 +591,9 @@ func (o *Telemetry) Checkpointed(cp snapshot.Checkpoint) {
 	if cp.HighWatermark < 0 {
 		return
 	}
-	o.mu.Lock()
+	o.lagMu.Lock()
 	o.lag[cp.Partition] = max(0, cp.HighWatermark-cp.Offset)
-	o.mu.Unlock()
+	o.lagMu.Unlock()
 }
 
 // Rebuilt counts a partition rebuilt from the log (recovery.go).

@@ -1,12 +1,24 @@
 package projector
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	correxotel "github.com/correx/sessions/otel"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -77,4 +89,183 @@ func TestReplayEmitsTheSameSpans(t *testing.T) {
 		t.Fatal("no transition was replayed: the test did not exercise a replay")
 	}
 	t.Logf("%d transitions, %d emitted again on replay with the same span", len(groups), twice)
+}
+
+// blockingExporter holds every export until release is closed, then counts
+// the lifecycle spans it receives.
+type blockingExporter struct {
+	release chan struct{}
+	spans   atomic.Int64
+}
+
+func (b *blockingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for _, s := range spans {
+		if s.Name() == correxotel.SpanTransition {
+			b.spans.Add(1)
+		}
+	}
+	return nil
+}
+
+func (b *blockingExporter) Shutdown(context.Context) error { return nil }
+
+// foldTransitions feeds obs n applied transitions of one session, each
+// ending a pause (a correx.session.paused.duration measurement).
+func foldTransitions(obs *Telemetry, n int) {
+	e := &fsm.Event{SessionID: "s", Type: fsm.SessionStarted, OccurredAt: time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)}
+	s := &snapshot.Snapshot{}
+	s.ID, s.CorrelationID = "s", "s"
+	for i := range n {
+		s.Version = uint64(i + 1)
+		obs.Folded(&kgo.Record{Partition: 1, Offset: int64(i)}, e, s,
+			fsm.Outcome{Result: fsm.Applied, From: fsm.StatePaused, To: fsm.StateActive, Closed: time.Second})
+	}
+}
+
+// newBlockedTelemetry is an observer whose only exporter holds every export
+// until release is closed.
+func newBlockedTelemetry(t *testing.T) (*Telemetry, *correxotel.Telemetry, *blockingExporter) {
+	t.Helper()
+	exp := &blockingExporter{release: make(chan struct{})}
+	tel, err := correxotel.Setup(ctx, correxotel.Config{ServiceName: "test", Getenv: func(string) string { return "" }, SpanExporter: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(ctx) })
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obs, tel, exp
+}
+
+// scrapeCounter reads a counter, or a histogram's count, from tel's
+// /metrics.
+func scrapeCounter(t *testing.T, tel *correxotel.Telemetry, name string) float64 {
+	t.Helper()
+	w := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(w.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, m := range fams[name].GetMetric() {
+		total += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+	}
+	return total
+}
+
+// TestStuckExporterDropsCountedSpans folds far more transitions than the
+// span queue holds while the exporter is stuck: the fold goes on (it waits
+// once, then drops), every span is either exported once the exporter
+// recovers or counted in correx.projector.spans.dropped, never lost
+// silently, and the histograms lose nothing.
+func TestStuckExporterDropsCountedSpans(t *testing.T) {
+	obs, tel, exp := newBlockedTelemetry(t)
+	defer obs.Close()
+	const folded = 70 * 1024
+	foldTransitions(obs, folded)
+	close(exp.release)
+	obs.Drain()
+	if err := tel.TracerProvider.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exported := exp.spans.Load()
+	dropped := scrapeCounter(t, tel, "correx_projector_spans_dropped_total")
+	if exported+int64(dropped) != folded || dropped == 0 {
+		t.Fatalf("%d spans exported and %v counted as dropped for %d folded; want every span accounted for, some dropped",
+			exported, dropped, folded)
+	}
+	if paused := scrapeCounter(t, tel, "correx_session_paused_duration_seconds"); paused != folded {
+		t.Errorf("%v paused durations recorded for %d folded: the measurements of dropped spans must be kept", paused, folded)
+	}
+	if waits := scrapeCounter(t, tel, "correx_projector_spans_waits_total"); waits != 1 {
+		t.Errorf("the fold waited %v times for room, want once: later chunks are dropped at once while the exporter is stuck", waits)
+	}
+	t.Logf("%d exported, %v dropped", exported, dropped)
+}
+
+// TestCloseIsBoundedWithAStuckExporter: Close gives a stuck exporter
+// closeWait, then drops and counts what is left.
+func TestCloseIsBoundedWithAStuckExporter(t *testing.T) {
+	obs, tel, exp := newBlockedTelemetry(t)
+	obs.closeWait = 50 * time.Millisecond
+	foldTransitions(obs, 3*chunkSpans)
+	obs.Close()
+	if got := scrapeCounter(t, tel, "correx_projector_spans_dropped_total"); got != 3*chunkSpans || exp.spans.Load() != 0 {
+		t.Fatalf("after Close: %v dropped, %d exported; want all %d dropped", got, exp.spans.Load(), 3*chunkSpans)
+	}
+}
+
+// TestSpanParentFromRecordHeaders: a lifecycle span continues the trace its
+// record's headers carry, tracestate included; a tracestate larger than
+// records are meant to carry is not kept, the parent still is.
+func TestSpanParentFromRecordHeaders(t *testing.T) {
+	tel, rec, _ := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	long := "big=" + strings.Repeat("x", correxotel.MaxRecordTraceStateBytes)
+	e := &fsm.Event{SessionID: "s", Type: fsm.SessionStarted, OccurredAt: time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)}
+	s := &snapshot.Snapshot{}
+	s.ID = "s"
+	for i, tracestate := range []string{"vendor=abc", long} {
+		s.Version = uint64(i + 1)
+		r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/json")},
+			{Key: "traceparent", Value: []byte(traceparent)}, {Key: "tracestate", Value: []byte(tracestate)}}}
+		obs.Folded(r, e, s, fsm.Outcome{Result: fsm.Applied, From: fsm.StateCreated, To: fsm.StateActive})
+	}
+	obs.Drain()
+	var parents []trace.SpanContext
+	for _, sp := range rec.Ended() {
+		if sp.Name() == correxotel.SpanTransition {
+			parents = append(parents, sp.Parent())
+		}
+	}
+	if len(parents) != 2 {
+		t.Fatalf("%d transition spans, want 2", len(parents))
+	}
+	for i, want := range []string{"vendor=abc", ""} {
+		p := parents[i]
+		if p.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || p.SpanID().String() != "b7ad6b7169203331" ||
+			!p.IsRemote() || !p.IsSampled() || p.TraceState().String() != want {
+			t.Errorf("span %d: parent %s/%s remote=%v sampled=%v tracestate %q; want the header's, tracestate %q",
+				i, p.TraceID(), p.SpanID(), p.IsRemote(), p.IsSampled(), p.TraceState(), want)
+		}
+	}
+}
+
+// TestQueuedSpanKeepsNoRecord: a span waiting for the exporter does not
+// keep its record alive (a record keeps its whole fetched batch).
+func TestQueuedSpanKeepsNoRecord(t *testing.T) {
+	obs, _, exp := newBlockedTelemetry(t)
+	defer obs.Close()
+	defer close(exp.release)
+	freed := make(chan struct{})
+	func() {
+		r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}
+		runtime.SetFinalizer(r, func(*kgo.Record) { close(freed) })
+		s := &snapshot.Snapshot{}
+		s.ID, s.Version = "s", 1
+		obs.Folded(r, &fsm.Event{SessionID: "s", Type: fsm.SessionStarted}, s, fsm.Outcome{Result: fsm.Applied, From: fsm.StateCreated, To: fsm.StateActive})
+	}()
+	for range 100 {
+		runtime.GC()
+		select {
+		case <-freed:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the record of a queued span was never freed")
 }
