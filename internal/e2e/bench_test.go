@@ -10,8 +10,10 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,14 +146,67 @@ func backgroundLoad(ctx context.Context, b *testing.B, hc *http.Client, ingestUR
 // and, in the same moments, reads one snapshot key with a plain Redis GET;
 // then the same reads on the idle pipeline. It reports query p50 and p99
 // under load and idle, and Redis GET p99 under load.
+//
+// "processes" runs the broker, the projector and the query service each in
+// its own process, as they are deployed, and measures from the benchmark's
+// process; "in-process" runs them in the benchmark's own process (devstack),
+// where the readers share one Go runtime with a fold that keeps both cores
+// busy, so that their tail is the runtime's scheduling, not Redis's.
 func BenchmarkReadsUnderWrites(b *testing.B) {
 	sessions := 25000
 	if v, err := strconv.Atoi(envOr("BENCH_SESSIONS", "")); err == nil {
 		sessions = v
 	}
-	c := kafkatest.Start(b)
+	b.Run("processes", func(b *testing.B) {
+		bin := buildServices(b, "kafkabroker", "projector", "query")
+		brokerAddr := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(b))
+		broker := startService(b, "kafkabroker", bin["kafkabroker"], map[string]string{
+			"KFAKE_LISTEN_ADDR": brokerAddr, "KFAKE_PARTITIONS": "12", "KFAKE_LOG_LEVEL": "warn"})
+		broker.waitLog(b, "broker ready", 30*time.Second)
+		readsUnderWrites(b, []string{brokerAddr}, sessions, func(redisURL string) (string, func()) {
+			env := map[string]string{
+				"CORREX_KAFKA_BROKERS": brokerAddr, "CORREX_REDIS_URL": redisURL, "CORREX_PARTITIONS": "12",
+				"CORREX_AUTH_DISABLED": "true", "CORREX_RATE_LIMIT": "0",
+				"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none",
+			}
+			queryURL := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(b))
+			env["CORREX_HTTP_ADDR"] = strings.TrimPrefix(queryURL, "http://")
+			query := startService(b, "query", bin["query"], env)
+			proj := map[string]string{"CORREX_HTTP_ADDR": "127.0.0.1:" + strconv.Itoa(freeTCPPort(b)), "CORREX_INSTANCE_ID": "bench"}
+			for k, v := range env {
+				if _, set := proj[k]; !set {
+					proj[k] = v
+				}
+			}
+			projector := startService(b, "projector", bin["projector"], proj)
+			return queryURL, func() {
+				for _, p := range []*process{projector, query} {
+					_ = p.cmd.Process.Signal(syscall.SIGTERM)
+					<-p.done
+				}
+			}
+		})
+	})
+	b.Run("in-process", func(b *testing.B) {
+		c := kafkatest.Start(b)
+		readsUnderWrites(b, c.ListenAddrs(), sessions, func(redisURL string) (string, func()) {
+			st, err := devstack.Start(context.Background(), devstack.Options{Brokers: c.ListenAddrs(), RedisURL: redisURL,
+				Partitions: 12, Log: quietLog()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st.QueryURL, func() { _ = st.Stop() }
+		})
+	})
+}
+
+// readsUnderWrites fills the topic on brokers, and for each round starts a
+// projector and a query service with start (which returns the query URL
+// and a stop function), measures reads while the projector catches up and
+// then idle, and reports the figures.
+func readsUnderWrites(b *testing.B, brokers []string, sessions int, start func(redisURL string) (queryURL string, stop func())) {
 	srv := redistest.Start(b)
-	events := prefill(b, c.ListenAddrs(), sessions)
+	events := prefill(b, brokers, sessions)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	b.Cleanup(func() { _ = rdb.Close() })
 	// A few sessions to read, stored before the load begins.
@@ -176,12 +231,8 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
 	for b.Loop() {
-		st, err := devstack.Start(context.Background(), devstack.Options{Brokers: c.ListenAddrs(), RedisURL: srv.URL(),
-			Partitions: 12, Log: quietLog()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		waitHTTPB(b, hc, st.QueryURL+"/readyz")
+		queryURL, stop := start(srv.URL())
+		waitHTTPB(b, hc, queryURL+"/readyz")
 		began := time.Now()
 		caughtUp := make(chan struct{})
 		go func() {
@@ -199,10 +250,10 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}()
-		loadQ, loadR := readLatencies(b, hc, rdb, st.QueryURL, ids, caughtUp)
+		loadQ, loadR := readLatencies(b, hc, rdb, queryURL, ids, caughtUp)
 		catchUp := time.Since(began)
-		idleQ, _ := readLatencies(b, hc, rdb, st.QueryURL, ids, timeAfter(3*time.Second))
-		_ = st.Stop()
+		idleQ, _ := readLatencies(b, hc, rdb, queryURL, ids, timeAfter(3*time.Second))
+		stop()
 		b.ReportMetric(float64(events)/catchUp.Seconds(), "catchup-events/s")
 		b.ReportMetric(pct(idleQ, 0.50), "idle-query-p50-ms")
 		b.ReportMetric(pct(idleQ, 0.99), "idle-query-p99-ms")
@@ -217,7 +268,7 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 		if _, err := store.PutBatch(context.Background(), entries); err != nil {
 			b.Fatal(err)
 		}
-		deleteGroup(b, c.ListenAddrs())
+		deleteGroup(b, brokers)
 	}
 }
 

@@ -491,7 +491,7 @@ func (p *process) running() bool {
 
 func (p *process) output() string { return p.out.String() }
 
-func (p *process) waitLog(t *testing.T, s string, d time.Duration) {
+func (p *process) waitLog(t testing.TB, s string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !strings.Contains(p.output(), s) {
@@ -524,7 +524,7 @@ func (p *process) peakRSS(t *testing.T) int64 {
 	return 0
 }
 
-func startService(t *testing.T, name, path string, env map[string]string) *process {
+func startService(t testing.TB, name, path string, env map[string]string) *process {
 	t.Helper()
 	cmd := exec.Command(path)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
@@ -560,7 +560,7 @@ func tail(s string, n int) string {
 }
 
 // buildServices builds the named commands once into a temporary directory.
-func buildServices(t *testing.T, names ...string) map[string]string {
+func buildServices(t testing.TB, names ...string) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
 	args := []string{"build", "-o", dir + "/"}
@@ -578,7 +578,7 @@ func buildServices(t *testing.T, names ...string) map[string]string {
 	return paths
 }
 
-func freeTCPPort(t *testing.T) int {
+func freeTCPPort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -588,7 +588,7 @@ func freeTCPPort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func waitHTTP(t *testing.T, u string, d time.Duration) {
+func waitHTTP(t testing.TB, u string, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	hc := &http.Client{Timeout: 5 * time.Second}
