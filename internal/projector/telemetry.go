@@ -132,7 +132,7 @@ type spanJob struct {
 	rejected                bool
 	from, to                fsm.State
 	reason                  fsm.Reason
-	eventType               fsm.EventType
+	eventType               string // the event's type name (a custom type's own)
 	session                 string
 	corr                    string
 	eventID                 fsm.EventID
@@ -427,7 +427,7 @@ func (o *Telemetry) exportChunk(jobs []spanJob, arena []byte) {
 		id := ids[i*idLen : (i+1)*idLen]
 		if j.rejected {
 			b.AddRejection(ctx, &correxotel.Rejection{
-				SessionID: j.session, CorrelationID: j.corr, EventType: j.eventType.String(), EventID: id,
+				SessionID: j.session, CorrelationID: j.corr, EventType: j.eventType, EventID: id,
 				State: j.from.String(), Reason: j.reason.String(), Seen: j.version, OccurredAt: j.occurredAt,
 				Partition: j.partition, Offset: j.offset})
 			continue
@@ -438,7 +438,7 @@ func (o *Telemetry) exportChunk(jobs []spanJob, arena []byte) {
 		}
 		b.AddTransition(ctx, &correxotel.Transition{
 			SessionID: j.session, CorrelationID: j.corr, From: from, To: j.to.String(),
-			EventType: j.eventType.String(), EventID: id, Version: j.version,
+			EventType: j.eventType, EventID: id, Version: j.version,
 			OccurredAt: j.occurredAt, InFrom: j.inFrom, Partition: j.partition, Offset: j.offset})
 	}
 	failed, err := o.spans.Export(o.exportCtx, b)
@@ -499,7 +499,7 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 			o.rejected[out.Reason].Add(1)
 		}
 		o.add(rec, spanJob{partition: rec.Partition, offset: rec.Offset, rejected: true, session: s.ID, corr: e.CorrelationID, from: out.From,
-			reason: out.Reason, eventType: e.Type, eventID: e.ID, version: s.Counters.Events, occurredAt: e.OccurredAt})
+			reason: out.Reason, eventType: e.TypeName(), eventID: e.ID, version: s.Counters.Events, occurredAt: e.OccurredAt})
 		return
 	}
 	if !out.Transitioned() {
@@ -530,7 +530,7 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 		ms = append(ms, measure{o.paused, out.Closed.Seconds(), nil})
 	}
 	o.add(rec, spanJob{partition: rec.Partition, offset: rec.Offset, session: s.ID, corr: s.CorrelationID, from: out.From, to: out.To,
-		eventType: e.Type, eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed}, ms...)
+		eventType: e.TypeName(), eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed}, ms...)
 }
 
 // Skipped implements Observer.

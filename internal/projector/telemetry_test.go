@@ -269,3 +269,32 @@ func TestQueuedSpanKeepsNoRecord(t *testing.T) {
 	}
 	t.Fatal("the record of a queued span was never freed")
 }
+
+// TestCustomEventSpanNamesItsType: a span of a custom event (here, one
+// rejected after the session ended) carries the event's own type name in
+// event.type, as the change feed does, not the generic custom type.
+func TestCustomEventSpanNamesItsType(t *testing.T) {
+	tel, rec, _ := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &fsm.Event{SessionID: "s", Type: fsm.EventCustom, Custom: "x.acme.Reviewed", ID: fsm.EventID{7},
+		OccurredAt: time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)}
+	s := &snapshot.Snapshot{}
+	s.ID, s.CorrelationID, s.State, s.Version = "s", "s", fsm.StateCompleted, 4
+	obs.Folded(&kgo.Record{Partition: 1, Offset: 9}, e, s,
+		fsm.Outcome{Result: fsm.Rejected, Reason: fsm.ReasonAfterTerminal, From: fsm.StateCompleted})
+	obs.Drain()
+	var types []string
+	for _, sp := range rec.Ended() {
+		for _, kv := range sp.Attributes() {
+			if kv.Key == correxotel.AttrEventType {
+				types = append(types, sp.Name()+" "+kv.Value.AsString())
+			}
+		}
+	}
+	if len(types) != 1 || !strings.HasSuffix(types[0], " x.acme.Reviewed") {
+		t.Fatalf("spans with event.type: %q, want one naming x.acme.Reviewed", types)
+	}
+}
