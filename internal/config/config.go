@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"sort"
@@ -224,4 +225,15 @@ func ReadSecretFile(path string) (string, error) {
 		return "", fmt.Errorf("secret file %s is empty", path)
 	}
 	return s, nil
+}
+
+// BindDefaults binds with bind on a flag set of its own, with no flag and
+// no variable set, and parses: what a service gets when nothing is
+// configured (the services' tests compare it with their DefaultConfig).
+func BindDefaults(bind func(*Binder)) error {
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	b := NewBinder(fs, func(string) string { return "" })
+	bind(b)
+	return b.Parse(nil)
 }

@@ -151,6 +151,7 @@ func DefaultConfig() Config {
 func (c *Config) Bind(b *config.Binder) {
 	d := DefaultConfig()
 	c.Kafka.ClientID = d.Kafka.ClientID
+	c.ShutdownTimeout = d.ShutdownTimeout // not a setting (see its doc)
 	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers")
 	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
 	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions when the topic is created")

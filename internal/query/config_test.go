@@ -1,8 +1,6 @@
 package query_test
 
 import (
-	"flag"
-	"io"
 	"reflect"
 	"testing"
 
@@ -15,12 +13,8 @@ import (
 // TestBindDefaultsAreDefaultConfig: with no flag and no variable set, the
 // flags give exactly DefaultConfig (authentication and TLS bind their own).
 func TestBindDefaultsAreDefaultConfig(t *testing.T) {
-	fs := flag.NewFlagSet("query", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	b := config.NewBinder(fs, func(string) string { return "" })
 	var got query.Config
-	got.Bind(b)
-	if err := b.Parse(nil); err != nil {
+	if err := config.BindDefaults(got.Bind); err != nil {
 		t.Fatal(err)
 	}
 	got.Auth, got.TLS = auth.Config{}, httpx.TLSConfig{}
