@@ -1,33 +1,13 @@
 package projector
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a log destination that tests may read while it is written.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestShutdownDuringRedisOutage stops a projector gracefully while Redis
 // hangs (SIGSTOP: connections stay open, nothing answers) and a batch is
@@ -47,7 +27,7 @@ func TestShutdownDuringRedisOutage(t *testing.T) {
 			e.produce(events[:half])
 			cfg := e.config("outage")
 			cfg.ShutdownTimeout = 2 * time.Second
-			var logs syncBuffer
+			var logs lockedBuffer
 			p := New(cfg, e.store("outage"), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 			c, cancel := contextWithCancel()
 			done := make(chan error, 1)
