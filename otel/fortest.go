@@ -50,6 +50,7 @@ func NewForTest() (*Telemetry, *tracetest.SpanRecorder, *sdkmetric.ManualReader)
 			sdkmetric.WithResource(res),
 			sdkmetric.WithReader(reader),
 			sdkmetric.WithReader(promReader),
+			httpMetricsView(),
 		),
 		Propagator: newPropagator(),
 		resource:   res,

@@ -7,7 +7,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // recordCarrier adapts a record's headers to propagation.TextMapCarrier.
@@ -91,11 +95,35 @@ func KafkaHooks(t *Telemetry, opts ...kotel.TracerOpt) kgo.Opt {
 // the globals): each request gets a server span named operation that
 // continues the trace of an incoming traceparent header, the request context
 // carries that span and the request's baggage, and the http.server.*
-// metrics are recorded.
+// metrics are recorded, with only the attributes httpMetricAttributes
+// keeps (the route is the mux's pattern, never the path; nothing comes from
+// the Host header).
 func HTTPHandler(t *Telemetry, operation string, h http.Handler) http.Handler {
 	return otelhttp.NewHandler(h, operation,
 		otelhttp.WithTracerProvider(t.TracerProvider),
 		otelhttp.WithMeterProvider(t.MeterProvider),
 		otelhttp.WithPropagators(t.Propagator),
 	)
+}
+
+// httpMetricAttributes are the only attributes the http.server.* (and
+// http.client.*) metrics keep: those whose values the service bounds. The
+// method is one of nine or _OTHER, the scheme http or https, the protocol
+// HTTP/1.0-1.9 or 2, the status and the error type the service's own, and
+// the route the pattern the request matched. otelhttp also sets
+// server.address and server.port from the Host header, which any client
+// chooses freely: kept, each distinct value would add series to every
+// scrape for the life of the process.
+var httpMetricAttributes = []attribute.Key{
+	semconv.HTTPRequestMethodKey, semconv.URLSchemeKey, semconv.NetworkProtocolNameKey,
+	semconv.NetworkProtocolVersionKey, semconv.HTTPResponseStatusCodeKey, semconv.HTTPRouteKey,
+	semconv.ErrorTypeKey,
+}
+
+// httpMetricsView applies httpMetricAttributes to otelhttp's instruments;
+// every meter provider of the package has it.
+func httpMetricsView() sdkmetric.Option {
+	return sdkmetric.WithView(sdkmetric.NewView(
+		sdkmetric.Instrument{Scope: instrumentation.Scope{Name: otelhttp.ScopeName}},
+		sdkmetric.Stream{AttributeFilter: attribute.NewAllowKeysFilter(httpMetricAttributes...)}))
 }

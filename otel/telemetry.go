@@ -121,6 +121,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	metricOpts := []sdkmetric.Option{
 		sdkmetric.WithResource(res),
 		sdkmetric.WithReader(promReader),
+		httpMetricsView(),
 	}
 	for _, name := range sel.metrics {
 		exp, label, err := newMetricExporter(ctx, name, sel.metricProtocol, console)

@@ -4,8 +4,10 @@
 //
 //	projector            run
 //	projector reset -yes delete the read model under CORREX_REDIS_PREFIX
-//	                     (snapshots, indexes, checkpoints) so it is rebuilt
-//	                     from the log; the recovery for a recreated topic
+//	                     (snapshots, indexes, children, checkpoints,
+//	                     outbox, deadlines) so it is rebuilt from the log;
+//	                     the recovery for a recreated topic. Change-feed
+//	                     consumers' checkpoints (<prefix>:feed:) are kept
 package main
 
 import (
@@ -52,13 +54,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if reset {
 		service.Banner(stderr, "projector", b.Effective())
 		if !yes {
-			return errors.New("reset deletes every snapshot and checkpoint under the prefix " + cfg.RedisPrefix + "; run `projector reset -yes` to confirm")
+			return errors.New("reset deletes every snapshot and checkpoint of the projector under the prefix " + cfg.RedisPrefix + "; run `projector reset -yes` to confirm")
 		}
 		n, err := projector.Reset(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "reset: deleted %d keys under %s; projectors will rebuild from the earliest offset\n", n, cfg.RedisPrefix)
+		fmt.Fprintf(stdout, "reset: deleted the projector's %d keys under %s; projectors will rebuild from the earliest offset\n", n, cfg.RedisPrefix)
 		return nil
 	}
 	rt, shutdown, err := service.Start(ctx, "projector", b, getenv, stderr)

@@ -58,8 +58,9 @@ const (
 	HeaderDLQTruncated = "correx-dlq-truncated"
 )
 
-// deadLetterRecord builds the bounded dead letter of r.
-func deadLetterRecord(r *kgo.Record, reason, detail string) *kgo.Record {
+// deadLetterRecord builds the bounded dead letter of r, to be produced to
+// topic (the dead-letter topic).
+func deadLetterRecord(topic string, r *kgo.Record, reason, detail string) *kgo.Record {
 	var cut []string
 	key, value := r.Key, r.Value
 	if len(key) > dlqKeyBytes {
@@ -98,7 +99,7 @@ func deadLetterRecord(r *kgo.Record, reason, detail string) *kgo.Record {
 	if len(cut) > 0 {
 		headers = append(headers, kgo.RecordHeader{Key: HeaderDLQTruncated, Value: []byte(strings.Join(cut, ","))})
 	}
-	return &kgo.Record{Key: key, Value: value, Headers: headers}
+	return &kgo.Record{Topic: topic, Key: key, Value: value, Headers: headers}
 }
 
 // cutString returns the longest prefix of s of at most limit bytes that does
@@ -157,7 +158,7 @@ func classify(err error) string {
 // counted and given up, so that no record can stop the partition.
 func (p *Projector) deadLetter(r *kgo.Record, reason, detail string) {
 	p.obs.DeadLettered(r, reason)
-	p.cl.Produce(p.flush.ctx, deadLetterRecord(r, reason, detail), func(_ *kgo.Record, err error) {
+	p.cl.Produce(p.flush.ctx, deadLetterRecord(kafka.DLQTopic(p.cfg.Topic), r, reason, detail), func(_ *kgo.Record, err error) {
 		switch {
 		case err == nil || p.crash.crashed.Load():
 		case refused(err):

@@ -200,3 +200,30 @@ func TestDeadLetterRefused(t *testing.T) {
 		t.Fatalf("refused dead letters observed: %v, want one %s", obs.reasons, ReasonUndecodable)
 	}
 }
+
+// TestRecordWithoutTopicFails produces a record that names no topic through
+// a client with the projector's producer options: the produce fails, and
+// nothing is written to the dead-letter topic (or any other), so a record
+// kind built without its topic is a loud error, not a silent dead letter.
+func TestRecordWithoutTopicFails(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config("a")
+	cl, err := kgo.NewClient(append(cfg.Kafka.Opts(), producerOpts(cfg)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	err = cl.ProduceSync(ctx, &kgo.Record{Key: []byte("s-1"), Value: []byte("{}")}).FirstErr()
+	if err == nil || !strings.Contains(err.Error(), "no topic") {
+		t.Errorf("producing a record without a topic: %v, want an error saying it has no topic", err)
+	}
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic, kafka.DLQTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Errorf("%s/%d ends at %d after the failed produce, want nothing written", o.Topic, o.Partition, o.Offset)
+		}
+	})
+}

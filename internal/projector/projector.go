@@ -135,6 +135,19 @@ func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 // by the partitions' next owner.
 var ErrShutdownTimeout = errors.New("projector: the final writes did not complete within the shutdown timeout")
 
+// producerOpts are the options of the projector's client that shape what it
+// produces. There is no default produce topic: every record the projector
+// builds names its topic (each record constructor takes it), and a record
+// that names none fails to produce rather than landing in a topic nobody
+// chose.
+func producerOpts(cfg Config) []kgo.Opt {
+	return []kgo.Opt{
+		// Dead letters keep the key hash; change records name their
+		// source record's partition.
+		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(cfg.Topic))),
+	}
+}
+
 // Run joins the group and folds until ctx is done, then flushes, writes
 // checkpoints and leaves. It returns an error only for a failure it cannot
 // recover from (the caller restarts the process; checkpoints make that safe).
@@ -153,11 +166,8 @@ func (p *Projector) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(p.onRevoked),
 		kgo.OnPartitionsLost(p.onLost),
 		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
-		kgo.DefaultProduceTopic(kafka.DLQTopic(p.cfg.Topic)),
-		// Dead letters keep the key hash; change records name their
-		// source record's partition.
-		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(p.cfg.Topic))),
 	)
+	opts = append(opts, producerOpts(p.cfg)...)
 	if p.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
 	}

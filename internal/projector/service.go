@@ -52,8 +52,10 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 	return httpErr
 }
 
-// Reset deletes the read model under the configured prefix (snapshots,
-// indexes, checkpoints), so that projectors rebuild it from the log.
+// Reset deletes the projector's keys under the configured prefix
+// (snapshots, indexes, children, checkpoints, outbox, deadlines), so that
+// projectors rebuild the read model from the log; other programs' keys
+// under the prefix, such as pkg/feed consumers' checkpoints, are kept.
 func Reset(ctx context.Context, cfg Config) (int, error) {
 	store, closeStore, err := service.Runtime{}.OpenStore(cfg.Redis(), cfg.RedisPrefix)
 	if err != nil {

@@ -80,7 +80,7 @@ type Telemetry struct {
 	applied     atomic.Int64
 	duplicates  atomic.Int64
 	skipped     atomic.Int64
-	rejected    [8]atomic.Int64 // by fsm.Reason
+	rejected    [fsm.NumReasons]atomic.Int64 // by fsm.Reason
 	deadLetters [len(dlqReasons)]atomic.Int64
 	refusedDLQ  [len(dlqReasons)]atomic.Int64 // dead letters the broker refused
 	rebuilds    atomic.Int64                  // partitions rebuilt after Redis lost or rolled back their read model
@@ -273,7 +273,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		obs.ObserveInt64(events, o.applied.Load(), metric.WithAttributes(outcome("applied")))
 		obs.ObserveInt64(events, o.duplicates.Load(), metric.WithAttributes(outcome("duplicate")))
 		obs.ObserveInt64(events, o.skipped.Load(), metric.WithAttributes(outcome("skipped")))
-		for r := fsm.ReasonAfterTerminal; r <= fsm.ReasonDuplicateCreate; r++ {
+		for r := range fsm.Rejections() {
 			obs.ObserveInt64(events, o.rejected[r].Load(), metric.WithAttributes(outcome("rejected"), attribute.String("correx.reason", r.String())))
 		}
 		for i, reason := range dlqReasons {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -296,5 +297,59 @@ func TestCustomEventSpanNamesItsType(t *testing.T) {
 	}
 	if len(types) != 1 || !strings.HasSuffix(types[0], " x.acme.Reviewed") {
 		t.Fatalf("spans with event.type: %q, want one naming x.acme.Reviewed", types)
+	}
+}
+
+// TestEveryRejectionReasonReachesTheMetric folds one rejection for each of
+// fsm's rejection reasons: correx.projector.events{outcome="rejected"}
+// counts each under its own reason, none is lost.
+func TestEveryRejectionReasonReachesTheMetric(t *testing.T) {
+	tel, _, reader := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	e := &fsm.Event{SessionID: "s", Type: fsm.SessionStarted, OccurredAt: time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)}
+	s := &snapshot.Snapshot{}
+	s.ID, s.CorrelationID, s.State = "s", "s", fsm.StateActive
+	want := map[string]int64{}
+	n := 0
+	for r := range fsm.Rejections() {
+		n++
+		want[r.String()] = int64(n) // a distinct count per reason
+		for range n {
+			obs.Folded(&kgo.Record{Partition: 1}, e, s, fsm.Outcome{Result: fsm.Rejected, Reason: r, From: fsm.StateActive, To: fsm.StateActive})
+		}
+	}
+	if len(want) != fsm.NumReasons-2 {
+		t.Fatalf("fsm.Rejections lists %d reasons, want every reason but none and unknown_session (%d)", len(want), fsm.NumReasons-2)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			d, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != "correx.projector.events" || !ok {
+				continue
+			}
+			for _, p := range d.DataPoints {
+				if o, _ := p.Attributes.Value("correx.outcome"); o.AsString() == "rejected" {
+					r, _ := p.Attributes.Value("correx.reason")
+					got[r.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	for r, n := range want {
+		if got[r] != n {
+			t.Errorf("correx.projector.events{outcome=rejected, reason=%s} = %d, want %d", r, got[r], n)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("rejected by reason: %v, want %v", got, want)
 	}
 }

@@ -41,7 +41,8 @@ const (
 )
 
 // Replayer rebuilds a session from the log, up to the stored snapshot's
-// position.
+// position. What it returns is the fold alone: the handler gives it the
+// store's timeout defaults.
 type Replayer interface {
 	Replay(ctx context.Context, stored *snapshot.Snapshot) (*snapshot.Snapshot, error)
 }
@@ -609,5 +610,10 @@ func (h *Handler) fromLog(w http.ResponseWriter, r *http.Request, id, what strin
 		httpx.Unavailable(w, 5*time.Second, what+" from Kafka failed: "+err.Error(), nil)
 		return nil, nil, false
 	}
+	// The service's timeout defaults, as the store set them on stored (the
+	// CORREX_TIMEOUT_* settings, bound as the projector binds them): the
+	// rebuilt snapshot shows the effective timeouts and the deadline the
+	// projector arms, as the stored one does.
+	rebuilt.TimeoutDefaults = stored.TimeoutDefaults
 	return stored, rebuilt, true
 }

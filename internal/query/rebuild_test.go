@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,8 @@ import (
 
 // rebuildFixture is a broker holding two sessions' events, a Redis holding
 // the snapshots folded from them (as the projector stores them), and the
-// query API over both with token authentication.
+// query API over both with token authentication, configured with the
+// timeout defaults fixtureTimeouts.
 type rebuildFixture struct {
 	t      *testing.T
 	store  *snapshot.Store
@@ -102,14 +104,29 @@ func newRebuildFixture(t *testing.T) *rebuildFixture {
 		t.Fatal(err)
 	}
 	replayer := &query.KafkaReplayer{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "rebuild-test"}, Topic: topic}
-	f.srv = httptest.NewServer(query.NewHandler(store, topic, replayer, query.Options{Guard: guard, Log: quiet}))
+	// As Serve configures it.
+	f.srv = httptest.NewServer(query.NewHandler(store.WithTimeoutDefaults(fixtureTimeouts()), topic, replayer, query.Options{Guard: guard, Log: quiet}))
 	t.Cleanup(f.srv.Close)
 	return f
 }
 
+// fixtureTimeouts are the service's timeout defaults in the fixture: the
+// built-in ones, and an inactivity timeout, which arms a deadline in ACTIVE.
+func fixtureTimeouts() fsm.Timeouts {
+	t := fsm.DefaultTimeouts()
+	t[fsm.TimeoutInactivity] = time.Hour
+	return t
+}
+
+// do requests a rebuild of id.
 func (f *rebuildFixture) do(method, role, id string) (*http.Response, []byte) {
 	f.t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+"/v1/sessions/"+id+"/rebuild", nil)
+	return f.request(method, role, "/v1/sessions/"+id+"/rebuild")
+}
+
+func (f *rebuildFixture) request(method, role, path string) (*http.Response, []byte) {
+	f.t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -204,6 +221,53 @@ func TestRebuildScopesAndTenants(t *testing.T) {
 		}
 		if tt.status >= 400 && resp.Header.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s %s as %s: content type %q", tt.method, tt.id, tt.role, resp.Header.Get("Content-Type"))
+		}
+	}
+}
+
+// TestReplayShowsTheServiceTimeoutDefaults: a session created without
+// timeouts, replayed from the log, shows exactly what its stored snapshot
+// shows, the effective timeouts (the service defaults) and the deadline
+// they arm included, and matches it.
+func TestReplayShowsTheServiceTimeoutDefaults(t *testing.T) {
+	f := newRebuildFixture(t)
+	id := "acme:s-1"
+	resp, body := f.request(http.MethodGet, "admin", "/v1/sessions/"+id)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("get: %d %s", resp.StatusCode, body)
+	}
+	var stored map[string]any
+	if err := json.Unmarshal(body, &stored); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"inactivity": "1h0m0s", "cancellation": "5m0s"}
+	if !reflect.DeepEqual(stored["timeouts"], want) || stored["deadline"] == nil {
+		t.Fatalf("stored snapshot: timeouts %v, deadline %v; want %v and the inactivity deadline", stored["timeouts"], stored["deadline"], want)
+	}
+	resp, body = f.request(http.MethodGet, "admin", "/v1/sessions/"+id+"/replay")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("replay: %d %s", resp.StatusCode, body)
+	}
+	var replay struct {
+		Snapshot      map[string]any `json:"snapshot"`
+		MatchesStored bool           `json:"matchesStored"`
+	}
+	if err := json.Unmarshal(body, &replay); err != nil {
+		t.Fatal(err)
+	}
+	if !replay.MatchesStored {
+		t.Errorf("matchesStored false: %s", body)
+	}
+	if !reflect.DeepEqual(replay.Snapshot, stored) {
+		for k, v := range stored {
+			if !reflect.DeepEqual(replay.Snapshot[k], v) {
+				t.Errorf("replayed %s: %v, stored %v", k, replay.Snapshot[k], v)
+			}
+		}
+		for k, v := range replay.Snapshot {
+			if _, ok := stored[k]; !ok {
+				t.Errorf("replayed %s: %v, not in the stored snapshot", k, v)
+			}
 		}
 	}
 }

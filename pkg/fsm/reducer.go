@@ -3,6 +3,7 @@ package fsm
 import (
 	"crypto/sha256"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -68,10 +69,12 @@ const (
 	ReasonTooManyCustomTypes
 	ReasonInvalidReplacement
 
-	numReasons = int(ReasonInvalidReplacement) + 1
+	// NumReasons is one more than the largest Reason, so arrays indexed by
+	// Reason have room for every reason including ReasonNone.
+	NumReasons = int(ReasonInvalidReplacement) + 1
 )
 
-var reasonNames = [numReasons]string{
+var reasonNames = [NumReasons]string{
 	ReasonNone:                    "",
 	ReasonAfterTerminal:           "after_terminal",
 	ReasonInvalidTransition:       "invalid_transition",
@@ -86,7 +89,7 @@ var reasonNames = [numReasons]string{
 
 // String returns the reason as spelled in snapshots and metrics.
 func (r Reason) String() string {
-	if int(r) < numReasons {
+	if int(r) < NumReasons {
 		return reasonNames[r]
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
@@ -94,7 +97,7 @@ func (r Reason) String() string {
 
 // ParseReason returns the reason spelled name.
 func ParseReason(name string) (Reason, bool) {
-	for r := ReasonAfterTerminal; int(r) < numReasons; r++ {
+	for r := ReasonAfterTerminal; int(r) < NumReasons; r++ {
 		if reasonNames[r] == name {
 			return r, true
 		}
@@ -105,7 +108,19 @@ func ParseReason(name string) (Reason, bool) {
 // Rejection reports whether r is one of the reasons an event is rejected
 // for (every reason but ReasonNone and ReasonUnknownSession).
 func (r Reason) Rejection() bool {
-	return r != ReasonNone && r != ReasonUnknownSession && int(r) < numReasons
+	return r != ReasonNone && r != ReasonUnknownSession && int(r) < NumReasons
+}
+
+// Rejections yields the reasons an event is rejected for (those whose
+// Rejection is true), in their numeric order.
+func Rejections() iter.Seq[Reason] {
+	return func(yield func(Reason) bool) {
+		for r := range Reason(NumReasons) {
+			if r.Rejection() && !yield(r) {
+				return
+			}
+		}
+	}
 }
 
 // MarshalText implements encoding.TextMarshaler.

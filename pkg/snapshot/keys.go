@@ -25,11 +25,18 @@ func Bucket(sessionID string) int {
 
 // keys builds the store's key names under a prefix:
 //
-//	<prefix>:{bNNN}:s:<sessionId>   a snapshot (binary, see binary.go)
-//	<prefix>:{bNNN}:idx             the bucket's state index (sorted set)
-//	<prefix>:{bNNN}:kids:<parentId> a parent's children (set, see children.go)
-//	<prefix>:ckpt:<topic>           the topic's checkpoints (hash)
-//	<prefix>:outbox:<topic>         records to produce again after a crash (hash, see outbox.go)
+//	<prefix>:{bNNN}:s:<sessionId>         a snapshot (binary, see binary.go)
+//	<prefix>:{bNNN}:idx                   the bucket's state index (sorted set)
+//	<prefix>:{bNNN}:kids:<parentId>       a parent's children (set, see children.go)
+//	<prefix>:ckpt:<topic>                 the topic's checkpoints (hash)
+//	<prefix>:outbox:<topic>               records to produce again after a crash (hash, see outbox.go)
+//	<prefix>:{dl:<topic>:<partition>}:due   a partition's deadlines (sorted set, see deadlines.go)
+//	<prefix>:{dl:<topic>:<partition>}:armed and their entries (hash)
+//	<prefix>:{rN}:replicated              a Redis Cluster master's WaitReplicated key (see replication.go)
+//
+// Nothing else under the prefix is the store's: other programs keep keys
+// there too (pkg/feed's consumers their checkpoints, "<prefix>:feed:..."),
+// and owns, which Reset deletes by, must keep recognising exactly these.
 //
 // The bucket tags are computed once, since every key of every write needs one.
 type keys struct {
@@ -54,6 +61,50 @@ func validPrefix(prefix string) error {
 
 func (k *keys) snapshot(sessionID string) string {
 	return k.tags[Bucket(sessionID)] + ":s:" + sessionID
+}
+
+// owns reports whether key is one of the store's keys (listed on keys).
+func (k *keys) owns(key string) bool {
+	rest, ok := strings.CutPrefix(key, k.prefix+":")
+	if !ok {
+		return false
+	}
+	for _, p := range [...]string{"ckpt:", "outbox:", "{dl:"} {
+		if strings.HasPrefix(rest, p) {
+			return true
+		}
+	}
+	if tag, rest, ok := strings.Cut(rest, "}:"); ok && len(tag) > 2 && tag[0] == '{' && digits(tag[2:]) {
+		switch tag[1] {
+		case 'b': // a bucket
+			return len(tag) == 5 && (strings.HasPrefix(rest, "s:") || rest == "idx" || strings.HasPrefix(rest, "kids:"))
+		case 'r': // a replication marker
+			return rest == "replicated"
+		}
+	}
+	return false
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// pattern returns a SCAN MATCH pattern for the keys under the prefix: the
+// prefix with glob characters escaped, then ":*".
+func (k *keys) pattern() string {
+	var b strings.Builder
+	for _, r := range k.prefix {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String() + ":*"
 }
 
 func (k *keys) index(bucket int) string { return k.tags[bucket] + ":idx" }

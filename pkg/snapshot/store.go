@@ -625,12 +625,15 @@ func (s *Store) CountPrefix(ctx context.Context, idPrefix string) (Counts, error
 	return c, nil
 }
 
-// Reset deletes every key under the store's prefix: snapshots, indexes and
-// checkpoints. It is the recovery for a read model that belongs to another
-// log (a topic deleted and recreated): after it, projectors rebuild from the
-// earliest offset. It returns how many keys it deleted.
+// Reset deletes the store's keys (snapshots, state indexes, children,
+// checkpoints, outbox, deadlines, replication markers: see keys.go) and
+// nothing else under its prefix: a pkg/feed consumer's checkpoints, under
+// "<prefix>:feed:" with the default prefixes, are kept. It is the recovery
+// for a read model that belongs to another log (a topic deleted and
+// recreated): after it, projectors rebuild from the earliest offset. It
+// returns how many keys it deleted.
 func (s *Store) Reset(ctx context.Context) (int, error) {
-	pattern := s.keys.prefix + ":*"
+	pattern := s.keys.pattern()
 	deleted := 0
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
@@ -653,7 +656,9 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 			return nil
 		}
 		for iter.Next(ctx) {
-			batch = append(batch, iter.Val())
+			if k := iter.Val(); s.keys.owns(k) {
+				batch = append(batch, k)
+			}
 			if len(batch) == 1000 {
 				if err := flush(); err != nil {
 					return err

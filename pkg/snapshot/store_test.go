@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/snapshot/snapshottest"
@@ -343,4 +346,108 @@ func eventually(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// TestResetDeletesOnlyTheStoresKeys fills every kind of key the store
+// writes (snapshots, state indexes, children, checkpoints, outbox,
+// deadlines, a replication marker) next to a pkg/feed consumer's
+// checkpoint and another program's key under the same prefix: Reset
+// deletes the store's keys, all of them, and nothing else, also under a
+// prefix with glob characters.
+func TestResetDeletesOnlyTheStoresKeys(t *testing.T) {
+	for _, tg := range targets()[:2] { // redis-server and redis-cluster
+		for _, prefix := range []string{"correx", `c[1]*?\`} {
+			t.Run(tg.name+"/"+prefix, func(t *testing.T) {
+				rdb, _ := tg.open(t)
+				st, err := snapshot.NewStore(rdb, prefix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var snaps []*snapshot.Snapshot
+				var links []snapshot.ChildLink
+				for i := range 40 {
+					snaps = append(snaps, snap(t, fmt.Sprintf("x-%d", i), 0, int64(i)))
+					links = append(links, snapshot.ChildLink{Parent: fmt.Sprintf("x-%d", i%4), Child: fmt.Sprintf("x-%d", i)})
+				}
+				put(t, st, snaps...)
+				if err := st.AddChildren(ctx, links); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 0, Offset: 40}}, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.PutOutbox(ctx, "events", []snapshot.OutboxBatch{{Partition: 0, Last: 39, Data: []byte("x")}}); err != nil {
+					t.Fatal(err)
+				}
+				armed := map[int32][]snapshot.ArmedDeadline{0: {{SessionID: "x-1", Kind: fsm.TimeoutInactivity, At: t0.UnixNano(), Version: 2}}}
+				if _, err := st.ArmDeadlines(ctx, "events", armed); err != nil {
+					t.Fatal(err)
+				}
+				// The key WaitReplicated writes on each master (not written
+				// here: it needs replicas).
+				if err := rdb.Set(ctx, prefix+":{r0}:replicated", "1", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				stored := scanKeys(t, rdb, prefix)
+
+				fc, err := feed.NewConsumer(feed.Redis(rdb), feed.Group("billing"), feed.KeyPrefix(prefix))
+				if err != nil {
+					t.Fatal(err)
+				}
+				others := []string{fc.CheckpointKey(0), fc.CheckpointKey(3), prefix + ":billing:state"}
+				for _, k := range others {
+					if err := rdb.HSet(ctx, k, "next", "17").Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+
+				n, err := st.Reset(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				left := scanKeys(t, rdb, prefix)
+				slices.Sort(others)
+				if !slices.Equal(left, others) {
+					t.Errorf("after reset, keys under %s: %q; want exactly the other programs' %q", prefix, left, others)
+				}
+				if n != len(stored) {
+					t.Errorf("reset reports %d keys deleted, want the store's %d", n, len(stored))
+				}
+				for _, k := range others {
+					if v, err := rdb.HGet(ctx, k, "next").Result(); err != nil || v != "17" {
+						t.Errorf("%s after reset: %q %v", k, v, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// scanKeys returns the keys under prefix on every master, sorted.
+func scanKeys(t *testing.T, rdb redis.UniversalClient, prefix string) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, "*").Result()
+		mu.Lock()
+		for _, k := range ks {
+			if strings.HasPrefix(k, prefix+":") {
+				out = append(out, k)
+			}
+		}
+		mu.Unlock()
+		return err
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, scan)
+	} else {
+		err = scan(ctx, rdb.(*redis.Client))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
 }
