@@ -26,6 +26,17 @@
 //     when it writes the checkpoint; an idle projector checks the stored
 //     checkpoints every MaxFlushInterval; /readyz reports the partition
 //     until its rebuild reaches the log's end as it was when it began.
+//   - A loss is noticed only by a checkpoint write that expects one, so
+//     one is always expected: a partition with no checkpoint gets 0 stored
+//     before its first record is folded (startCheckpoints). And the
+//     rebuild is stored before anything is deleted: the checkpoint is put
+//     back to 0 with a mark (the log's end when the rebuild began), then
+//     the partition's snapshots and deadlines are deleted, then it is
+//     folded from 0. A restart anywhere in a rebuild thus folds from 0,
+//     never from an older checkpoint over deleted snapshots; a checkpoint
+//     still at 0 with the mark means the deletes may be unfinished, and
+//     the new owner does them again; the first checkpoint at or past the
+//     mark removes it (snapshot.Store.ResetCheckpoint).
 //   - With RedisWaitReplicas, a batch counts as written only once that many
 //     replicas acknowledged it, so a checkpoint never passes writes a
 //     failover could lose (docs/guarantees.md says what each Redis
@@ -152,10 +163,11 @@
 //     (cache.go); the dirty set is cache.takeDirty's.
 //   - Which checkpoint a partition may write, and whether one is expected
 //     to be stored: partState.checkpoint (partition.go).
-//   - Starting at the Redis checkpoint, stalling a partition whose
-//     checkpoint is beyond the log, rebuilding after a vanished checkpoint
-//     and the idle check: adjustOffsets, rebuild, checkCheckpoints
-//     (recovery.go).
+//   - Starting at the Redis checkpoint (0 stored first where none is),
+//     stalling a partition whose checkpoint is beyond the log, rebuilding
+//     after a vanished checkpoint, resuming a rebuild cut short, and the
+//     idle check: adjustOffsets, startCheckpoints, rebuild,
+//     checkCheckpoints (recovery.go).
 //   - Writing what is revoked before giving it up, and dropping what is
 //     lost without writing: onRevoked, onLost (group.go).
 //   - Setting records aside, on their key's partition or not: deadLetter,

@@ -50,9 +50,3 @@ func (part *partState) loaded(cp snapshot.Checkpoint) {
 	part.stored(cp)
 	part.next, part.hw = cp.Offset, cp.HighWatermark
 }
-
-// restart forgets the partition's progress: it is folded again from the
-// earliest offset, with no checkpoint known.
-func (part *partState) restart() {
-	part.next, part.ckptKnown, part.lastCkpt = -1, false, 0
-}

@@ -273,6 +273,9 @@ func (p *Projector) loop(ctx context.Context) error {
 		}
 		p.cache.evict()
 		p.mu.Unlock()
+		if p.crash.crashed.Load() {
+			return errCrashed // a crash point hit between the steps above
+		}
 		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Stopped while reading snapshots: what was folded before is
 			// flushed by the shutdown; the rest is replayed next time.

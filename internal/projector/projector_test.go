@@ -624,8 +624,17 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	if _, err := st.Get(ctx, "good"); err != nil {
 		t.Fatalf("another partition's snapshot was deleted: %v", err)
 	}
-	if part.next != -1 || part.ckptKnown {
-		t.Fatalf("partition state not reset: %+v", part)
+	if part.next != 0 || !part.ckptKnown || part.lastCkpt != 0 || part.rebuildUntil != 60 {
+		t.Fatalf("partition state not reset to checkpoint 0, rebuilt until 60: %+v", part)
+	}
+	// The rebuild is stored before anything is deleted: a restart folds
+	// from 0, not from the old checkpoint over the deleted snapshots.
+	cps, err := st.Checkpoints(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp := cps[0]; cp.Offset != 0 || cp.RebuildUntil != 60 {
+		t.Fatalf("stored checkpoint %+v, want offset 0 rebuilt until 60", cp)
 	}
 	// A fetch polled before the rebuild: its records are not folded.
 	ev := fsm.NewEvent(fsm.EventID{9}, "late", fsm.SessionCreated, at, fsm.Fields{})
@@ -634,7 +643,7 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	if err := p.process(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	if p.cache.get(0, "late") != nil || part.next != -1 || p.cache.dirtyLen() != 0 {
+	if p.cache.get(0, "late") != nil || part.next != 0 || p.cache.dirtyLen() != 0 {
 		t.Fatalf("a record polled before the rebuild was folded: next %d, dirty %d", part.next, p.cache.dirtyLen())
 	}
 }

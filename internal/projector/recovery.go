@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -83,11 +84,12 @@ func (s *stalls) err() error {
 }
 
 // adjustOffsets starts every assigned partition at its Redis checkpoint (the
-// next offset to fold), or at the earliest offset when it has none. A
-// checkpoint beyond the end of the log means the read model belongs to
-// another log (the topic was deleted and recreated, or truncated): folding
-// from there would silently skip events, so the partition is paused and
-// /readyz reports it until an operator runs `projector reset`.
+// next offset to fold). A partition with none starts at the earliest
+// offset, with checkpoint 0 stored first (startCheckpoints). A checkpoint
+// beyond the end of the log means the read model belongs to another log
+// (the topic was deleted and recreated, or truncated): folding from there
+// would silently skip events, so the partition is paused and /readyz
+// reports it until an operator runs `projector reset`.
 func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	parts := offsets[p.cfg.Topic]
 	if len(parts) == 0 {
@@ -102,51 +104,107 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 	for id := range parts {
 		ids = append(ids, id)
 	}
-	for attempt := 0; ; attempt++ {
-		cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
-		if err == nil {
-			ends, eerr := p.adm.ListEndOffsets(ctx, p.cfg.Topic)
-			var ob outboxRead
-			if eerr == nil {
-				ob, eerr = p.derived.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
-			}
-			if eerr == nil {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				p.derived.load(ob)
-				var stall []int32
-				for _, id := range ids {
-					part := p.parts[id]
-					cp, ok := cps[id]
-					if !ok {
-						parts[id] = kgo.NewOffset().AtStart()
-						continue
-					}
-					parts[id] = kgo.NewOffset().At(cp.Offset).WithEpoch(-1)
-					if part != nil {
-						part.loaded(cp)
-					}
-					if end, ok := ends.Lookup(p.cfg.Topic, id); ok && end.Err == nil && cp.Offset > end.Offset {
-						msg := fmt.Sprintf("checkpoint %d is beyond the end of the log (%d): the topic was recreated or truncated, so the read model belongs to another log; run `projector reset` to clear it and rebuild", cp.Offset, end.Offset)
-						p.stalls.stall(id, msg)
-						stall = append(stall, id)
-						p.log.Error("partition stalled", "partition", id, "reason", msg)
-					} else {
-						p.stalls.clear(id)
-					}
-				}
-				if len(stall) > 0 {
-					p.cl.PauseFetchPartitions(map[string][]int32{p.cfg.Topic: stall})
-				}
-				return offsets, nil
-			}
-			err = eerr
+	var (
+		cps  map[int32]snapshot.Checkpoint
+		ends kadm.ListedOffsets
+		ob   outboxRead
+	)
+	if err := retry(ctx, p.log, "reading checkpoints for assigned partitions", func(ctx context.Context) error {
+		var err error
+		if cps, err = p.startCheckpoints(ctx, ids); err != nil {
+			return err
 		}
-		p.log.Warn("reading checkpoints for assigned partitions", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if ends, err = p.adm.ListEndOffsets(ctx, p.cfg.Topic); err != nil {
+			return err
+		}
+		ob, err = p.derived.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.derived.load(ob)
+	var stall []int32
+	for _, id := range ids {
+		part := p.parts[id]
+		cp := cps[id]
+		parts[id] = kgo.NewOffset().At(cp.Offset).WithEpoch(-1)
+		if part != nil {
+			part.loaded(cp)
+			part.rebuildUntil = cp.RebuildUntil
+		}
+		if end, ok := ends.Lookup(p.cfg.Topic, id); ok && end.Err == nil && cp.Offset > end.Offset {
+			msg := fmt.Sprintf("checkpoint %d is beyond the end of the log (%d): the topic was recreated or truncated, so the read model belongs to another log; run `projector reset` to clear it and rebuild", cp.Offset, end.Offset)
+			p.stalls.stall(id, msg)
+			stall = append(stall, id)
+			p.log.Error("partition stalled", "partition", id, "reason", msg)
+		} else {
+			p.stalls.clear(id)
+		}
+		if cp.RebuildUntil > 0 {
+			p.stalls.rebuild(id, fmt.Sprintf("a rebuild to offset %d was under way when the partition changed owner", cp.RebuildUntil))
+			p.log.Warn("resuming the partition's rebuild", "partition", id, "checkpoint", cp.Offset, "until", cp.RebuildUntil)
+		}
+	}
+	if len(stall) > 0 {
+		p.cl.PauseFetchPartitions(map[string][]int32{p.cfg.Topic: stall})
+	}
+	return offsets, nil
+}
+
+// startCheckpoints returns the stored checkpoint of each assigned
+// partition, after two repairs:
+//
+//   - A partition with none gets checkpoint 0 before anything is folded,
+//     so that every checkpoint the projector writes afterwards is
+//     expected: Redis emptied (or gone back) before the partition's first
+//     checkpoint of its own would otherwise go unnoticed, and snapshots
+//     written before the loss would be missing under a checkpoint written
+//     after it.
+//   - A partition whose checkpoint is still 0 with a rebuild mark was
+//     being rebuilt, and its deletes may not have finished (the owner
+//     stopped between snapshot.Store.ResetCheckpoint and the deletes):
+//     they are done again. Once its checkpoint passed 0 they had finished,
+//     since a rebuild folds only after them.
+func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, error) {
+	cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	var fresh []snapshot.Checkpoint
+	for _, id := range ids {
+		if _, ok := cps[id]; !ok {
+			fresh = append(fresh, snapshot.Checkpoint{Partition: id, HighWatermark: -1})
+		}
+	}
+	if len(fresh) > 0 {
+		// Not expected: written only where none is stored, and read back
+		// with whatever another writer stored meanwhile.
+		if _, err := p.store.SaveCheckpoints(ctx, p.cfg.Topic, fresh, time.Now()); err != nil {
+			return nil, err
+		}
+		if cps, err = p.store.Checkpoints(ctx, p.cfg.Topic); err != nil {
 			return nil, err
 		}
 	}
+	for _, id := range ids {
+		cp, ok := cps[id]
+		if !ok {
+			return nil, fmt.Errorf("the checkpoint of partition %d vanished as it was stored", id)
+		}
+		if cp.RebuildUntil > 0 && cp.Offset == 0 {
+			n, err := p.store.DeletePartition(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if err := p.store.DeleteDeadlines(ctx, p.cfg.Topic, id); err != nil {
+				return nil, err
+			}
+			p.log.Info("deleted the snapshots of a partition whose rebuild had not folded anything", "partition", id, "snapshots", n)
+		}
+	}
+	return cps, nil
 }
 
 // replayStarts returns, for the change feed's outbox, where each assigned
@@ -208,6 +266,16 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 // was promoted, or Redis restarted from an older file), and snapshots
 // written after the stored point may be gone with it while this
 // projector's cache still holds them.
+//
+// The rebuild is durable before anything is deleted: the partition's
+// checkpoint is first put back to 0 with a mark saying how far the rebuild
+// runs (snapshot.Store.ResetCheckpoint). A projector killed anywhere in the
+// rebuild thus starts again from 0 (not from a checkpoint that Redis kept
+// over snapshots the rebuild deleted), deletes the partition again while
+// the checkpoint is still 0 (the deletes may not have finished), and
+// reports the rebuild until it ends; and the projector knows a stored
+// checkpoint (0) from the first record on, so a further loss during the
+// rebuild is noticed like any other (see adjustOffsets).
 func (p *Projector) rebuild(part *partState) {
 	why := "its checkpoint vanished from Redis"
 	if cps, err := p.store.Checkpoints(p.flush.ctx, p.cfg.Topic); err == nil {
@@ -217,7 +285,7 @@ func (p *Projector) rebuild(part *partState) {
 	}
 	p.log.Warn("the partition's read model was lost: rebuilding it from the earliest offset",
 		"partition", part.id, "why", why)
-	part.rebuildUntil = max(part.hw, part.lastCkpt, 1)
+	part.rebuildUntil = max(part.hw, part.lastCkpt, part.rebuildUntil, 1)
 	p.stalls.rebuild(part.id, why)
 	if r, ok := p.obs.(interface{ Rebuilt(partition int32) }); ok {
 		r.Rebuilt(part.id)
@@ -225,24 +293,63 @@ func (p *Projector) rebuild(part *partState) {
 	p.cache.dropPartition(part.id)
 	p.cache.addPartition(part.id)
 	p.derived.drop(part.id)
-	for attempt := 0; ; attempt++ {
-		n, err := p.store.DeletePartition(p.flush.ctx, part.id)
-		if err == nil {
-			p.log.Info("deleted the partition's snapshots before the rebuild", "partition", part.id, "snapshots", n)
-			break
-		}
-		p.log.Warn("deleting the partition's snapshots", "partition", part.id, "err", err, "attempt", attempt)
-		if sleep(p.flush.ctx, backoff(attempt)) != nil {
-			return
-		}
-	}
-	// Its deadlines go too: the rebuild arms them again from the log.
-	if err := p.store.DeleteDeadlines(p.flush.ctx, p.cfg.Topic, part.id); err != nil {
-		p.log.Warn("deleting the partition's deadlines before the rebuild", "partition", part.id, "err", err)
-	}
-	part.restart()
+	// Nothing of the partition is kept from here on: none of its records
+	// polled before the rebuild is folded, and it folds again from 0.
 	p.rebuiltNow[part.id] = true
+	part.next = -1
+	if err := retry(p.flush.ctx, p.log, "starting the partition's rebuild", func(ctx context.Context) error {
+		return p.store.ResetCheckpoint(ctx, p.cfg.Topic, part.id, part.rebuildUntil, time.Now())
+	}); err != nil {
+		return // stopping: nothing was deleted, and the stored checkpoint stands
+	}
+	if p.crash.at("rebuild-reset") {
+		return
+	}
+	if !p.deletePartition(part.id) {
+		return // stopping: the next owner deletes again (checkpoint 0, marked)
+	}
+	if p.crash.at("rebuild-deleted") {
+		return
+	}
+	part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
 	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
+}
+
+// deletePartition deletes a rebuilt partition's snapshots and armed
+// deadlines (the rebuild arms them again from the log), retrying until the
+// flush context ends; it reports whether it deleted them.
+func (p *Projector) deletePartition(id int32) bool {
+	err := retry(p.flush.ctx, p.log, "deleting the partition's snapshots before the rebuild", func(ctx context.Context) error {
+		n, err := p.store.DeletePartition(ctx, id)
+		if err == nil {
+			p.log.Info("deleted the partition's snapshots before the rebuild", "partition", id, "snapshots", n)
+		}
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	if err := p.store.DeleteDeadlines(p.flush.ctx, p.cfg.Topic, id); err != nil {
+		// Harmless if left: a deadline armed at a version the rebuilt
+		// session is past is superseded when it fires.
+		p.log.Warn("deleting the partition's deadlines before the rebuild", "partition", id, "err", err)
+	}
+	return true
+}
+
+// retry calls op until it succeeds or ctx ends, with backoff, logging each
+// failure; it returns ctx's error when ctx ends first.
+func retry(ctx context.Context, log *slog.Logger, what string, op func(context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		err := op(ctx)
+		if err == nil {
+			return nil
+		}
+		log.Warn(what, "err", err, "attempt", attempt)
+		if err := sleep(ctx, backoff(attempt)); err != nil {
+			return err
+		}
+	}
 }
 
 // finish records what a written batch made durable (flusher.finish), and

@@ -101,8 +101,10 @@ return out
 // checkpoint time). An expected checkpoint that is missing, or stored lower
 // than the writer knows it was, is not written: the store lost it (emptied,
 // or gone back in time), and the writer must rebuild rather than record
-// progress over the hole. Returns, per partition, the offset stored before
-// the call, or -1 when there was none.
+// progress over the hole. A written offset at or past the partition's
+// rebuild mark (see resetCheckpointScript) ends the rebuild: the mark goes.
+// Returns, per partition, the offset stored before the call, or -1 when
+// there was none.
 var checkpointScript = redis.NewScript(`
 local out = {}
 for i = 2, #ARGV, 5 do
@@ -111,9 +113,27 @@ for i = 2, #ARGV, 5 do
   if cur then out[#out + 1] = tonumber(cur) else out[#out + 1] = -1 end
   if (cur and tonumber(cur) <= o and (expected == '0' or tonumber(cur) >= known)) or (not cur and expected == '0') then
     redis.call('HSET', KEYS[1], p, o, p .. ':t', ARGV[1], p .. ':hw', hw)
+    local rb = redis.call('HGET', KEYS[1], p .. ':rb')
+    if rb and o >= tonumber(rb) then
+      redis.call('HDEL', KEYS[1], p .. ':rb')
+    end
   end
 end
 return out
+`)
+
+// resetCheckpointScript puts a partition's checkpoint back to offset 0,
+// whatever is stored, and marks the partition as being rebuilt until its
+// checkpoint reaches a given offset.
+//
+//	KEYS[1]   the topic's checkpoint hash
+//	ARGV[1]   the writer's time, Unix milliseconds
+//	ARGV[2]   the partition
+//	ARGV[3]   the offset the rebuild runs to (the mark)
+var resetCheckpointScript = redis.NewScript(`
+local p = ARGV[2]
+redis.call('HSET', KEYS[1], p, 0, p .. ':t', ARGV[1], p .. ':hw', -1, p .. ':rb', ARGV[3])
+return 1
 `)
 
 // countScript counts the sessions per state in one bucket's index, among
@@ -169,5 +189,5 @@ end
 return n
 `)
 
-var scripts = []*redis.Script{putScript, replaceScript, checkpointScript, countScript, deletePartitionScript, outboxScript,
+var scripts = []*redis.Script{putScript, replaceScript, checkpointScript, resetCheckpointScript, countScript, deletePartitionScript, outboxScript,
 	armScript, dueScript, firedScript}

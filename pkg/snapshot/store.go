@@ -325,6 +325,12 @@ type Checkpoint struct {
 	// lower offset is returned, so the writer can rebuild. 0 checks only
 	// that a checkpoint is stored.
 	Known int64
+	// RebuildUntil, when positive, says that the partition's read model is
+	// being rebuilt from the earliest offset (ResetCheckpoint) and is not
+	// whole until the checkpoint reaches this offset. Read by Checkpoints;
+	// SaveCheckpoints ignores it and clears the mark once it writes an
+	// offset at or past it.
+	RebuildUntil int64
 }
 
 // Lag returns HighWatermark-Offset, the partition's lag when the writer
@@ -416,9 +422,35 @@ func (s *Store) Checkpoints(ctx context.Context, topic string) (map[int32]Checkp
 		if hw, err := strconv.ParseInt(m[field+":hw"], 10, 64); err == nil {
 			cp.HighWatermark = hw
 		}
+		if rb, err := strconv.ParseInt(m[field+":rb"], 10, 64); err == nil && rb > 0 {
+			cp.RebuildUntil = rb
+		}
 		out[int32(p)] = cp
 	}
 	return out, nil
+}
+
+// ResetCheckpoint starts a partition's rebuild from the earliest offset:
+// it stores the partition's checkpoint as 0, whatever is stored, with the
+// mark RebuildUntil = until (the log's end when the rebuild began). The
+// writer calls it before it deletes anything of the partition (see
+// DeletePartition), so that the rebuild is durable: a writer that stops
+// before the rebuild's own checkpoints pass the old one finds the
+// checkpoint at 0 when it starts again, not the old one over deleted
+// snapshots, and the mark tells it that the partition's deletes may be
+// unfinished. until must be positive.
+func (s *Store) ResetCheckpoint(ctx context.Context, topic string, partition int32, until int64, now time.Time) error {
+	if until <= 0 {
+		return fmt.Errorf("snapshot store: a rebuild to offset %d: want a positive offset", until)
+	}
+	key := s.keys.checkpoints(topic)
+	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		return []*redis.Cmd{resetCheckpointScript.EvalSha(ctx, pipe, []string{key}, now.UnixMilli(), partition, until)}
+	})
+	if err != nil {
+		return &StoreError{Op: "checkpoint", Key: key, Err: err}
+	}
+	return nil
 }
 
 // DeleteCheckpoints removes every checkpoint of a topic, so that the next
@@ -690,7 +722,8 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 // DeletePartition deletes every stored snapshot whose position is on
 // partition, with its index entries, and returns how many it deleted. A
 // projector that finds its partition's checkpoint gone (Redis emptied) calls
-// it before folding the partition again from the earliest offset: snapshots
+// it, after ResetCheckpoint, before folding the partition again from the
+// earliest offset: snapshots
 // written after the loss may have been folded without the history Redis
 // lost, and the skip rule would otherwise protect them from the rebuild. It
 // reads every bucket (one script call each, pipelined); it is for that rare

@@ -451,3 +451,72 @@ func scanKeys(t *testing.T, rdb redis.UniversalClient, prefix string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestResetCheckpoint puts a partition's checkpoint back to 0 with a rebuild
+// mark, over a higher one and over none; checkpoints below the mark keep
+// it, and the first at or past it clears it.
+func TestResetCheckpoint(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(tg.name, func(t *testing.T) {
+			rdb, _ := tg.open(t)
+			st, err := snapshot.NewStore(rdb, "rc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			now := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
+			read := func() map[int32]snapshot.Checkpoint {
+				t.Helper()
+				cps, err := st.Checkpoints(ctx, "events")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cps
+			}
+			if _, err := st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 0, Offset: 900, HighWatermark: 950}}, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.ResetCheckpoint(ctx, "events", 0, 950, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.ResetCheckpoint(ctx, "events", 1, 40, now); err != nil { // none stored
+				t.Fatal(err)
+			}
+			cps := read()
+			if cp := cps[0]; cp.Offset != 0 || cp.RebuildUntil != 950 || cp.HighWatermark != -1 {
+				t.Fatalf("partition 0 after the reset: %+v, want offset 0 rebuilt until 950", cp)
+			}
+			if cp := cps[1]; cp.Offset != 0 || cp.RebuildUntil != 40 {
+				t.Fatalf("partition 1 after the reset: %+v, want offset 0 rebuilt until 40", cp)
+			}
+			// An expected checkpoint from the rebuild moves on; the mark stays
+			// below its offset and goes at it.
+			prev, err := st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{
+				{Partition: 0, Offset: 500, HighWatermark: 960, Expected: true},
+				{Partition: 1, Offset: 40, HighWatermark: 40, Expected: true},
+			}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prev[0] != (snapshot.PriorCheckpoint{Stored: true, Offset: 0}) {
+				t.Fatalf("prior of partition 0: %+v, want the reset's 0", prev[0])
+			}
+			cps = read()
+			if cp := cps[0]; cp.Offset != 500 || cp.RebuildUntil != 950 {
+				t.Fatalf("partition 0 during the rebuild: %+v, want offset 500 rebuilt until 950", cp)
+			}
+			if cp := cps[1]; cp.Offset != 40 || cp.RebuildUntil != 0 {
+				t.Fatalf("partition 1 at its mark: %+v, want offset 40 and no mark", cp)
+			}
+			if _, err := st.SaveCheckpoints(ctx, "events", []snapshot.Checkpoint{{Partition: 0, Offset: 951, HighWatermark: 960, Expected: true, Known: 500}}, now); err != nil {
+				t.Fatal(err)
+			}
+			if cp := read()[0]; cp.Offset != 951 || cp.RebuildUntil != 0 {
+				t.Fatalf("partition 0 past its mark: %+v, want offset 951 and no mark", cp)
+			}
+			if err := st.ResetCheckpoint(ctx, "events", 0, 0, now); err == nil {
+				t.Fatal("a reset to offset 0 was accepted")
+			}
+		})
+	}
+}

@@ -1,0 +1,218 @@
+package projector
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+)
+
+// lossStep is one step of a loss scenario: at the n-th time the projector
+// reaches point (counted from the previous step), Redis is emptied
+// (FLUSHALL), saved, or put back to what was saved (gone back in time, as a
+// lagging replica promoted would be), and the projector may be killed right
+// there.
+type lossStep struct {
+	point             string
+	n                 int
+	flush, save, back bool
+	crash             bool
+}
+
+// losses runs the steps from the projector's crash points, across the
+// restarts of a crashed projector.
+type losses struct {
+	e     *env
+	mu    sync.Mutex
+	steps []lossStep
+	i     int
+	hits  int
+	saved map[string]string
+}
+
+func (l *losses) hook(point string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.i >= len(l.steps) || l.steps[l.i].point != point {
+		return false
+	}
+	if l.hits++; l.hits < l.steps[l.i].n {
+		return false
+	}
+	s := l.steps[l.i]
+	l.i, l.hits = l.i+1, 0
+	switch {
+	case s.save:
+		l.saved = l.e.saveRedis()
+	case s.back:
+		l.e.restoreRedis(l.saved)
+	case s.flush:
+		if err := l.e.rdb.FlushAll(ctx).Err(); err != nil {
+			l.e.t.Error(err)
+		}
+	}
+	return s.crash
+}
+
+func (l *losses) done() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.i == len(l.steps)
+}
+
+// saveRedis returns every key of Redis, dumped.
+func (e *env) saveRedis() map[string]string {
+	keys, err := e.rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	saved := map[string]string{}
+	for _, k := range keys {
+		v, err := e.rdb.Dump(ctx, k).Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		saved[k] = v
+	}
+	return saved
+}
+
+// restoreRedis empties Redis and puts back what saveRedis returned.
+func (e *env) restoreRedis(saved map[string]string) {
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		e.t.Error(err)
+	}
+	for k, v := range saved {
+		if err := e.rdb.RestoreReplace(ctx, k, 0, v).Err(); err != nil {
+			e.t.Error(err)
+		}
+	}
+}
+
+// TestRedisLostAtEveryStep empties Redis, or sends it back in time, at each
+// step of a flush and of the rebuild that follows, once or twice, with or
+// without a projector killed right there and restarted: the read model
+// must end equal to an uninterrupted fold every time. A loss is noticed
+// only through the checkpoints, so each case puts one where the projector
+// knows least: before the first checkpoint of a fresh fold or of a
+// rebuild, between a rebuild's steps, and across a restart.
+func TestRedisLostAtEveryStep(t *testing.T) {
+	e := newEnv(t, 3)
+	e.produce(workloadEvents(41, 160))
+	want := e.reference("ref")
+	flush := func(point string, n int) lossStep { return lossStep{point: point, n: n, flush: true} }
+	kill := func(point string, n int) lossStep { return lossStep{point: point, n: n, crash: true} }
+	flushKill := func(point string, n int) lossStep { return lossStep{point: point, n: n, flush: true, crash: true} }
+	save := lossStep{point: "after-checkpoint", n: 2, save: true}
+	back := func(point string, n int) lossStep { return lossStep{point: point, n: n, back: true} }
+	cases := []struct {
+		name  string
+		steps []lossStep
+	}{
+		{"emptied before the first checkpoint", []lossStep{flush("after-put", 1)}},
+		{"emptied before the first checkpoint, after a restart", []lossStep{kill("before-put", 1), flush("after-put", 1)}},
+		{"emptied with the first checkpoint, then killed", []lossStep{flushKill("after-checkpoint", 1)}},
+		{"emptied, then again before the rebuild's first checkpoint", []lossStep{flush("after-checkpoint", 2), flush("after-put", 1)}},
+		{"emptied, then again after the rebuild's reset", []lossStep{flush("after-checkpoint", 2), flush("rebuild-reset", 1)}},
+		{"emptied, then again after the rebuild's deletes", []lossStep{flush("after-checkpoint", 2), flush("rebuild-deleted", 1)}},
+		{"emptied, killed in the rebuild, emptied after the restart", []lossStep{flush("after-checkpoint", 2), kill("after-put", 2), flush("after-put", 1)}},
+		{"emptied twice, killed twice", []lossStep{flush("after-checkpoint", 2), kill("after-checkpoint", 1), flush("before-checkpoint", 1), kill("after-put", 1)}},
+		{"back in time, killed after the rebuild's reset", []lossStep{save, back("after-checkpoint", 2), kill("rebuild-reset", 1)}},
+		{"back in time, killed after the rebuild's deletes", []lossStep{save, back("after-checkpoint", 2), kill("rebuild-deleted", 1)}},
+		{"back in time, killed in the rebuild's first batch", []lossStep{save, back("after-checkpoint", 2), kill("after-checkpoint", 1)}},
+		{"back in time, killed, emptied after the restart", []lossStep{save, back("after-checkpoint", 2), kill("after-put", 1), flush("after-put", 2)}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := &env{t: t, brokers: e.brokers, rdb: e.rdb, srv: e.srv}
+			prefix := "loss" + string(rune('a'+i))
+			l := &losses{e: e, steps: c.steps}
+			cfg := e.config("loss")
+			cfg.Group = prefix
+			for run := 0; ; run++ {
+				if run > len(c.steps) {
+					t.Fatalf("%d restarts for %d steps", run, len(c.steps))
+				}
+				r := e.start(cfg, prefix, l.hook)
+				if !eventually(30*time.Second, func() bool {
+					select {
+					case err := <-r.done:
+						r.done <- err
+						return true
+					default:
+						return l.done()
+					}
+				}) {
+					t.Fatalf("step %d of %d not reached", l.i, len(c.steps))
+				}
+				select {
+				case err := <-r.done:
+					if !errors.Is(err, errCrashed) {
+						t.Fatalf("run %d: %v", run, err)
+					}
+					continue // killed: start again
+				default:
+				}
+				e.waitCaughtUp(prefix, 60*time.Second)
+				if err := r.halt(); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+			e.assertSame(want, e.dump(prefix))
+		})
+	}
+}
+
+// TestRestartResumesARebuild starts a projector on a partition whose
+// rebuild was cut short right after its checkpoint was reset (the owner was
+// killed before its deletes): the new owner deletes the partition's
+// snapshots again before folding, reports the rebuild on /readyz until it
+// ends, and ends equal to an uninterrupted fold.
+func TestRestartResumesARebuild(t *testing.T) {
+	e := newEnv(t, 2)
+	e.produce(workloadEvents(43, 60))
+	want := e.reference("ref")
+	st := e.store("resume")
+	at := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	var s snapshot.Snapshot
+	var red fsm.Reducer
+	ev := fsm.NewEvent(fsm.EventID{7}, "left-over", fsm.SessionCreated, at, fsm.Fields{Goal: "from before the loss"})
+	s.Fold(&red, &ev, snapshot.Position{Partition: 0, Offset: 1 << 40})
+	if _, err := st.PutBatch(ctx, []snapshot.Entry{snapshot.NewEntry(&s)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ResetCheckpoint(ctx, topic, 0, endOffsets(t, e.brokers)[0], time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var rp atomic.Pointer[Projector]
+	var readyErr atomic.Value
+	r := e.start(e.config("resume"), "resume", func(point string) bool {
+		if p := rp.Load(); point == "before-put" && p != nil && readyErr.Load() == nil {
+			readyErr.Store(fmt.Sprint(p.Ready(ctx)))
+		}
+		return false
+	})
+	rp.Store(r.p)
+	e.waitCaughtUp("resume", 30*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readyErr.Load().(string); !strings.Contains(got, "partition 0: rebuilding from the log") {
+		t.Fatalf("readiness during the resumed rebuild: %q, want partition 0 rebuilding", got)
+	}
+	cps, err := st.Checkpoints(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cps[0].RebuildUntil != 0 {
+		t.Fatalf("the rebuild mark stayed after the rebuild: %+v", cps[0])
+	}
+	e.assertSame(want, e.dump("resume"))
+}
