@@ -210,3 +210,25 @@ func TestWatchCursorsAreOpaque(t *testing.T) {
 		}
 	}
 }
+
+// A stream ends after MaxLifetime, at a cursor that resumes where it
+// stopped.
+func TestWatchMaxLifetime(t *testing.T) {
+	f := newWatchFixture(t, query.WatchOptions{MaxLifetime: 300 * time.Millisecond})
+	s := f.open("/v1/watch", "")
+	f.produce(chg("s-1", 0, 0, "ACTIVE"))
+	var last string
+	for _, ev := range s.ends() {
+		if ev.id != "" {
+			last = ev.id
+		}
+	}
+	if last == "" {
+		t.Fatal("the stream ended without a cursor")
+	}
+	f.produce(chg("s-2", 1, 1, "ACTIVE"))
+	r := f.open("/v1/watch", "", "Last-Event-ID", last)
+	if c, _ := r.change(); c.SessionID != "s-2" {
+		t.Fatalf("resumed: got %s, want s-2", c.SessionID)
+	}
+}
