@@ -70,6 +70,33 @@ func (g *Guard) Watch(ctx context.Context) {
 	}
 }
 
+// Reloaded returns a channel closed when the token file is next reloaded;
+// nil (never ready) without authentication. Long requests (watches) wait
+// on it and then ask Still.
+func (g *Guard) Reloaded() <-chan struct{} {
+	if g.keyring == nil {
+		return nil
+	}
+	return g.keyring.Changed()
+}
+
+// Still reports whether the request's bearer token, looked up in the tokens
+// loaded now, still grants what p (its principal when the request began)
+// was granted: the same name and session-id prefix, and scope. A revoked
+// token, or one whose prefix or scopes changed, no longer does. Without
+// authentication it is always true.
+func (g *Guard) Still(r *http.Request, p *Principal, scope Scope) bool {
+	if g.keyring == nil {
+		return true
+	}
+	token, ok := bearer(r)
+	if !ok || p == nil {
+		return false
+	}
+	now, ok := g.keyring.Lookup(token)
+	return ok && now.Name == p.Name && now.Prefix == p.Prefix && now.Has(scope)
+}
+
 type principalKey struct{}
 
 // PrincipalFrom returns the principal that Authenticate put in ctx, or nil.

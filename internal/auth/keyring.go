@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/correx/sessions/internal/config"
@@ -15,6 +16,9 @@ import (
 type Keyring struct {
 	path   string
 	tokens atomic.Pointer[[]Token]
+
+	mu      sync.Mutex    // guards changed
+	changed chan struct{} // closed by the next successful Reload
 }
 
 // LoadKeyring reads the token file at path.
@@ -33,7 +37,25 @@ func (k *Keyring) Reload() error {
 		return err
 	}
 	k.tokens.Store(&tokens)
+	k.mu.Lock()
+	if k.changed != nil {
+		close(k.changed)
+		k.changed = nil
+	}
+	k.mu.Unlock()
 	return nil
+}
+
+// Changed returns a channel closed by the next successful Reload, so that
+// what was granted under the previous tokens (an open stream) can be
+// checked again. Ask again after it closes.
+func (k *Keyring) Changed() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.changed == nil {
+		k.changed = make(chan struct{})
+	}
+	return k.changed
 }
 
 // Len is the number of tokens loaded.

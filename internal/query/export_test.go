@@ -19,12 +19,30 @@ func (w *Watcher) Cuts() int64 {
 func (w *Watcher) Ready() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.ready
+	return w.state == feedReading
 }
+
+// CatchUpsWaiting is the number of resumed watches waiting for a turn.
+func (w *Watcher) CatchUpsWaiting() int64 { return w.waiting.Load() }
+
+// CatchUpsRunning is the number of catch-ups reading the feed.
+func (w *Watcher) CatchUpsRunning() int { return len(w.turns) }
 
 // Waiting is the number of reads waiting for a position (holding a slot).
 func (h *Handler) Waiting() int {
 	h.waits.mu.Lock()
 	defer h.waits.mu.Unlock()
 	return h.waits.total
+}
+
+// Offered is the number of records the reader has offered, over every
+// partition of the feed (the sum of its position).
+func (w *Watcher) Offered() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var n int64
+	for _, o := range w.next {
+		n += o
+	}
+	return n
 }

@@ -59,6 +59,7 @@ type Handler struct {
 	parts   *partitionCount
 	replays chan struct{}
 	watch   *Watcher
+	guard   *auth.Guard
 	api     http.Handler
 }
 
@@ -117,7 +118,7 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, Poll: o.PollEvery,
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
-		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch}
+		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard}
 	// Scopes: sessions:read for reads, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a

@@ -1,9 +1,12 @@
 package query
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/config"
@@ -37,6 +40,34 @@ type Config struct {
 	// (CORREX_TIMEOUT_*, the projector's settings): a snapshot's
 	// "timeouts" and "deadline" show the effective values with them.
 	Timeouts fsm.Timeouts
+	// WatchCursorKeyFile holds the secret the watch cursors are sealed
+	// with (CORREX_WATCH_CURSOR_KEY_FILE; at least 16 bytes, surrounding
+	// whitespace ignored). The same file on every replica keeps cursors
+	// valid across restarts and replicas; without it each process draws a
+	// key, and a cursor from another process gets 410.
+	WatchCursorKeyFile string
+	// WatchMaxLifetime ends each watch stream after this long
+	// (CORREX_WATCH_MAX_LIFETIME; default 1h); the client resumes with
+	// its last id.
+	WatchMaxLifetime time.Duration
+}
+
+// minCursorKey is the shortest secret CORREX_WATCH_CURSOR_KEY_FILE may hold.
+const minCursorKey = 16
+
+// cursorKey reads WatchCursorKeyFile; nil when it is not set.
+func (c *Config) cursorKey() ([]byte, error) {
+	if c.WatchCursorKeyFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(c.WatchCursorKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("CORREX_WATCH_CURSOR_KEY_FILE: %w", err)
+	}
+	if b = bytes.TrimSpace(b); len(b) < minCursorKey {
+		return nil, fmt.Errorf("CORREX_WATCH_CURSOR_KEY_FILE: must hold at least %d bytes of secret, it holds %d", minCursorKey, len(b))
+	}
+	return b, nil
 }
 
 // Redis returns the Redis connection settings.
@@ -54,6 +85,8 @@ func DefaultConfig() Config {
 		RedisPrefix: config.DefaultRedisPrefix,
 		HTTPAddr:    ":8082",
 		Timeouts:    fsm.DefaultTimeouts(),
+
+		WatchMaxLifetime: DefaultWatchMaxLifetime,
 	}
 }
 
@@ -70,6 +103,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", d.RedisPasswordFile, "file holding the Redis password (instead of a password in the URL)")
 	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", d.RedisTLSCAFile, "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address")
+	b.String(&c.WatchCursorKeyFile, "watch-cursor-key-file", "CORREX_WATCH_CURSOR_KEY_FILE", d.WatchCursorKeyFile, "file holding the secret that seals watch cursors (the same on every replica; without it cursors do not survive a restart)")
+	b.Duration(&c.WatchMaxLifetime, "watch-max-lifetime", "CORREX_WATCH_MAX_LIFETIME", d.WatchMaxLifetime, "longest a watch stream lasts before the client must resume")
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
 	c.TLS.Bind(b)
@@ -92,6 +127,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RedisPrefix == "" {
 		p.Addf("CORREX_REDIS_PREFIX: must not be empty")
+	}
+	if c.WatchMaxLifetime <= 0 {
+		p.Addf("CORREX_WATCH_MAX_LIFETIME: must be positive")
+	}
+	if _, err := c.cursorKey(); err != nil {
+		p.Addf("%s", err)
 	}
 	p.AddTimeouts(c.Timeouts)
 	return p.Err()
@@ -125,7 +166,15 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		opts.Partitions = parts
 		// The watcher stops with ctx, which ends every stream, so the HTTP
 		// server's shutdown below does not wait on them.
-		opts.Watch = NewWatcher(cfg.Kafka, cfg.Topic, WatchOptions{Log: rt.Logger(), Opts: rt.KafkaOpts})
+		key, err := cfg.cursorKey()
+		if err != nil {
+			return fmt.Errorf("query: %w", err)
+		}
+		if key == nil {
+			rt.Logger().Info("watch cursors are sealed with a key of this process: a cursor does not survive a restart nor move to another replica (410); set CORREX_WATCH_CURSOR_KEY_FILE, the same on every replica, to keep them")
+		}
+		opts.Watch = NewWatcher(cfg.Kafka, cfg.Topic, WatchOptions{Log: rt.Logger(), Opts: rt.KafkaOpts,
+			MaxLifetime: cfg.WatchMaxLifetime, CursorKey: key})
 		wctx, stopWatching := context.WithCancel(ctx)
 		watching := make(chan error, 1)
 		go func() { watching <- opts.Watch.Run(wctx) }()

@@ -42,6 +42,9 @@ type watchFixture struct {
 	stop    context.CancelFunc
 	ran     chan error
 	tokens  map[string]string // name -> bearer token; empty without authentication
+	// tokenFile holds the tokens' lines (the guard reloads it on SIGHUP).
+	tokenFile string
+	lines     map[string]string // name -> its line in tokenFile
 }
 
 // newWatchFixture serves the query API with a watcher over a kfake broker
@@ -50,15 +53,27 @@ type watchFixture struct {
 // Each name in tokens gets a sessions:read token bound to prefix "name:".
 func newWatchFixture(t *testing.T, o query.WatchOptions, tokens ...string) *watchFixture {
 	t.Helper()
+	f := newWatchFixtureOn(t, kfake.SeedTopics(watchParts, topic, feed.Topic(topic)), o, tokens...)
+	waitUntil(t, "the watcher reads the feed", f.watcher.Ready)
+	return f
+}
+
+// newWatchFixtureOn is newWatchFixture on a broker seeded as seed says,
+// returned without waiting for the watcher.
+func newWatchFixtureOn(t *testing.T, seed kfake.Opt, o query.WatchOptions, tokens ...string) *watchFixture {
+	t.Helper()
 	r := redistest.Start(t)
 	store, err := snapshot.NewStore(r.Client(t), "q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := kafkatest.Start(t, kfake.SeedTopics(watchParts, topic, feed.Topic(topic)))
+	c := kafkatest.Start(t, seed)
 	kcfg := kafka.Config{Brokers: c.ListenAddrs()}
-	o.Log = slog.New(slog.DiscardHandler)
-	f := &watchFixture{t: t, store: store, watcher: query.NewWatcher(kcfg, topic, o), ran: make(chan error, 1), tokens: map[string]string{}}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	f := &watchFixture{t: t, store: store, watcher: query.NewWatcher(kcfg, topic, o), ran: make(chan error, 1),
+		tokens: map[string]string{}, lines: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	go func() { f.ran <- f.watcher.Run(ctx) }()
@@ -75,15 +90,17 @@ func newWatchFixture(t *testing.T, o query.WatchOptions, tokens ...string) *watc
 				t.Fatal(err)
 			}
 			f.tokens[name] = tok
-			lines = append(lines, auth.HashToken(tok)+" sessions:read prefix="+name+": name="+name)
+			f.lines[name] = auth.HashToken(tok) + " sessions:read prefix=" + name + ": name=" + name
+			lines = append(lines, f.lines[name])
 		}
-		file := filepath.Join(t.TempDir(), "tokens")
-		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		f.tokenFile = filepath.Join(t.TempDir(), "tokens")
+		if err := os.WriteFile(f.tokenFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if qo.Guard, err = auth.New(auth.Config{TokensFile: file}, slog.New(slog.DiscardHandler)); err != nil {
+		if qo.Guard, err = auth.New(auth.Config{TokensFile: f.tokenFile}, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatal(err)
 		}
+		qo.Guard.Watch(ctx) // reloads on SIGHUP
 	}
 	f.srv = httptest.NewUnstartedServer(query.NewHandler(store, topic, nil, qo))
 	f.srv.Config.ReadTimeout, f.srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
@@ -103,7 +120,6 @@ func newWatchFixture(t *testing.T, o query.WatchOptions, tokens ...string) *watc
 	}
 	t.Cleanup(f.prod.Close)
 	f.adm = kadm.NewClient(f.prod)
-	waitUntil(t, "the watcher reads the feed", f.watcher.Ready)
 	return f
 }
 
@@ -144,6 +160,12 @@ func (f *watchFixture) produce(cs ...feed.Change) {
 type sseEvent struct {
 	name, id, data string
 	comment        string // a comment line's text, for a comment
+}
+
+// idOnly reports whether ev carries only a cursor: it moves the client's
+// last event id and is not dispatched (HTML, "dispatch the event").
+func (ev sseEvent) idOnly() bool {
+	return ev.comment == "" && ev.name == "" && ev.data == "" && ev.id != ""
 }
 
 // sseStream reads a Server-Sent Events body: fields per the HTML
@@ -196,7 +218,7 @@ func (s *sseStream) read() {
 		line := sc.Text()
 		switch {
 		case line == "":
-			if ev.name != "" || len(data) > 0 {
+			if ev.name != "" || len(data) > 0 || ev.id != "" {
 				ev.data = strings.Join(data, "\n")
 				s.events <- ev
 			}
@@ -229,7 +251,7 @@ func (s *sseStream) next() sseEvent {
 			if !ok {
 				s.t.Fatal("the stream ended")
 			}
-			if ev.comment == "" {
+			if ev.comment == "" && !ev.idOnly() {
 				return ev
 			}
 		case <-timeout:
@@ -310,7 +332,7 @@ func TestWatchStreamsChangesWithFilters(t *testing.T) {
 		var got []string
 		for {
 			c, id := s.change()
-			if _, err := query.DecodeCursor(id); err != nil {
+			if _, err := f.watcher.DecodeCursor(id); err != nil {
 				t.Fatalf("%s: id %q is not a cursor: %v", name, id, err)
 			}
 			got = append(got, c.SessionID)
@@ -394,7 +416,7 @@ func TestWatchResumesWithoutGapOrDuplicate(t *testing.T) {
 func TestWatchRefusesBadRequests(t *testing.T) {
 	f := newWatchFixture(t, query.WatchOptions{})
 	f.produce(chg("s-1", 0, 0, "ACTIVE"), chg("s-1", 0, 1, "PAUSED"))
-	old := query.EncodeCursor([]int64{0, 0, 0})
+	old := f.watcher.EncodeCursor([]int64{0, 0, 0})
 	var offs kadm.Offsets
 	offs.Add(kadm.Offset{Topic: feed.Topic(topic), Partition: 0, At: 2})
 	if _, err := f.adm.DeleteRecords(context.Background(), offs); err != nil {
@@ -419,7 +441,7 @@ func TestWatchRefusesBadRequests(t *testing.T) {
 		{"/v1/watch?parent=bad%20id", "", "parent"},
 		{"/v1/watch?cursor=not-a-cursor", "", "cursor"},
 		{"/v1/watch", "garbage!", "Last-Event-ID"},
-		{"/v1/watch?cursor=" + query.EncodeCursor([]int64{0, 0, 0, 0, 0}), "", "cursor"},
+		{"/v1/watch?cursor=" + f.watcher.EncodeCursor([]int64{0, 0, 0, 0, 0}), "", "cursor"},
 		{"/v1/sessions/bad%20id/watch", "", "id"},
 	} {
 		var resp *http.Response
@@ -531,7 +553,7 @@ func TestSessionWatchStartsWithSnapshot(t *testing.T) {
 	if ev.name != "snapshot" || json.Unmarshal([]byte(ev.data), &got) != nil || got.ID != "s-1" || got.Version != 2 {
 		t.Fatalf("first event: %+v", ev)
 	}
-	if _, err := query.DecodeCursor(ev.id); err != nil {
+	if _, err := f.watcher.DecodeCursor(ev.id); err != nil {
 		t.Fatalf("snapshot id %q: %v", ev.id, err)
 	}
 	f.produce(chg("s-1", 1, 10, "CREATED"), chg("s-1", 1, 11, "ACTIVE"), chg("o-1", 1, 12, "ACTIVE"),
@@ -588,7 +610,7 @@ func TestWatchHeartbeat(t *testing.T) {
 func TestWatchLimitPerToken(t *testing.T) {
 	f := newWatchFixture(t, query.WatchOptions{MaxWatchesPerPrincipal: 2}, "acme", "beta")
 	a1 := f.open("/v1/watch", f.tokens["acme"])
-	f.open("/v1/sessions/acme:x/watch?cursor="+query.EncodeCursor([]int64{0, 0, 0}), f.tokens["acme"])
+	f.open("/v1/sessions/acme:x/watch?cursor="+f.watcher.EncodeCursor([]int64{0, 0, 0}), f.tokens["acme"])
 	resp := f.request("/v1/watch", f.tokens["acme"])
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
@@ -685,7 +707,7 @@ func TestWatchCutsSlowConsumer(t *testing.T) {
 func TestWatchShutdownEndsStreams(t *testing.T) {
 	f := newWatchFixture(t, query.WatchOptions{})
 	var streams []*sseStream
-	for _, p := range []string{"/v1/watch", "/v1/watch?state=ACTIVE", "/v1/watch?cursor=" + query.EncodeCursor([]int64{0, 0, 0})} {
+	for _, p := range []string{"/v1/watch", "/v1/watch?state=ACTIVE", "/v1/watch?cursor=" + f.watcher.EncodeCursor([]int64{0, 0, 0})} {
 		streams = append(streams, f.open(p, ""))
 	}
 	waitUntil(t, "every watch is subscribed", func() bool { return f.watcher.Subscribers() == len(streams) })

@@ -138,6 +138,12 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(line) == 0 { // dispatch
+			// An id without data moves the cursor past changes the
+			// service read and filtered out: resuming goes further.
+			if event == "" && len(data) == 0 && id != "" && id != *cursor {
+				*cursor = id
+				got = true
+			}
 			if event == "change" && len(data) > 0 {
 				var ch Change
 				if err := feed.Decode(data, &ch.Change); err != nil {
