@@ -46,3 +46,6 @@ func (w *Watcher) Offered() int64 {
 	}
 	return n
 }
+
+// SharedCursorKey exposes sharedCursorKey to the tests.
+var SharedCursorKey = sharedCursorKey

@@ -3,8 +3,11 @@ package query
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -43,8 +46,8 @@ type Config struct {
 	// WatchCursorKeyFile holds the secret the watch cursors are sealed
 	// with (CORREX_WATCH_CURSOR_KEY_FILE; at least 16 bytes, surrounding
 	// whitespace ignored). The same file on every replica keeps cursors
-	// valid across restarts and replicas; without it each process draws a
-	// key, and a cursor from another process gets 410.
+	// valid across restarts and replicas; without it the key is a random
+	// one shared in Redis (sharedCursorKey).
 	WatchCursorKeyFile string
 	// WatchMaxLifetime ends each watch stream after this long
 	// (CORREX_WATCH_MAX_LIFETIME; default 1h); the client resumes with
@@ -68,6 +71,44 @@ func (c *Config) cursorKey() ([]byte, error) {
 		return nil, fmt.Errorf("CORREX_WATCH_CURSOR_KEY_FILE: must hold at least %d bytes of secret, it holds %d", minCursorKey, len(b))
 	}
 	return b, nil
+}
+
+// cursorKeyTTL keeps the cursor key shared in Redis alive: each query
+// process renews it at start, so it expires only when no replica started for
+// that long.
+const cursorKeyTTL = 30 * 24 * time.Hour
+
+// sharedCursorKey returns the secret the watch cursors are sealed with when
+// no CORREX_WATCH_CURSOR_KEY_FILE is given: a random one kept in Redis at
+// <prefix>:watch:cursor-key, created by the first query process and read by
+// every other, so that cursors survive restarts and move between replicas
+// without configuration. When Redis does not answer within 5 s, the process
+// draws a key of its own (cursors then get 410 from other processes) and
+// says so.
+func sharedCursorKey(ctx context.Context, cfg Config, log *slog.Logger) []byte {
+	fallback := func(err error) []byte {
+		log.Warn("watch cursors are sealed with a key of this process: a cursor does not survive a restart nor move to another replica (410); set CORREX_WATCH_CURSOR_KEY_FILE, the same on every replica, to keep them",
+			"err", err)
+		return nil
+	}
+	rdb, err := cfg.Redis().Open()
+	if err != nil {
+		return fallback(err)
+	}
+	defer func() { _ = rdb.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	fresh := make([]byte, 32)
+	_, _ = rand.Read(fresh) // never fails (crypto/rand)
+	key := cfg.RedisPrefix + ":watch:cursor-key"
+	if err := rdb.SetNX(ctx, key, hex.EncodeToString(fresh), cursorKeyTTL).Err(); err != nil {
+		return fallback(err)
+	}
+	secret, err := rdb.GetEx(ctx, key, cursorKeyTTL).Bytes()
+	if err != nil {
+		return fallback(err)
+	}
+	return secret
 }
 
 // Redis returns the Redis connection settings.
@@ -171,7 +212,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 			return fmt.Errorf("query: %w", err)
 		}
 		if key == nil {
-			rt.Logger().Info("watch cursors are sealed with a key of this process: a cursor does not survive a restart nor move to another replica (410); set CORREX_WATCH_CURSOR_KEY_FILE, the same on every replica, to keep them")
+			key = sharedCursorKey(ctx, cfg, rt.Logger())
 		}
 		opts.Watch = NewWatcher(cfg.Kafka, cfg.Topic, WatchOptions{Log: rt.Logger(), Opts: rt.KafkaOpts,
 			MaxLifetime: cfg.WatchMaxLifetime, CursorKey: key})
