@@ -92,7 +92,6 @@ type Store interface {
 
 	// Children, outbox, armed deadlines.
 	AddChildren(ctx context.Context, links []snapshot.ChildLink) error
-	Children(ctx context.Context, parents []string, limit int) ([][]string, []bool, error)
 	RemoveChildren(ctx context.Context, links []snapshot.ChildLink) error
 	ChildrenPages(ctx context.Context, from []snapshot.ChildrenCursor, count int) ([][]string, []string, error)
 	PutOutbox(ctx context.Context, topic string, batches []snapshot.OutboxBatch) error
