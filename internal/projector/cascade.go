@@ -39,16 +39,20 @@ const (
 // partitions and projectors: a child created after its parent ended is
 // cancelled by its own creation. A child cancelled by both gets the same
 // event twice (its id is derived from the child and the parent's event that
-// entered the state: the event itself, or the parent's latest transition),
+// entered CANCELLING, or FAILED or CANCELLED when it did not pass through
+// CANCELLING: the event itself, or the parent's transition into that state),
 // which its fold sees as a duplicate. A child that ends (a terminal state)
 // is removed from the index (snapshot.Store.RemoveChildren), so the index
 // holds the children a parent's end may still have to reach.
 type family struct {
 	parent string                // a child's creation: the parent it names
 	policy fsm.ParentClosePolicy // the child's parentClosePolicy
-	ended  bool                  // the session entered CANCELLING, FAILED or CANCELLED
-	mode   fsm.CancelMode        // the session's cancellation mode (graceful when none)
-	leaves string                // the session ended: the parent whose children index it leaves
+	// ended: the session entered CANCELLING, or FAILED or CANCELLED from
+	// a state other than CANCELLING (from CANCELLING, its entering
+	// CANCELLING already cancelled its children).
+	ended  bool
+	mode   fsm.CancelMode // the session's cancellation mode (graceful when none)
+	leaves string         // the session ended: the parent whose children index it leaves
 }
 
 // cascades reports whether entering st cancels a session's children.
@@ -72,7 +76,7 @@ func familyOf(e *fsm.Event, s *snapshot.Snapshot, out outcome) *family {
 		return nil
 	}
 	var f family
-	if cascades(out.to) {
+	if cascades(out.to) && !cascades(out.from) {
 		f.ended = true
 		if s.Cancellation.Requested {
 			f.mode = s.Cancellation.Mode
@@ -150,7 +154,7 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 			if p == nil || !cascades(p.State) || p.NumTransitions() == 0 {
 				continue
 			}
-			entered := p.TransitionAt(p.NumTransitions() - 1) // the event that entered the parent's state
+			entered := closedBy(p)
 			mode := fsm.CancelGraceful
 			if p.Cancellation.Requested {
 				mode = p.Cancellation.Mode
@@ -172,8 +176,9 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 // the batch's checkpoints) makes the restart fold the batch again, and
 // note the parent's end again (from the outbox, when its snapshot was
 // stored), so the cascade starts over from the start of the index. That
-// is idempotent: a child reached before the crash gets the same event
-// again (same id), a duplicate. It is bounded:
+// is idempotent: a child reached before the crash whose cancellation is
+// folded is CANCELLING and is skipped; one whose cancellation is still in
+// the log gets the same event again (same id), a duplicate. It is bounded:
 // one pass over the index, which holds no ended child, in the same pages.
 func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*change, emit func(*kgo.Record)) error {
 	type scan struct {
@@ -230,8 +235,10 @@ func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*cha
 
 // cancelPage reads the snapshots of kids (at most cascadePage), each a
 // child of the session of the same index of of, and emits the
-// cancellation of each one still to cancel: stored, not ended, not
-// abandoned, and still naming that parent.
+// cancellation of each one still to cancel: stored, neither CANCELLING
+// (by its own cancellation, or already by this one) nor ended, not
+// abandoned, and still naming that parent. Sending one to a child that
+// is CANCELLING or ended would only record a rejection.
 func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []string, of []*change, emit func(*kgo.Record)) error {
 	if d.pageRead != nil {
 		d.pageRead(len(kids))
@@ -245,7 +252,8 @@ func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []
 	}
 	for i, k := range snaps {
 		ch := of[i]
-		if k == nil || k.State.Terminal() || k.ParentClosePolicy == fsm.ParentCloseAbandon || k.ParentSessionID != ch.session {
+		if k == nil || k.State.Terminal() || k.State == fsm.StateCancelling || k.ParentClosePolicy == fsm.ParentCloseAbandon ||
+			k.ParentSessionID != ch.session {
 			continue
 		}
 		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.headers))
@@ -254,6 +262,21 @@ func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []
 		return errCrashed
 	}
 	return nil
+}
+
+// closedBy returns the transition by which parent's end cancelled its
+// children: the one into CANCELLING when it went on from there to FAILED
+// or CANCELLED, else its latest. A child created afterwards thus gets the
+// same event as it would have from its parent's cascade.
+func closedBy(parent *snapshot.Snapshot) fsm.Transition {
+	i := parent.NumTransitions() - 1
+	t := parent.TransitionAt(i)
+	if t.From == fsm.StateCancelling && i > 0 {
+		if prev := parent.TransitionAt(i - 1); prev.To == fsm.StateCancelling {
+			return prev
+		}
+	}
+	return t
 }
 
 // cancelRecord returns the CancellationRequested record of child for the

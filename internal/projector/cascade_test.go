@@ -291,6 +291,73 @@ func TestCascadePages(t *testing.T) {
 	e.cancelledByParent("pages", kids)
 }
 
+// TestCascadeRejectsNothing: a parent's end sends nothing to a child that
+// is already CANCELLING (its own cancellation) or ended, and its close
+// after CANCELLING (CANCELLED, or FAILED) sends nothing again: no child
+// records a rejection. A child created after its parent closed is
+// cancelled with the id its parent's CANCELLING would have given it, so
+// that the two ways of reaching it agree. Ended children leave the index.
+func TestCascadeRejectsNothing(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xcd)
+	started := func(id, parent string) []fsm.Event {
+		return []fsm.Event{ev(id, fsm.SessionCreated, fsm.Fields{ParentSessionID: parent}), ev(id, fsm.SessionStarted, fsm.Fields{})}
+	}
+	var events []fsm.Event
+	for _, p := range []string{"rp", "rq"} {
+		events = append(events, started(p, "")...)
+	}
+	events = append(events, started("ra", "rp")...)
+	events = append(events, started("rb", "rp")...)
+	events = append(events, ev("rb", fsm.CancellationRequested, fsm.Fields{Reason: "own"}))
+	events = append(events, started("rc", "rp")...)
+	events = append(events, ev("rc", fsm.SessionCompleted, fsm.Fields{}))
+	events = append(events, ev("rd", fsm.SessionCreated, fsm.Fields{ParentSessionID: "rp"}))
+	events = append(events, started("qa", "rq")...)
+	events = append(events, started("qb", "rq")...)
+	events = append(events, ev("qb", fsm.CancellationRequested, fsm.Fields{Reason: "own"}))
+	e.produce(events)
+	r := e.start(e.config("a"), "reject", nil)
+	e.waitSettled("reject")
+	rpCancel := ev("rp", fsm.CancellationRequested, fsm.Fields{Reason: "stop"})
+	e.produce([]fsm.Event{rpCancel, ev("rq", fsm.CancellationRequested, fsm.Fields{Reason: "stop"})})
+	e.waitSettled("reject")
+	e.produce([]fsm.Event{ev("rp", fsm.SessionCancelled, fsm.Fields{}), ev("rq", fsm.SessionFailed, fsm.Fields{Reason: "boom"})})
+	e.waitSettled("reject")
+	e.produce([]fsm.Event{ev("rl", fsm.SessionCreated, fsm.Fields{ParentSessionID: "rp"})})
+	e.waitSettled("reject")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.cancelledByParent("reject", []string{"ra", "rd", "qa", "rl"})
+	st := e.store("reject")
+	for id, want := range map[string]fsm.State{"rb": fsm.StateCancelling, "qb": fsm.StateCancelling, "rc": fsm.StateCompleted,
+		"rp": fsm.StateCancelled, "rq": fsm.StateFailed} {
+		s, err := st.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if s.State != want || s.Counters.Rejected != 0 || s.Cancellation.Reason == ReasonParentCancelled {
+			t.Errorf("%s: %v, %d rejected, cancellation %+v; want %v, none rejected, not cancelled by its parent",
+				id, s.State, s.Counters.Rejected, s.Cancellation, want)
+		}
+	}
+	for _, rec := range e.readAll(topic) {
+		var got fsm.Event
+		if err := fsm.DecodeRecord(rec.Value, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.SessionID == "rl" && got.Type == fsm.CancellationRequested {
+			if want := derivedID(fsm.CancellationRequested, "rl", rpCancel.ID); got.ID != want {
+				t.Errorf("rl's cancellation has id %v, want %v (from its parent's CancellationRequested)", got.ID, want)
+			}
+		}
+	}
+	if got, want := fmt.Sprint(e.indexed("reject", "rp")), fmt.Sprint(map[string]bool{"ra": true, "rb": true, "rd": true, "rl": true}); got != want {
+		t.Errorf("rp's children index: %s, want %s (rc ended)", got, want)
+	}
+}
+
 // TestCascadeAcrossCrashes: projectors killed in the middle of a cascade
 // (after its first, then its second page of children) and restarted
 // still reach every child, each in effect once.

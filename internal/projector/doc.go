@@ -106,8 +106,9 @@
 //     batch's checkpoint, so the restart folds the parent's ending event
 //     again (or, its snapshot being stored, finds its outcome in the
 //     outbox) and runs the whole cascade again from the first page. That
-//     is idempotent, since a child reached before the crash gets the same
-//     event (same id) again, a duplicate; and it is
+//     is idempotent, since a child whose cancellation was folded is
+//     CANCELLING and is skipped, and one whose cancellation is still in the
+//     log gets the same event (same id) again, a duplicate; and it is
 //     bounded, since the pass reads the same bounded pages, over an index
 //     that holds no ended child, so memory does not grow with retries and
 //     an interrupted cascade cannot turn into a crash loop.
