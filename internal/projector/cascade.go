@@ -15,29 +15,44 @@ import (
 // gets when its parent is cancelled or fails.
 const ReasonParentCancelled = "parent_cancelled"
 
-// MaxCascadeChildren bounds the children one parent's end cancels (read
-// from the children index); more are logged and left alone.
-const MaxCascadeChildren = 10000
+// cascadePage is how many children a cascade handles at once: their
+// snapshots are read cascadePage at a time, and a parent's children index
+// is read in pages of about as many (ChildrenPages); cascadeParents is how
+// many parents' indexes one round trip reads. With the Kafka client's
+// bounded produce buffer, they bound what a cascade holds in memory,
+// however many children a parent has and however many parents end in one
+// batch.
+const (
+	cascadePage    = 256
+	cascadeParents = 64
+)
 
 // family is what a noted record means for cancellation reaching children
 // (docs/lifecycle.md, "Replacements and children"): a child's creation names
-// its parent, and a session that enters CANCELLING, FAILED or CANCELLED
-// cancels its children.
+// its parent, a session that enters CANCELLING, FAILED or CANCELLED
+// cancels its children, and a child that ends leaves its parent's index.
 //
 // Children are known from the index in Redis (snapshot.Store.AddChildren,
-// Children): a child's creation adds it before the child's parent is read,
-// and a parent's end is stored (its snapshot) before its children are read,
-// so whichever of the two comes second sees the other, across partitions
-// and projectors: a child created after its parent ended is cancelled by
-// its own creation. A child cancelled by both gets the same event twice
-// (its id is derived from the child and the parent's event that entered
-// the state: the event itself, or the parent's latest transition), which
-// its fold sees as a duplicate.
+// ChildrenPages): a child's creation adds it before the child's parent is
+// read, and a parent's end is stored (its snapshot) before its children are
+// read, so whichever of the two comes second sees the other, across
+// partitions and projectors: a child created after its parent ended is
+// cancelled by its own creation. A child cancelled by both gets the same
+// event twice (its id is derived from the child and the parent's event that
+// entered CANCELLING, or FAILED or CANCELLED when it did not pass through
+// CANCELLING: the event itself, or the parent's transition into that state),
+// which its fold sees as a duplicate. A child that ends (a terminal state)
+// is removed from the index (snapshot.Store.RemoveChildren), so the index
+// holds the children a parent's end may still have to reach.
 type family struct {
 	parent string                // a child's creation: the parent it names
 	policy fsm.ParentClosePolicy // the child's parentClosePolicy
-	ended  bool                  // the session entered CANCELLING, FAILED or CANCELLED
-	mode   fsm.CancelMode        // the session's cancellation mode (graceful when none)
+	// ended: the session entered CANCELLING, or FAILED or CANCELLED from
+	// a state other than CANCELLING (from CANCELLING, its entering
+	// CANCELLING already cancelled its children).
+	ended  bool
+	mode   fsm.CancelMode // the session's cancellation mode (graceful when none)
+	leaves string         // the session ended: the parent whose children index it leaves
 }
 
 // cascades reports whether entering st cancels a session's children.
@@ -57,23 +72,35 @@ func familyOf(e *fsm.Event, s *snapshot.Snapshot, out outcome) *family {
 		}
 		return nil
 	}
-	if out.from == out.to || !cascades(out.to) {
+	if out.from == out.to {
 		return nil
 	}
-	f := &family{ended: true}
-	if s.Cancellation.Requested {
-		f.mode = s.Cancellation.Mode
+	var f family
+	if cascades(out.to) && !cascades(out.from) {
+		f.ended = true
+		if s.Cancellation.Requested {
+			f.mode = s.Cancellation.Mode
+		}
 	}
-	return f
+	if p := s.ParentSessionID; out.to.Terminal() && p != "" && p != e.SessionID && fsm.ValidSessionID(p) {
+		f.leaves = p
+	}
+	if !f.ended && f.leaves == "" {
+		return nil
+	}
+	return &f
 }
 
-// cascade records the batch's new children in the index, then returns the
-// CancellationRequested records of the children to cancel: the children of
-// the sessions that ended in the batch, and the new children whose parent
-// had already ended. It runs after the batch's snapshots are stored, and
-// retries Redis until ctx ends.
-func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flushJob) ([]*kgo.Record, error) {
-	var links []snapshot.ChildLink
+// cascade records the batch's new children in the index and takes its
+// ended children out of it, then emits the CancellationRequested records
+// of the children to cancel: the children of the sessions that ended in
+// the batch (reach), and the new children whose parent had already ended.
+// It runs after the batch's snapshots are stored and before its
+// checkpoints, and retries Redis until ctx ends. Everything it does is
+// idempotent, so a batch written again after a crash does it all again
+// (see reach).
+func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flushJob, emit func(*kgo.Record)) error {
+	var links, left []snapshot.ChildLink
 	var born, ended []*change
 	for _, fb := range job.changes {
 		for i := range fb.changes {
@@ -85,59 +112,35 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 				if ch.fam.policy != fsm.ParentCloseAbandon {
 					born = append(born, ch)
 				}
-			case ch.fam.ended:
-				ended = append(ended, ch)
+			default:
+				if ch.fam.leaves != "" {
+					left = append(left, snapshot.ChildLink{Parent: ch.fam.leaves, Child: ch.session})
+				}
+				if ch.fam.ended {
+					ended = append(ended, ch)
+				}
 			}
 		}
 	}
-	if len(links) == 0 && len(ended) == 0 {
-		return nil, nil
+	if len(links) == 0 && len(left) == 0 && len(ended) == 0 {
+		return nil
 	}
+	// Added before removed: a child created and ended in one batch (its
+	// events are on one partition, in order) is left out of the index.
 	if err := d.retry(ctx, "recording children", func() error { return store.AddChildren(ctx, links) }); err != nil {
-		return nil, err
+		return err
 	}
-	var out []*kgo.Record
-	if len(ended) > 0 {
-		parents := make([]string, len(ended))
-		for i, ch := range ended {
-			parents[i] = ch.session
-		}
-		var kids [][]string
-		var cut []bool
-		if err := d.retry(ctx, "reading children", func() (err error) {
-			kids, cut, err = store.Children(ctx, parents, MaxCascadeChildren)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		var all []string
-		var of []*change // the parent of each of all
-		for i, ch := range ended {
-			if cut[i] {
-				d.log.Warn("a session has more children than are cancelled with it", "session", ch.session, "cancelled", MaxCascadeChildren)
-			}
-			for _, k := range kids[i] {
-				all, of = append(all, k), append(of, ch)
-			}
-		}
-		var snaps []*snapshot.Snapshot
-		if err := d.retry(ctx, "reading children", func() (err error) {
-			snaps, err = store.GetMany(ctx, all)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		for i, k := range snaps {
-			ch := of[i]
-			if k == nil || k.State.Terminal() || k.ParentClosePolicy == fsm.ParentCloseAbandon || k.ParentSessionID != ch.session {
-				continue
-			}
-			out = append(out, cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.headers))
-		}
+	if err := d.retry(ctx, "removing ended children", func() error { return store.RemoveChildren(ctx, left) }); err != nil {
+		return err
 	}
-	if len(born) > 0 {
-		parents := make([]string, len(born))
-		for i, ch := range born {
+	if err := d.reach(ctx, store, ended, emit); err != nil {
+		return err
+	}
+	for len(born) > 0 {
+		page := born[:min(len(born), cascadePage)]
+		born = born[len(page):]
+		parents := make([]string, len(page))
+		for i, ch := range page {
 			parents[i] = ch.fam.parent
 		}
 		var snaps []*snapshot.Snapshot
@@ -145,21 +148,135 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 			snaps, err = store.GetMany(ctx, parents)
 			return err
 		}); err != nil {
-			return nil, err
+			return err
 		}
 		for i, p := range snaps {
 			if p == nil || !cascades(p.State) || p.NumTransitions() == 0 {
 				continue
 			}
-			entered := p.TransitionAt(p.NumTransitions() - 1) // the event that entered the parent's state
+			entered := closedBy(p)
 			mode := fsm.CancelGraceful
 			if p.Cancellation.Requested {
 				mode = p.Cancellation.Mode
 			}
-			out = append(out, cancelRecord(d.eventsTopic, born[i].session, p.ID, entered.EventID, time.Unix(0, entered.At), mode, born[i].headers))
+			emit(cancelRecord(d.eventsTopic, page[i].session, p.ID, entered.EventID, time.Unix(0, entered.At), mode, page[i].headers))
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// reach emits the cancellations of the children of the sessions in ended,
+// in pages: it reads the parents' children indexes cascadeParents at a
+// time (one page each, ChildrenPages), queues the children found, and
+// handles them cascadePage at a time (cancelPage), the parents with more
+// pages going on from their cursors, so what it holds stays bounded
+// however many children there are.
+//
+// Its progress is kept nowhere: a crash in the middle (or anywhere before
+// the batch's checkpoints) makes the restart fold the batch again, and
+// note the parent's end again (from the outbox, when its snapshot was
+// stored), so the cascade starts over from the start of the index. That
+// is idempotent: a child reached before the crash whose cancellation is
+// folded is CANCELLING and is skipped; one whose cancellation is still in
+// the log gets the same event again (same id), a duplicate. It is bounded:
+// one pass over the index, which holds no ended child, in the same pages.
+func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*change, emit func(*kgo.Record)) error {
+	type scan struct {
+		parent *change
+		cursor string
+	}
+	var more []scan // parents whose index has pages left
+	var kids []string
+	var of []*change // the parent of each of kids
+	handle := func(all bool) error {
+		for len(kids) >= cascadePage || (all && len(kids) > 0) {
+			n := min(len(kids), cascadePage)
+			if err := d.cancelPage(ctx, store, kids[:n], of[:n], emit); err != nil {
+				return err
+			}
+			kids, of = append(kids[:0], kids[n:]...), append(of[:0], of[n:]...)
+		}
+		return nil
+	}
+	for len(ended) > 0 || len(more) > 0 {
+		var from []snapshot.ChildrenCursor
+		var who []*change
+		for len(from) < cascadeParents && len(more) > 0 {
+			sc := more[len(more)-1]
+			more = more[:len(more)-1]
+			from, who = append(from, snapshot.ChildrenCursor{Parent: sc.parent.session, Cursor: sc.cursor}), append(who, sc.parent)
+		}
+		for len(from) < cascadeParents && len(ended) > 0 {
+			from, who = append(from, snapshot.ChildrenCursor{Parent: ended[0].session}), append(who, ended[0])
+			ended = ended[1:]
+		}
+		var pages [][]string
+		var next []string
+		if err := d.retry(ctx, "reading children", func() (err error) {
+			pages, next, err = store.ChildrenPages(ctx, from, cascadePage)
+			return err
+		}); err != nil {
+			return err
+		}
+		for i, page := range pages {
+			for _, k := range page {
+				kids, of = append(kids, k), append(of, who[i])
+			}
+			if next[i] != "" {
+				more = append(more, scan{parent: who[i], cursor: next[i]})
+			}
+		}
+		if err := handle(false); err != nil {
+			return err
+		}
+	}
+	return handle(true)
+}
+
+// cancelPage reads the snapshots of kids (at most cascadePage), each a
+// child of the session of the same index of of, and emits the
+// cancellation of each one still to cancel: stored, neither CANCELLING
+// (by its own cancellation, or already by this one) nor ended, not
+// abandoned, and still naming that parent. Sending one to a child that
+// is CANCELLING or ended would only record a rejection.
+func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []string, of []*change, emit func(*kgo.Record)) error {
+	if d.pageRead != nil {
+		d.pageRead(len(kids))
+	}
+	var snaps []*snapshot.Snapshot
+	if err := d.retry(ctx, "reading children", func() (err error) {
+		snaps, err = store.GetMany(ctx, kids)
+		return err
+	}); err != nil {
+		return err
+	}
+	for i, k := range snaps {
+		ch := of[i]
+		if k == nil || k.State.Terminal() || k.State == fsm.StateCancelling || k.ParentClosePolicy == fsm.ParentCloseAbandon ||
+			k.ParentSessionID != ch.session {
+			continue
+		}
+		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.headers))
+	}
+	if d.crash.at("cascade-page") {
+		return errCrashed
+	}
+	return nil
+}
+
+// closedBy returns the transition by which parent's end cancelled its
+// children: the one into CANCELLING when it went on from there to FAILED
+// or CANCELLED, else its latest. A child created afterwards thus gets the
+// same event as it would have from its parent's cascade.
+func closedBy(parent *snapshot.Snapshot) fsm.Transition {
+	i := parent.NumTransitions() - 1
+	t := parent.TransitionAt(i)
+	if t.From == fsm.StateCancelling && i > 0 {
+		if prev := parent.TransitionAt(i - 1); prev.To == fsm.StateCancelling {
+			return prev
+		}
+	}
+	return t
 }
 
 // cancelRecord returns the CancellationRequested record of child for the

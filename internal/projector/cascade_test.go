@@ -1,7 +1,10 @@
 package projector
 
 import (
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,4 +123,276 @@ func TestCascadingCancellation(t *testing.T) {
 	for _, rec := range e.readAll(kafka.DLQTopic(topic)) {
 		t.Errorf("dead letter %s: %s", rec.Key, rec.Headers)
 	}
+}
+
+// eventsOf returns a maker of events with ids unique under tag (up to
+// 2^24 of them), a second apart.
+func eventsOf(tag byte) func(id string, typ fsm.EventType, f fsm.Fields) fsm.Event {
+	at := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	n := 0
+	return func(id string, typ fsm.EventType, f fsm.Fields) fsm.Event {
+		n++
+		at = at.Add(time.Second)
+		return fsm.NewEvent(fsm.EventID{tag, byte(n >> 16), byte(n >> 8), byte(n), 1}, id, typ, at, f)
+	}
+}
+
+// cascadeConfig is the test configuration with polls and batches large
+// enough for thousands of children.
+func (e *env) cascadeConfig(instance string) Config {
+	cfg := e.config(instance)
+	cfg.MaxPollRecords, cfg.FlushSize, cfg.CacheSize = 2000, 5000, 40000
+	return cfg
+}
+
+// indexed returns the children in parent's index under prefix.
+func (e *env) indexed(prefix, parent string) map[string]bool {
+	e.t.Helper()
+	out := map[string]bool{}
+	cursor := ""
+	for {
+		kids, next, err := e.store(prefix).ChildrenPages(ctx, []snapshot.ChildrenCursor{{Parent: parent, Cursor: cursor}}, 1000)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, k := range kids[0] {
+			out[k] = true
+		}
+		if next[0] == "" {
+			return out
+		}
+		cursor = next[0]
+	}
+}
+
+// cancelledByParent fails the test unless every session of ids is
+// CANCELLING by its parent's cancellation, once: no rejection, and every
+// parent_cancelled CancellationRequested of it in the log has one id.
+func (e *env) cancelledByParent(prefix string, ids []string) {
+	e.t.Helper()
+	snaps, err := e.store(prefix).GetMany(ctx, ids)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	missed := 0
+	for i, s := range snaps {
+		switch {
+		case s == nil:
+			e.t.Errorf("%s: no snapshot", ids[i])
+		case s.State != fsm.StateCancelling || s.Cancellation.Reason != ReasonParentCancelled:
+			if missed++; missed <= 5 {
+				e.t.Errorf("%s: %v, cancellation %+v; want CANCELLING for %s", ids[i], s.State, s.Cancellation, ReasonParentCancelled)
+			}
+		case s.Counters.Rejected != 0:
+			e.t.Errorf("%s: %d rejected", ids[i], s.Counters.Rejected)
+		}
+	}
+	if missed > 0 {
+		e.t.Errorf("%d of %d children not cancelled by their parent", missed, len(ids))
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	first := map[string]fsm.EventID{}
+	for _, rec := range e.readAll(topic) {
+		var ev fsm.Event
+		if err := fsm.DecodeRecord(rec.Value, &ev); err != nil {
+			e.t.Fatalf("%d:%d: %v", rec.Partition, rec.Offset, err)
+		}
+		if !want[ev.SessionID] || ev.Type != fsm.CancellationRequested || ev.Fields.Reason != ReasonParentCancelled {
+			continue
+		}
+		if id, ok := first[ev.SessionID]; ok && id != ev.ID {
+			e.t.Errorf("%s: two cancellations by its parent, %v and %v", ev.SessionID, id, ev.ID)
+		}
+		first[ev.SessionID] = ev.ID
+	}
+}
+
+// TestCascadeReachesLiveChildrenPastEndedOnes: a parent with 15,000 ended
+// children and 100 live ones cancels every live one, and the ended ones
+// have left its children index.
+func TestCascadeReachesLiveChildrenPastEndedOnes(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xcb)
+	events := []fsm.Event{ev("big", fsm.SessionCreated, fsm.Fields{}), ev("big", fsm.SessionStarted, fsm.Fields{})}
+	for i := range 15000 {
+		id := fmt.Sprintf("dead-%05d", i)
+		events = append(events, ev(id, fsm.SessionCreated, fsm.Fields{ParentSessionID: "big"}),
+			ev(id, fsm.SessionFailed, fsm.Fields{Reason: "boom"}))
+	}
+	var live []string
+	for i := range 100 {
+		live = append(live, fmt.Sprintf("live-%03d", i))
+		events = append(events, ev(live[i], fsm.SessionCreated, fsm.Fields{ParentSessionID: "big"}))
+	}
+	e.produce(events)
+	r := e.start(e.cascadeConfig("a"), "many", nil)
+	e.waitSettled("many")
+	e.produce([]fsm.Event{ev("big", fsm.CancellationRequested, fsm.Fields{Reason: "stop"})})
+	e.waitSettled("many")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.cancelledByParent("many", live)
+	idx := e.indexed("many", "big")
+	for _, id := range live {
+		if !idx[id] {
+			t.Errorf("%s (CANCELLING) left the index", id)
+		}
+	}
+	if len(idx) != len(live) {
+		t.Errorf("the index holds %d children, want the %d live ones", len(idx), len(live))
+	}
+}
+
+// TestCascadePages: ten parents with 600 children each, cancelled in one
+// batch, have their children's snapshots read at most cascadePage at a
+// time, and every child is reached.
+func TestCascadePages(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xcc)
+	var events, cancels []fsm.Event
+	var kids []string
+	for p := range 10 {
+		parent := fmt.Sprintf("pp-%d", p)
+		events = append(events, ev(parent, fsm.SessionCreated, fsm.Fields{}), ev(parent, fsm.SessionStarted, fsm.Fields{}))
+		for i := range 600 {
+			kid := fmt.Sprintf("pk-%d-%03d", p, i)
+			kids = append(kids, kid)
+			events = append(events, ev(kid, fsm.SessionCreated, fsm.Fields{ParentSessionID: parent}))
+		}
+		cancels = append(cancels, ev(parent, fsm.CancellationRequested, fsm.Fields{Reason: "stop"}))
+	}
+	e.produce(events)
+	var mu sync.Mutex
+	reads, most, total := 0, 0, 0
+	r := e.startWith(e.cascadeConfig("a"), "pages", func(p *Projector) {
+		p.derived.pageRead = func(n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			reads, most, total = reads+1, max(most, n), total+n
+		}
+	})
+	e.waitSettled("pages")
+	e.produce(cancels)
+	e.waitSettled("pages")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > cascadePage || total < len(kids) {
+		t.Fatalf("%d reads of children's snapshots, the largest %d, %d in all; want at most %d at a time, %d in all",
+			reads, most, total, cascadePage, len(kids))
+	}
+	t.Logf("%d reads of children's snapshots, the largest %d, %d in all", reads, most, total)
+	e.cancelledByParent("pages", kids)
+}
+
+// TestCascadeRejectsNothing: a parent's end sends nothing to a child that
+// is already CANCELLING (its own cancellation) or ended, and its close
+// after CANCELLING (CANCELLED, or FAILED) sends nothing again: no child
+// records a rejection. A child created after its parent closed is
+// cancelled with the id its parent's CANCELLING would have given it, so
+// that the two ways of reaching it agree. Ended children leave the index.
+func TestCascadeRejectsNothing(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xcd)
+	started := func(id, parent string) []fsm.Event {
+		return []fsm.Event{ev(id, fsm.SessionCreated, fsm.Fields{ParentSessionID: parent}), ev(id, fsm.SessionStarted, fsm.Fields{})}
+	}
+	var events []fsm.Event
+	for _, p := range []string{"rp", "rq"} {
+		events = append(events, started(p, "")...)
+	}
+	events = append(events, started("ra", "rp")...)
+	events = append(events, started("rb", "rp")...)
+	events = append(events, ev("rb", fsm.CancellationRequested, fsm.Fields{Reason: "own"}))
+	events = append(events, started("rc", "rp")...)
+	events = append(events, ev("rc", fsm.SessionCompleted, fsm.Fields{}))
+	events = append(events, ev("rd", fsm.SessionCreated, fsm.Fields{ParentSessionID: "rp"}))
+	events = append(events, started("qa", "rq")...)
+	events = append(events, started("qb", "rq")...)
+	events = append(events, ev("qb", fsm.CancellationRequested, fsm.Fields{Reason: "own"}))
+	e.produce(events)
+	r := e.start(e.config("a"), "reject", nil)
+	e.waitSettled("reject")
+	rpCancel := ev("rp", fsm.CancellationRequested, fsm.Fields{Reason: "stop"})
+	e.produce([]fsm.Event{rpCancel, ev("rq", fsm.CancellationRequested, fsm.Fields{Reason: "stop"})})
+	e.waitSettled("reject")
+	e.produce([]fsm.Event{ev("rp", fsm.SessionCancelled, fsm.Fields{}), ev("rq", fsm.SessionFailed, fsm.Fields{Reason: "boom"})})
+	e.waitSettled("reject")
+	e.produce([]fsm.Event{ev("rl", fsm.SessionCreated, fsm.Fields{ParentSessionID: "rp"})})
+	e.waitSettled("reject")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.cancelledByParent("reject", []string{"ra", "rd", "qa", "rl"})
+	st := e.store("reject")
+	for id, want := range map[string]fsm.State{"rb": fsm.StateCancelling, "qb": fsm.StateCancelling, "rc": fsm.StateCompleted,
+		"rp": fsm.StateCancelled, "rq": fsm.StateFailed} {
+		s, err := st.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if s.State != want || s.Counters.Rejected != 0 || s.Cancellation.Reason == ReasonParentCancelled {
+			t.Errorf("%s: %v, %d rejected, cancellation %+v; want %v, none rejected, not cancelled by its parent",
+				id, s.State, s.Counters.Rejected, s.Cancellation, want)
+		}
+	}
+	for _, rec := range e.readAll(topic) {
+		var got fsm.Event
+		if err := fsm.DecodeRecord(rec.Value, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.SessionID == "rl" && got.Type == fsm.CancellationRequested {
+			if want := derivedID(fsm.CancellationRequested, "rl", rpCancel.ID); got.ID != want {
+				t.Errorf("rl's cancellation has id %v, want %v (from its parent's CancellationRequested)", got.ID, want)
+			}
+		}
+	}
+	if got, want := fmt.Sprint(e.indexed("reject", "rp")), fmt.Sprint(map[string]bool{"ra": true, "rb": true, "rd": true, "rl": true}); got != want {
+		t.Errorf("rp's children index: %s, want %s (rc ended)", got, want)
+	}
+}
+
+// TestCascadeAcrossCrashes: projectors killed in the middle of a cascade
+// (after its first, then its second page of children) and restarted
+// still reach every child, each in effect once.
+func TestCascadeAcrossCrashes(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xce)
+	events := []fsm.Event{ev("cp", fsm.SessionCreated, fsm.Fields{}), ev("cp", fsm.SessionStarted, fsm.Fields{})}
+	var kids []string
+	for i := range 1000 {
+		kids = append(kids, fmt.Sprintf("ck-%04d", i))
+		events = append(events, ev(kids[i], fsm.SessionCreated, fsm.Fields{ParentSessionID: "cp"}), ev(kids[i], fsm.SessionStarted, fsm.Fields{}))
+	}
+	e.produce(events)
+	r := e.start(e.cascadeConfig("a"), "crashes", nil)
+	e.waitSettled("crashes")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.produce([]fsm.Event{ev("cp", fsm.CancellationRequested, fsm.Fields{Reason: "stop"})})
+	for _, n := range []int64{1, 2} {
+		r := e.start(e.cascadeConfig("a"), "crashes", crashAt("cascade-page", n))
+		select {
+		case err := <-r.done:
+			if !errors.Is(err, errCrashed) {
+				t.Fatalf("crash at page %d: Run returned %v", n, err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = r.halt()
+			t.Fatalf("crash point cascade-page #%d not reached", n)
+		}
+	}
+	r = e.start(e.cascadeConfig("a"), "crashes", nil)
+	e.waitSettled("crashes")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.cancelledByParent("crashes", kids)
 }

@@ -74,6 +74,9 @@ type derived struct {
 	// err is the first produce error: the next write fails before its
 	// checkpoints, so a restart produces the record again.
 	err atomic.Pointer[error]
+	// pageRead, when set by tests (before Run), is called with the number
+	// of children whose snapshots one read of a cascade asks for.
+	pageRead func(children int)
 }
 
 // maxSizeHint bounds the capacity a partition's pending changes start with.
@@ -334,17 +337,15 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 
 // produce runs after the batch's snapshots are stored: it hands the
 // batch's records (from encode, in fold order per partition) to the Kafka
-// client, and the cancellations of children (cascade). It does not wait:
-// the flush before the checkpoints does, and checks d.err (failed).
+// client, and the cancellations of children (cascade), page by page. It
+// does not wait for acknowledgements (the flush before the checkpoints
+// does, and checks d.err, failed), only for room in the client's buffer
+// when that is full.
 func (d *derived) produce(ctx context.Context, store *snapshot.Store, cl *kgo.Client, job *flushJob, encoded func() []*kgo.Record) error {
 	for _, rec := range encoded() {
 		cl.Produce(ctx, rec, d.produced)
 	}
-	cancels, err := d.cascade(ctx, store, job)
-	for _, rec := range cancels {
-		cl.Produce(ctx, rec, d.produced)
-	}
-	return err
+	return d.cascade(ctx, store, job, func(rec *kgo.Record) { cl.Produce(ctx, rec, d.produced) })
 }
 
 func (d *derived) produced(_ *kgo.Record, err error) {

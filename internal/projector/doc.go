@@ -105,6 +105,24 @@
 //     snapshot) before its children index is read, both after the batch's
 //     snapshots and before its checkpoint, so whichever comes second sees
 //     the other. A child cancelled both ways gets the same event id twice.
+//     A child that ends is removed from its parent's index at the same
+//     point of the write (after the snapshots, before the checkpoint; a
+//     replay removes it again, which changes nothing), after the batch's
+//     additions, so a child created and ended in one batch is not left in.
+//   - A cascade reaches every child, however many, in bounded memory: it
+//     reads the index in SSCAN pages and the children's snapshots 256 at a
+//     time (derived.reach), handing each page's cancellations to the Kafka
+//     client before reading the next. Its progress is stored nowhere, and
+//     need not be: a crash in the middle of a cascade happens before the
+//     batch's checkpoint, so the restart folds the parent's ending event
+//     again (or, its snapshot being stored, finds its outcome in the
+//     outbox) and runs the whole cascade again from the first page. That
+//     is idempotent, since a child whose cancellation was folded is
+//     CANCELLING and is skipped, and one whose cancellation is still in the
+//     log gets the same event (same id) again, a duplicate; and it is
+//     bounded, since the pass reads the same bounded pages, over an index
+//     that holds no ended child, so memory does not grow with retries and
+//     an interrupted cascade cannot turn into a crash loop.
 //
 // # How deadlines are never lost and never doubled
 //
@@ -190,8 +208,9 @@
 //     flusher.write; loading the outbox on assignment, derived.read and
 //     load, called by adjustOffsets; building a skipped record again,
 //     derived.skipped, called by Projector.fold (changes.go); children and
-//     their cancellation, familyOf and derived.cascade (cascade.go) with
-//     snapshot.Store.AddChildren and Children; the outbox's
+//     their cancellation, familyOf, derived.cascade, reach and cancelPage
+//     (cascade.go) with snapshot.Store.AddChildren, RemoveChildren and
+//     ChildrenPages; the outbox's
 //     storage, snapshot.Store.PutOutbox; feed records on their source
 //     partition, kafka.PartitionerKeepingPartitions.
 //

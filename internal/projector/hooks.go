@@ -11,7 +11,8 @@ var errCrashed = errors.New("projector: simulated crash")
 
 // crashPoints lets tests simulate a crash at named points of the fold and
 // of a write ("fold", "before-put", "after-put", "before-checkpoint",
-// "after-checkpoint"). Safe for concurrent use once hook is set (before Run).
+// "after-checkpoint", and "cascade-page" after each page of a cascade's
+// children). Safe for concurrent use once hook is set (before Run).
 type crashPoints struct {
 	// hook, when set by tests, is called at named points and returns true
 	// to simulate a crash there.

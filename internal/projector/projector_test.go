@@ -107,8 +107,13 @@ type running struct {
 }
 
 func (e *env) start(cfg Config, prefix string, hook func(string) bool) *running {
+	return e.startWith(cfg, prefix, func(p *Projector) { p.crash.hook = hook })
+}
+
+// startWith starts a projector after setup sets its test hooks.
+func (e *env) startWith(cfg Config, prefix string, setup func(*Projector)) *running {
 	p := New(cfg, e.store(prefix), WithLogger(testLog()))
-	p.crash.hook = hook
+	setup(p)
 	c, cancel := context.WithCancel(ctx)
 	r := &running{p: p, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- p.Run(c) }()

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,44 +30,71 @@ func (s *Store) AddChildren(ctx context.Context, links []ChildLink) error {
 	return nil
 }
 
-// Children returns, for each parent, at most limit of its children from
-// the index (in no particular order), and whether some were left out. The
-// first page of every parent's set is read in one pipelined round trip;
-// only a parent with more children than a page costs more.
-func (s *Store) Children(ctx context.Context, parents []string, limit int) ([][]string, []bool, error) {
-	const page = 1000
-	kids, cut := make([][]string, len(parents)), make([]bool, len(parents))
-	if len(parents) == 0 {
-		return kids, cut, nil
+// RemoveChildren removes links from the parents' children index (children
+// that ended: the index holds the children a parent's end may still have
+// to reach), in one pipelined round trip. It is idempotent, and removing a
+// link never recorded does nothing.
+func (s *Store) RemoveChildren(ctx context.Context, links []ChildLink) error {
+	if len(links) == 0 {
+		return nil
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.ScanCmd, len(parents))
-	for i, p := range parents {
-		cmds[i] = pipe.SScan(ctx, s.keys.children(p), 0, "", page)
+	for _, l := range links {
+		pipe.SRem(ctx, s.keys.children(l.Parent), l.Child)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return &StoreError{Op: "children", Err: err}
+	}
+	return nil
+}
+
+// ChildrenCursor is where a reading of one parent's children index
+// stands: Cursor "" is its start, and ChildrenPages says where the next
+// page starts.
+type ChildrenCursor struct {
+	Parent, Cursor string
+}
+
+// ChildrenPages reads one page of each parent's children index from its
+// cursor, in one pipelined round trip: for each, in no particular order,
+// about count children, and the cursor of its next page ("" after its
+// last). A page holds about count children (Redis SSCAN's COUNT: a small
+// set comes whole, a large one a little more or less than count at a
+// time), so a reader bounds its memory by count and the parents it asks
+// at once, however many children a parent has. Every child in the index
+// from the first page to the last is returned at least once (one may come
+// twice); one added or removed meanwhile may or may not be. A cursor the
+// store did not issue is ErrBadCursor.
+func (s *Store) ChildrenPages(ctx context.Context, from []ChildrenCursor, count int) (kids [][]string, next []string, err error) {
+	kids, next = make([][]string, len(from)), make([]string, len(from))
+	if len(from) == 0 {
+		return kids, next, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.ScanCmd, len(from))
+	for i, c := range from {
+		var cursor uint64
+		if c.Cursor != "" {
+			if cursor, err = strconv.ParseUint(c.Cursor, 10, 64); err != nil || cursor == 0 {
+				return nil, nil, ErrBadCursor
+			}
+		}
+		cmds[i] = pipe.SScan(ctx, s.keys.children(c.Parent), cursor, "", int64(max(count, 1)))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, nil, &StoreError{Op: "children", Err: err}
 	}
 	for i, cmd := range cmds {
-		keys, cursor, err := cmd.Result()
-		for err == nil {
-			for _, k := range keys {
-				if len(kids[i]) == limit {
-					cut[i] = true
-					break
-				}
-				kids[i] = append(kids[i], k)
-			}
-			if cursor == 0 || cut[i] {
-				break
-			}
-			keys, cursor, err = s.rdb.SScan(ctx, s.keys.children(parents[i]), cursor, "", page).Result()
-		}
+		page, cursor, err := cmd.Result()
 		if err != nil {
-			return nil, nil, &StoreError{Op: "children", Key: s.keys.children(parents[i]), Err: err}
+			return nil, nil, &StoreError{Op: "children", Key: s.keys.children(from[i].Parent), Err: err}
+		}
+		kids[i] = page
+		if cursor != 0 {
+			next[i] = strconv.FormatUint(cursor, 10)
 		}
 	}
-	return kids, cut, nil
+	return kids, next, nil
 }
 
 func (k *keys) children(parent string) string { return k.tags[Bucket(parent)] + ":kids:" + parent }

@@ -15,7 +15,7 @@ var ErrCorrupt = errors.New("corrupt snapshot")
 
 // ErrBadCursor is returned by the listings (List, ListPrefix,
 // ListFiltered) for a cursor they did not issue, or one issued for another
-// session-id prefix.
+// session-id prefix, and by ChildrenPage for a cursor it did not issue.
 var ErrBadCursor = errors.New("bad cursor")
 
 // ErrNotReplicated is wrapped by PutBatch's error (a single server) or

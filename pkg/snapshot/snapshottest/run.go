@@ -579,19 +579,95 @@ var contract = []struct {
 				t.Fatal(err)
 			}
 		}
-		all, cut, err := st.Children(ctx, []string{"p0", "none"}, 100)
-		if err != nil {
+		// all reads parent's children page by page, count at a time.
+		all := func(parent string, count int) []string {
+			t.Helper()
+			seen := map[string]bool{}
+			var out []string
+			cursor := ""
+			for pages := 0; ; pages++ {
+				if pages > 1000 {
+					t.Fatalf("children of %s: no end after %d pages", parent, pages)
+				}
+				kids, next, err := st.ChildrenPages(ctx, []snapshot.ChildrenCursor{{Parent: parent, Cursor: cursor}}, count)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range kids[0] {
+					if !seen[k] {
+						seen[k] = true
+						out = append(out, k)
+					}
+				}
+				if next[0] == "" {
+					sort.Strings(out)
+					return out
+				}
+				cursor = next[0]
+			}
+		}
+		if got := all("p0", 4); len(got) != 15 || got[0] != "c00" || got[14] != "c28" {
+			t.Fatalf("children of p0: %v", got)
+		}
+		if got := all("none", 4); len(got) != 0 {
+			t.Fatalf("children of none: %v", got)
+		}
+		ended := []snapshot.ChildLink{{Parent: "p1", Child: "c01"}, {Parent: "p1", Child: "c29"}, {Parent: "p1", Child: "never"}}
+		for range 2 { // idempotent
+			if err := st.RemoveChildren(ctx, ended); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := all("p1", 1000); len(got) != 13 || got[0] != "c03" || got[12] != "c27" {
+			t.Fatalf("children of p1 after removing c01 and c29: %v", got)
+		}
+		if got := all("p0", 1000); len(got) != 15 {
+			t.Fatalf("children of p0 after removals under p1: %v", got)
+		}
+		// A large parent comes in several pages, and whole.
+		var many []snapshot.ChildLink
+		for i := range 300 {
+			many = append(many, snapshot.ChildLink{Parent: "p2", Child: fmt.Sprintf("m%03d", i)})
+		}
+		if err := st.AddChildren(ctx, many); err != nil {
 			t.Fatal(err)
 		}
-		sort.Strings(all[0])
-		if cut[0] || len(all[0]) != 15 || all[0][0] != "c00" || all[0][14] != "c28" {
-			t.Fatalf("children of p0: %v, cut %v", all[0], cut[0])
+		if got := all("p2", 10); len(got) != 300 || got[0] != "m000" || got[299] != "m299" {
+			t.Fatalf("children of p2: %d, want 300", len(got))
 		}
-		if cut[1] || len(all[1]) != 0 {
-			t.Fatalf("children of none: %v, cut %v", all[1], cut[1])
+		// Several parents in one call, each from its own cursor.
+		kids, next, err := st.ChildrenPages(ctx, []snapshot.ChildrenCursor{{Parent: "p2"}, {Parent: "none"}, {Parent: "p0"}}, 10)
+		if err != nil || len(kids) != 3 || len(next) != 3 {
+			t.Fatalf("three parents at once: %d pages, %d cursors, %v", len(kids), len(next), err)
 		}
-		if some, cut, err := st.Children(ctx, []string{"p1"}, 10); err != nil || !cut[0] || len(some[0]) != 10 {
-			t.Fatalf("10 children of p1: %v, cut %v, %v", some, cut, err)
+		if next[0] == "" || len(kids[0]) == 0 || len(kids[0]) >= 300 {
+			t.Fatalf("the first page of 300 children, 10 asked: %d children, next %q; want part of them and a next page", len(kids[0]), next[0])
+		}
+		if len(kids[1]) != 0 || next[1] != "" {
+			t.Fatalf("the page of a parent without children: %v, next %q", kids[1], next[1])
+		}
+		if n := len(kids[2]); n == 0 || n > 15 {
+			t.Fatalf("the first page of p0: %v", kids[2])
+		}
+		rest := map[string]bool{}
+		for _, k := range kids[0] {
+			rest[k] = true
+		}
+		for cursor := next[0]; cursor != ""; {
+			kids, next, err := st.ChildrenPages(ctx, []snapshot.ChildrenCursor{{Parent: "p2", Cursor: cursor}}, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range kids[0] {
+				rest[k] = true
+			}
+			cursor = next[0]
+		}
+		if len(rest) != 300 {
+			t.Fatalf("p2 read on from the cursor of a call over three parents: %d children, want 300", len(rest))
+		}
+		if _, _, err := st.ChildrenPages(ctx, []snapshot.ChildrenCursor{{Parent: "p0", Cursor: "not-a-cursor"}}, 10); !errors.Is(err, snapshot.ErrBadCursor) {
+			t.Fatalf("a cursor the store did not issue: %v, want ErrBadCursor", err)
 		}
 	}},
 	{"outbox", func(t *testing.T, newStore func(*testing.T) Store) {

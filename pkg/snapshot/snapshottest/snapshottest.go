@@ -43,8 +43,10 @@
 //   - DeletePartition deletes exactly the snapshots whose position is on
 //     the partition, from the listings and counts too. Reset deletes
 //     everything of the store and nothing of another store.
-//   - Children records each parent's children once, and reads at most a
-//     limit of them, saying whether some were left out.
+//   - Children records each parent's children once, removes those asked
+//     (idempotent), and reads parents' children in pages of about the
+//     count asked, every child present throughout at least once across a
+//     parent's pages; a cursor it did not issue is snapshot.ErrBadCursor.
 //   - The outbox keeps one batch per (partition, Last), replaced when
 //     written again, and drops a partition's batches below a later write's
 //     Below.
@@ -90,7 +92,8 @@ type Store interface {
 
 	// Children, outbox, armed deadlines.
 	AddChildren(ctx context.Context, links []snapshot.ChildLink) error
-	Children(ctx context.Context, parents []string, limit int) ([][]string, []bool, error)
+	RemoveChildren(ctx context.Context, links []snapshot.ChildLink) error
+	ChildrenPages(ctx context.Context, from []snapshot.ChildrenCursor, count int) ([][]string, []string, error)
 	PutOutbox(ctx context.Context, topic string, batches []snapshot.OutboxBatch) error
 	Outbox(ctx context.Context, topic string) ([]snapshot.OutboxBatch, error)
 	ArmDeadlines(ctx context.Context, topic string, byPartition map[int32][]snapshot.ArmedDeadline) (map[int32]time.Time, error)
