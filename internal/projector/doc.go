@@ -116,10 +116,10 @@
 //     was removed is harmless: see "superseded" below.
 //   - Fired at least once: the partition's owner reads the due entries,
 //     produces each TimeoutExpired and waits for the acknowledgement, and
-//     only then removes the entry, and only if it still holds what was
-//     fired (the same version, kind and time). A crash, a revocation or an
-//     error before the removal leaves the entry, and the next owner fires it
-//     again.
+//     only then takes the entry out of what is due, and only if it still
+//     holds what was fired (the same version, kind and time). A crash, a
+//     revocation or an error before that leaves the entry, and the next
+//     owner fires it again.
 //   - In effect once: the record's eventId is derived from (sessionId,
 //     kind, V), so a second firing is a duplicate for the fold; and once one
 //     is applied the session is at V+1, so any firing armed at V is
@@ -127,10 +127,15 @@
 //     deadline that fired while an event that moved the session was already
 //     in the log. occurredAt is the deadline, never the wall time, so the
 //     replay of a timeout gives the same snapshot.
-//   - Never rejected, so never re-armed unchanged: every kind armed in a
-//     state is one the table applies there (fsm.Deadlines: execution is not
-//     armed in CANCELLING). A rejected timeout would leave the session at V
-//     and the flush would arm the same deadline again, firing forever.
+//   - Never fired twice at one version in a loop: a TimeoutExpired that the
+//     fold does not apply (a duplicate, a rejection) leaves the session at
+//     V, and each later write of the session arms the same deadline again.
+//     The fired entry stays in the store marked fired until a newer version
+//     re-arms or disarms the session, and arming exactly what was fired
+//     does nothing (snapshot.Store.RemoveFired, armScript), so it is not
+//     due again. Every kind armed in a state is one the table applies there
+//     (fsm.Deadlines: execution is not armed in CANCELLING), so with
+//     correct input the mark is never needed; it is the bound for the rest.
 //   - Never late by design: the firer of each partition sleeps until the
 //     partition's next deadline, which each write reports (flusher →
 //     firer.hint), and reads it again from Redis every DeadlineResync (1 s),
@@ -164,7 +169,8 @@
 //     writing them in a batch, between the snapshots and the checkpoints:
 //     deadlinesOf and flusher.armDeadlines (deadlines.go), called from
 //     flusher.write; the version fencing and the guarded removal:
-//     snapshot.Store's armScript and firedScript (pkg/snapshot/deadlines.go).
+//     snapshot.Store's armScript and firedScript, which marks what was
+//     fired (pkg/snapshot/deadlines.go).
 //   - Firing, per owned partition, started and stopped with ownership, and
 //     the deterministic TimeoutExpired (occurredAt, eventId): firer,
 //     timeoutRecord and TimeoutEventID (firer.go); the re-arm of replayed

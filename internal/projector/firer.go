@@ -20,8 +20,11 @@ import (
 // and stopped on revocation or loss, so firing scales with the group and
 // moves with ownership. Each reads its partition's due entries from the
 // deadline store (score <= now), produces a TimeoutExpired for each on the
-// session's own key, waits for the broker's acknowledgement, then removes
-// the entries that still hold what was fired.
+// session's own key, waits for the broker's acknowledgement, then takes
+// the entries that still hold what was fired out of what is due, marking
+// them fired: the same deadline armed again at the same version (its
+// TimeoutExpired was not applied: a duplicate, a rejection) is not fired
+// again, so no outcome of the fold can make the firer loop.
 //
 // It sleeps until the partition's next deadline: the flusher reports each
 // partition's earliest deadline after every write (hint), and the earliest
@@ -225,10 +228,11 @@ func (f *firer) run(ctx context.Context, pf *partFirer) {
 
 // fire produces TimeoutExpired for the entries of a partition due at now,
 // in rounds of at most batch, and returns the next deadline after them.
-// An entry is removed only after its record is acknowledged, and only if
-// it still holds what was fired: a crash before the removal fires it again
-// (the same eventId: a duplicate), and a session re-armed meanwhile keeps
-// its newer entry.
+// An entry is taken out only after its record is acknowledged, and only if
+// it still holds what was fired: a crash before that fires it again (the
+// same eventId: a duplicate), and a session re-armed meanwhile keeps its
+// newer entry. The entry stays marked fired until a newer version re-arms
+// or disarms the session (snapshot.Store.RemoveFired).
 func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.Time, error) {
 	for {
 		due, next, err := f.store.DueDeadlines(ctx, f.topic, partition, now, f.batch)
