@@ -134,12 +134,30 @@
 //     re-arms or disarms the session, and arming exactly what was fired
 //     does nothing (snapshot.Store.RemoveFired, armScript), so it is not
 //     due again. Every kind armed in a state is one the table applies there
-//     (fsm.Deadlines: execution is not armed in CANCELLING), so with
-//     correct input the mark is never needed; it is the bound for the rest.
+//     (fsm.Deadlines: execution is not armed in CANCELLING), and no client
+//     can take a timeout's id first (see "Ids the system derives"), so
+//     with correct input the mark is never needed; it is the bound for
+//     the rest.
 //   - Never late by design: the firer of each partition sleeps until the
 //     partition's next deadline, which each write reports (flusher →
 //     firer.hint), and reads it again from Redis every DeadlineResync (1 s),
 //     which covers deadlines armed by a previous owner.
+//
+// # Ids the system derives
+//
+// Every event the projector and the firer produce carries an id derived
+// from what it comes from (TimeoutEventID, derivedID, both through
+// fsm.DeriveEventID), so producing it again is a duplicate for the fold.
+// Those ids lie in a part of the UUID space reserved for them
+// (fsm.EventID.Reserved), and the records carry the header
+// correx-origin: system (kafka.SystemHeader). Ingest refuses a reserved
+// eventId from a client; a record from another producer that carries one
+// without the header is set aside as reserved_event_id before it is
+// folded (kafka.DecodeEvent in Projector.process, classify), and the
+// query service's replay skips it by the same function. So nothing but
+// the system can put one of its ids in a session's duplicate window first,
+// which would make a timeout or a derived event a duplicate, never applied
+// (docs/lifecycle.md, "Event ids").
 //
 // # Where each guarantee lives
 //
@@ -164,7 +182,9 @@
 //   - Writing what is revoked before giving it up, and dropping what is
 //     lost without writing: onRevoked, onLost (group.go).
 //   - Setting records aside, on their key's partition or not: deadLetter,
-//     classify (deadletter.go), onKeyPartition (partitioning.go).
+//     classify (deadletter.go), onKeyPartition (partitioning.go); a
+//     reserved id without the system's header: kafka.DecodeEvent
+//     (internal/kafka/origin.go).
 //   - Which deadlines a session has: fsm.Deadlines and fsm.NextDeadline;
 //     writing them in a batch, between the snapshots and the checkpoints:
 //     deadlinesOf and flusher.armDeadlines (deadlines.go), called from

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -402,14 +403,21 @@ func TestCrashBetweenSnapshotsAndDeadlines(t *testing.T) {
 // another producer than the projector, that carries the eventId the firer
 // will give the session's deadline of kind armed at version, in an event
 // the table rejects in CREATED (so it leaves the session at that version).
-func takesTheFirersID(sid string, kind fsm.TimeoutKind, version uint64, at time.Time) *kgo.Record {
+// With system set it also carries the header the projector and the firer
+// set on what they produce.
+func takesTheFirersID(sid string, kind fsm.TimeoutKind, version uint64, at time.Time, system bool) *kgo.Record {
 	e := fsm.NewEvent(TimeoutEventID(sid, kind, version), sid, fsm.SessionCompleted, at, fsm.Fields{})
-	return &kgo.Record{Topic: topic, Key: []byte(sid), Value: fsm.AppendRecord(nil, &e)}
+	r := &kgo.Record{Topic: topic, Key: []byte(sid), Value: fsm.AppendRecord(nil, &e)}
+	if system {
+		r.Headers = append(r.Headers, kafka.SystemHeader())
+	}
+	return r
 }
 
 // TestAnUnappliedTimeoutIsNotFiredAgain: a deadline whose TimeoutExpired
-// the fold does not apply (here a duplicate: a record with the firer's id
-// came first) leaves the session at the version it was
+// the fold does not apply (here a duplicate: a record that carries the
+// system's header and the firer's id came first, as a producer that
+// forges the header could write it) leaves the session at the version it was
 // armed at, and the write re-arms the same deadline. It is fired once, not
 // again and again.
 func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
@@ -428,7 +436,7 @@ func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
 	defer cl.Close()
 	for i := range sessions {
 		sid := fmt.Sprintf("storm-%02d", i)
-		if err := cl.ProduceSync(ctx, takesTheFirersID(sid, fsm.TimeoutInactivity, e.get(sid).Version, at.Add(time.Millisecond))).FirstErr(); err != nil {
+		if err := cl.ProduceSync(ctx, takesTheFirersID(sid, fsm.TimeoutInactivity, e.get(sid).Version, at.Add(time.Millisecond), true)).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
