@@ -15,6 +15,7 @@ import (
 	"github.com/correx/sessions/internal/ingest"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/projector"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -153,6 +154,9 @@ func TestBadInput(t *testing.T) {
 		{"bad timestamp", "application/json", `{"sessionId":"s","type":"SessionCreated","occurredAt":"yesterday"}`, 400, "occurredAt"},
 		{"timestamp without zone", "application/json", `{"sessionId":"s","type":"SessionCreated","occurredAt":"2026-11-29T06:00:00"}`, 400, "occurredAt"},
 		{"bad event id", "application/json", `{"eventId":"42","sessionId":"s","type":"SessionCreated"}`, 400, "eventId"},
+		{"the id the firer will use", "application/json",
+			`{"eventId":"` + projector.TimeoutEventID("s", fsm.TimeoutInactivity, 1).String() + `","sessionId":"s","type":"SessionPaused"}`, 400, "eventId"},
+		{"an id in the reserved space", "application/json", `{"eventId":"636f7272-6578-8abc-9def-0123456789ab","sessionId":"s","type":"SessionCreated"}`, 400, "eventId"},
 		{"payload not an object", "application/json", `{"sessionId":"s","type":"SessionCreated","payload":[1]}`, 400, "payload"},
 		{"oversize payload", "application/json", bigPayload, 400, "payload"},
 		{"goal over 4 KiB", "application/json", `{"sessionId":"s","type":"SessionCreated","payload":{"goal":"` + strings.Repeat("g", fsm.MaxGoalBytes+1) + `"}}`, 400, "payload.goal"},

@@ -1,7 +1,9 @@
 // Package kafka holds how the services talk to Kafka: client options built
-// from the shared settings, and topic creation. Records are keyed by session
-// id and partitioned with Kafka's default key hash (murmur2), so any Kafka
-// producer (Java, librdkafka, kcat) puts a session on the same partition.
+// from the shared settings, topic creation, the record headers, and how an
+// events-topic record is read (DecodeEvent: the system's ids only on the
+// system's records). Records are keyed by session id and partitioned with
+// Kafka's default key hash (murmur2), so any Kafka producer (Java,
+// librdkafka, kcat) puts a session on the same partition.
 package kafka
 
 import (

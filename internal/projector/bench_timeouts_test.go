@@ -113,7 +113,11 @@ func BenchmarkFiringLatency(b *testing.B) {
 		for j := range n {
 			var to fsm.Timeouts
 			to[fsm.TimeoutInactivity] = 8*time.Second + time.Duration(j%3000)*time.Millisecond
-			ev := fsm.NewEvent(TimeoutEventID(fmt.Sprint("lat-", j), fsm.TimeoutNone, 0), fmt.Sprint("lat-", j), fsm.SessionCreated, t0, fsm.Fields{Timeouts: to})
+			id, err := fsm.NewEventID(t0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ev := fsm.NewEvent(id, fmt.Sprint("lat-", j), fsm.SessionCreated, t0, fsm.Fields{Timeouts: to})
 			cl.Produce(ctx, &kgo.Record{Key: []byte(ev.SessionID), Value: fsm.AppendRecord(nil, &ev)}, func(_ *kgo.Record, err error) {
 				if err != nil {
 					panic(err)

@@ -280,15 +280,17 @@ func closedBy(parent *snapshot.Snapshot) fsm.Transition {
 }
 
 // cancelRecord returns the CancellationRequested record of child for the
-// end of parent (the parent's event trigger, at its occurredAt).
+// end of parent (the parent's event trigger, at its occurredAt), with the
+// system's origin header beside the event type and the trace context.
 func cancelRecord(topic, child, parent string, trigger fsm.EventID, at time.Time, mode fsm.CancelMode, trace []kgo.RecordHeader) *kgo.Record {
 	e := fsm.NewEvent(derivedID(fsm.CancellationRequested, child, trigger), child, fsm.CancellationRequested, at,
 		fsm.Fields{Reason: ReasonParentCancelled, Mode: mode})
 	p := e.Payload[: len(e.Payload)-1 : len(e.Payload)-1] // NewEvent's object, without its closing brace
 	p = append(p, `,"parentSessionId":`...)
 	e.Payload = append(strconv.AppendQuote(p, parent), '}')
-	headers := make([]kgo.RecordHeader, 0, 1+len(trace))
-	headers = append(headers, kgo.RecordHeader{Key: kafka.HeaderEventType, Value: []byte(fsm.CancellationRequested.String())})
+	headers := make([]kgo.RecordHeader, 0, 2+len(trace))
+	headers = append(headers, kgo.RecordHeader{Key: kafka.HeaderEventType, Value: []byte(fsm.CancellationRequested.String())},
+		kafka.SystemHeader())
 	headers = append(headers, trace...)
 	return &kgo.Record{Topic: topic, Key: []byte(child), Value: fsm.AppendRecord(nil, &e), Headers: headers}
 }

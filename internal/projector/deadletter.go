@@ -23,6 +23,10 @@ const (
 	// ReasonWrongPartition: the record is not on its key's partition (see
 	// the package doc).
 	ReasonWrongPartition = "wrong_partition"
+	// ReasonReservedEventID: the record's eventId lies in the space
+	// reserved for the ids the system derives, and the record does not
+	// carry the system's header (kafka.DecodeEvent).
+	ReasonReservedEventID = "reserved_event_id"
 )
 
 // Bounds of a dead-letter record. Any record another producer writes to the
@@ -133,6 +137,9 @@ func refused(err error) bool {
 
 // classify maps a decoding error to a DLQ reason.
 func classify(err error) string {
+	if errors.Is(err, fsm.ErrReservedEventID) {
+		return ReasonReservedEventID
+	}
 	if errors.Is(err, fsm.ErrUnsupportedVersion) {
 		return ReasonUnsupportedVersion
 	}

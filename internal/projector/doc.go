@@ -145,10 +145,10 @@
 //     was removed is harmless: see "superseded" below.
 //   - Fired at least once: the partition's owner reads the due entries,
 //     produces each TimeoutExpired and waits for the acknowledgement, and
-//     only then removes the entry, and only if it still holds what was
-//     fired (the same version, kind and time). A crash, a revocation or an
-//     error before the removal leaves the entry, and the next owner fires it
-//     again.
+//     only then takes the entry out of what is due, and only if it still
+//     holds what was fired (the same version, kind and time). A crash, a
+//     revocation or an error before that leaves the entry, and the next
+//     owner fires it again.
 //   - In effect once: the record's eventId is derived from (sessionId,
 //     kind, V), so a second firing is a duplicate for the fold; and once one
 //     is applied the session is at V+1, so any firing armed at V is
@@ -156,14 +156,37 @@
 //     deadline that fired while an event that moved the session was already
 //     in the log. occurredAt is the deadline, never the wall time, so the
 //     replay of a timeout gives the same snapshot.
-//   - Never rejected, so never re-armed unchanged: every kind armed in a
-//     state is one the table applies there (fsm.Deadlines: execution is not
-//     armed in CANCELLING). A rejected timeout would leave the session at V
-//     and the flush would arm the same deadline again, firing forever.
+//   - Never fired twice at one version in a loop: a TimeoutExpired that the
+//     fold does not apply (a duplicate, a rejection) leaves the session at
+//     V, and each later write of the session arms the same deadline again.
+//     The fired entry stays in the store marked fired until a newer version
+//     re-arms or disarms the session, and arming exactly what was fired
+//     does nothing (snapshot.Store.RemoveFired, armScript), so it is not
+//     due again. Every kind armed in a state is one the table applies there
+//     (fsm.Deadlines: execution is not armed in CANCELLING), and no client
+//     can take a timeout's id first (see "Ids the system derives"), so
+//     with correct input the mark is never needed; it is the bound for
+//     the rest.
 //   - Never late by design: the firer of each partition sleeps until the
 //     partition's next deadline, which each write reports (flusher →
 //     firer.hint), and reads it again from Redis every DeadlineResync (1 s),
 //     which covers deadlines armed by a previous owner.
+//
+// # Ids the system derives
+//
+// Every event the projector and the firer produce carries an id derived
+// from what it comes from (TimeoutEventID, derivedID, both through
+// fsm.DeriveEventID), so producing it again is a duplicate for the fold.
+// Those ids lie in a part of the UUID space reserved for them
+// (fsm.EventID.Reserved), and the records carry the header
+// correx-origin: system (kafka.SystemHeader). Ingest refuses a reserved
+// eventId from a client; a record from another producer that carries one
+// without the header is set aside as reserved_event_id before it is
+// folded (kafka.DecodeEvent in Projector.process, classify), and the
+// query service's replay skips it by the same function. So nothing but
+// the system can put one of its ids in a session's duplicate window first,
+// which would make a timeout or a derived event a duplicate, never applied
+// (docs/lifecycle.md, "Event ids").
 //
 // # Where each guarantee lives
 //
@@ -189,12 +212,15 @@
 //   - Writing what is revoked before giving it up, and dropping what is
 //     lost without writing: onRevoked, onLost (group.go).
 //   - Setting records aside, on their key's partition or not: deadLetter,
-//     classify (deadletter.go), onKeyPartition (partitioning.go).
+//     classify (deadletter.go), onKeyPartition (partitioning.go); a
+//     reserved id without the system's header: kafka.DecodeEvent
+//     (internal/kafka/origin.go).
 //   - Which deadlines a session has: fsm.Deadlines and fsm.NextDeadline;
 //     writing them in a batch, between the snapshots and the checkpoints:
 //     deadlinesOf and flusher.armDeadlines (deadlines.go), called from
 //     flusher.write; the version fencing and the guarded removal:
-//     snapshot.Store's armScript and firedScript (pkg/snapshot/deadlines.go).
+//     snapshot.Store's armScript and firedScript, which marks what was
+//     fired (pkg/snapshot/deadlines.go).
 //   - Firing, per owned partition, started and stopped with ownership, and
 //     the deterministic TimeoutExpired (occurredAt, eventId): firer,
 //     timeoutRecord and TimeoutEventID (firer.go); the re-arm of replayed

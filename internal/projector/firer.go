@@ -2,7 +2,6 @@ package projector
 
 import (
 	"context"
-	"crypto/sha1"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -20,8 +19,11 @@ import (
 // and stopped on revocation or loss, so firing scales with the group and
 // moves with ownership. Each reads its partition's due entries from the
 // deadline store (score <= now), produces a TimeoutExpired for each on the
-// session's own key, waits for the broker's acknowledgement, then removes
-// the entries that still hold what was fired.
+// session's own key, waits for the broker's acknowledgement, then takes
+// the entries that still hold what was fired out of what is due, marking
+// them fired: the same deadline armed again at the same version (its
+// TimeoutExpired was not applied: a duplicate, a rejection) is not fired
+// again, so no outcome of the fold can make the firer loop.
 //
 // It sleeps until the partition's next deadline: the flusher reports each
 // partition's earliest deadline after every write (hint), and the earliest
@@ -225,10 +227,11 @@ func (f *firer) run(ctx context.Context, pf *partFirer) {
 
 // fire produces TimeoutExpired for the entries of a partition due at now,
 // in rounds of at most batch, and returns the next deadline after them.
-// An entry is removed only after its record is acknowledged, and only if
-// it still holds what was fired: a crash before the removal fires it again
-// (the same eventId: a duplicate), and a session re-armed meanwhile keeps
-// its newer entry.
+// An entry is taken out only after its record is acknowledged, and only if
+// it still holds what was fired: a crash before that fires it again (the
+// same eventId: a duplicate), and a session re-armed meanwhile keeps its
+// newer entry. The entry stays marked fired until a newer version re-arms
+// or disarms the session (snapshot.Store.RemoveFired).
 func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.Time, error) {
 	for {
 		due, next, err := f.store.DueDeadlines(ctx, f.topic, partition, now, f.batch)
@@ -261,31 +264,24 @@ func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.
 }
 
 // timeoutRecord is the TimeoutExpired of a deadline (docs/timeouts.md): on the
-// session's key, occurredAt the deadline (never the wall time), and an
-// eventId derived from (sessionId, kind, armedVersion), so that firing it
-// again is a duplicate.
+// session's key, occurredAt the deadline (never the wall time), an eventId
+// derived from (sessionId, kind, armedVersion), so that firing it again is
+// a duplicate, and the system's origin header, without which the projector
+// would set a record with that id aside.
 func timeoutRecord(topic string, d snapshot.ArmedDeadline) *kgo.Record {
 	at := d.Due()
 	e := fsm.NewEvent(TimeoutEventID(d.SessionID, d.Kind, d.Version), d.SessionID, fsm.TimeoutExpired, at,
 		fsm.Fields{Timeout: d.Kind, ArmedVersion: d.Version, HasArmedVersion: true, Deadline: at})
 	return &kgo.Record{Topic: topic, Key: []byte(d.SessionID), Value: fsm.AppendRecord(make([]byte, 0, 256), &e),
-		Headers: []kgo.RecordHeader{{Key: kafka.HeaderEventType, Value: []byte(e.TypeName())}}}
+		Headers: []kgo.RecordHeader{{Key: kafka.HeaderEventType, Value: []byte(e.TypeName())}, kafka.SystemHeader()}}
 }
 
-// timeoutNamespace is the name space of TimeoutEventID (a fixed random UUID).
-var timeoutNamespace = [16]byte{0x6b, 0x1f, 0x0c, 0x5e, 0x93, 0x2a, 0x4d, 0x61, 0x8f, 0x07, 0x3c, 0xd2, 0x58, 0xa4, 0x11, 0xe9}
-
 // TimeoutEventID is the eventId of the TimeoutExpired that a deadline of
-// kind armed at version of a session produces: a name-based UUID (version
-// 5, RFC 9562) over "sessionId/kind/version", so every firing of the same
-// deadline, from any replica and after any crash, carries the same id.
+// kind armed at version of a session produces, derived by
+// fsm.DeriveEventID from the type, the session, the kind and the version,
+// so every firing of the same deadline, from any replica and after any
+// crash, carries the same id. It lies in the space reserved for the ids
+// the system derives, which no client can send.
 func TimeoutEventID(sessionID string, kind fsm.TimeoutKind, version uint64) fsm.EventID {
-	h := sha1.New()
-	h.Write(timeoutNamespace[:])
-	h.Write([]byte(sessionID + "/" + kind.String() + "/" + strconv.FormatUint(version, 10)))
-	var id fsm.EventID
-	copy(id[:], h.Sum(nil))
-	id[6] = 0x50 | id[6]&0x0f
-	id[8] = 0x80 | id[8]&0x3f
-	return id
+	return fsm.DeriveEventID(fsm.TimeoutExpired.String(), sessionID, kind.String(), strconv.FormatUint(version, 10))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -396,4 +397,73 @@ func TestCrashBetweenSnapshotsAndDeadlines(t *testing.T) {
 			})
 		})
 	}
+}
+
+// takesTheFirersID returns a record for sid, written to the topic by
+// another producer than the projector, that carries the eventId the firer
+// will give the session's deadline of kind armed at version, in an event
+// the table rejects in CREATED (so it leaves the session at that version).
+// With system set it also carries the header the projector and the firer
+// set on what they produce.
+func takesTheFirersID(sid string, kind fsm.TimeoutKind, version uint64, at time.Time, system bool) *kgo.Record {
+	e := fsm.NewEvent(TimeoutEventID(sid, kind, version), sid, fsm.SessionCompleted, at, fsm.Fields{})
+	r := &kgo.Record{Topic: topic, Key: []byte(sid), Value: fsm.AppendRecord(nil, &e)}
+	if system {
+		r.Headers = append(r.Headers, kafka.SystemHeader())
+	}
+	return r
+}
+
+// TestAnUnappliedTimeoutIsNotFiredAgain: a deadline whose TimeoutExpired
+// the fold does not apply (here a duplicate: a record that carries the
+// system's header and the firer's id came first, as a producer that
+// forges the header could write it) leaves the session at the version it was
+// armed at, and the write re-arms the same deadline. It is fired once, not
+// again and again.
+func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
+	e := newTimeoutEnv(t)
+	const sessions = 20
+	at := clockStart.Add(-time.Second)
+	var events []fsm.Event
+	for i := range sessions {
+		events = append(events, e.event(fmt.Sprintf("storm-%02d", i), fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 5*time.Second)))
+	}
+	e.produce(events)
+	r := e.start(nil)
+	defer r.halt()
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	cl := e.client()
+	defer cl.Close()
+	for i := range sessions {
+		sid := fmt.Sprintf("storm-%02d", i)
+		if err := cl.ProduceSync(ctx, takesTheFirersID(sid, fsm.TimeoutInactivity, e.get(sid).Version, at.Add(time.Millisecond), true)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	e.clock.Advance(10 * time.Second)
+	waitFor(t, "every firing folded", func() bool {
+		for i := range sessions {
+			if s := e.get(fmt.Sprintf("storm-%02d", i)); s == nil || s.Counters.Duplicates == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// Each write of the duplicates re-arms the deadline and wakes the
+	// firer; give it writes and resyncs to fire again.
+	for range 5 {
+		e.waitCaughtUp(e.prefix, 30*time.Second)
+		e.clock.Advance(e.config().DeadlineResync)
+	}
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	fired, total := e.firedRecords(), 0
+	for i := range sessions {
+		sid := fmt.Sprintf("storm-%02d", i)
+		total += fired[sid]
+		if s := e.get(sid); fired[sid] != 1 || s.Counters.Duplicates != 1 || s.State != fsm.StateCreated {
+			t.Errorf("%s: %d TimeoutExpired produced, %d duplicates, %s; want 1, 1, CREATED", sid, fired[sid], s.Counters.Duplicates, s.State)
+		}
+	}
+	t.Logf("%d TimeoutExpired records for %d sessions", total, sessions)
 }

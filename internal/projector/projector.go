@@ -416,7 +416,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		if part == nil || p.rebuiltNow[r.Partition] {
 			continue // revoked between fetch and now (its new owner folds it), or being rebuilt
 		}
-		if err := fsm.DecodeRecord(r.Value, &events[i]); err != nil {
+		if err := kafka.DecodeEvent(r, &events[i]); err != nil {
 			decodeErr[i] = err
 			continue
 		}

@@ -1,8 +1,6 @@
 package projector
 
 import (
-	"crypto/sha256"
-
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -67,30 +65,19 @@ func reactionOf(e *fsm.Event, out outcome) *reaction {
 
 // record returns the derived event's record for the events topic, keyed
 // by its session (the client's key hash puts it on that session's
-// partition), with the event type and the source record's trace context
-// in its headers, as ingest writes them.
+// partition), with the event type, the system's origin and the source
+// record's trace context in its headers.
 func (r reaction) record(topic string, ch *change) kgo.Record {
 	e := fsm.NewEvent(derivedID(r.kind, r.target, ch.id), r.target, r.kind, ch.at, r.fields)
-	headers := make([]kgo.RecordHeader, 0, 1+len(ch.headers))
-	headers = append(headers, kgo.RecordHeader{Key: kafka.HeaderEventType, Value: []byte(r.kind.String())})
+	headers := make([]kgo.RecordHeader, 0, 2+len(ch.headers))
+	headers = append(headers, kgo.RecordHeader{Key: kafka.HeaderEventType, Value: []byte(r.kind.String())}, kafka.SystemHeader())
 	headers = append(headers, ch.headers...)
 	return kgo.Record{Topic: topic, Partition: -1, Key: []byte(r.target), Value: fsm.AppendRecord(nil, &e), Headers: headers}
 }
 
 // derivedID is the id of the event of type kind for session target derived
-// from the event trigger: the first 16 bytes of a SHA-256 over the three,
-// shaped as a UUIDv8 (RFC 9562).
+// from the event trigger (fsm.DeriveEventID over the three), in the space
+// reserved for the ids the system derives.
 func derivedID(kind fsm.EventType, target string, trigger fsm.EventID) fsm.EventID {
-	h := sha256.New()
-	h.Write([]byte("correx-derived\x00"))
-	h.Write([]byte(kind.String()))
-	h.Write([]byte{0})
-	h.Write([]byte(target))
-	h.Write([]byte{0})
-	h.Write(trigger[:])
-	var id fsm.EventID
-	copy(id[:], h.Sum(nil))
-	id[6] = 0x80 | id[6]&0x0f // version 8
-	id[8] = 0x80 | id[8]&0x3f // RFC 9562 variant
-	return id
+	return fsm.DeriveEventID(kind.String(), target, string(trigger[:]))
 }

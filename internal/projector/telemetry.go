@@ -101,7 +101,7 @@ type Telemetry struct {
 }
 
 var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, ReasonUnknownEventType,
-	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession, ReasonWrongPartition}
+	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession, ReasonWrongPartition, ReasonReservedEventID}
 
 const (
 	linkLimit = 128

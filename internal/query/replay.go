@@ -49,7 +49,7 @@ func (k *KafkaReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (
 				done = true
 				return
 			}
-			if string(rec.Key) != stored.ID || fsm.DecodeRecord(rec.Value, &e) != nil || e.SessionID != stored.ID {
+			if string(rec.Key) != stored.ID || kafka.DecodeEvent(rec, &e) != nil || e.SessionID != stored.ID {
 				return // another session's record, or one the projector set aside
 			}
 			s.Fold(&r, &e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset})

@@ -136,6 +136,8 @@ func CorrelationID(id string) EventOption { return func(b *builder) { b.ev.Corre
 
 // EventID sets the event id (default: a fresh UUIDv7). Use it to rebuild an
 // event whose id was stored elsewhere, so that a resend is a duplicate.
+// Ingest refuses (400) an id in the space reserved for the ids the system
+// derives: UUID version 8 starting 636f7272-6578-8.
 func EventID(id string) EventOption { return func(b *builder) { b.ev.ID = id } }
 
 // Goal sets the session's goal (at most 4 KiB).

@@ -82,6 +82,23 @@
 //   - Session.Timeouts holds the durations the SessionCreated named, not
 //     the effective ones: service defaults (CORREX_TIMEOUT_<KIND>) are
 //     applied by the component that arms deadlines.
+//   - The ids of the events the system produces itself (a TimeoutExpired,
+//     a cascaded CancellationRequested, the replacement events) are
+//     derived from what they come from (DeriveEventID), so producing one
+//     again is a duplicate; and they lie in a reserved part of the UUID
+//     space (EventID.Reserved: version 8, starting 636f7272-6578), because
+//     the duplicate check comes first and the inputs of a derivation are
+//     public: anywhere else, a client could send an event with the id of a
+//     timeout before it fires and make the session see the timeout as a
+//     duplicate. Ingest refuses a reserved eventId (DecodeOptions.Ingest),
+//     and a record from another producer that carries one without the
+//     system's header is set aside before the fold (ErrReservedEventID;
+//     the header is read where records are, internal/kafka.DecodeEvent).
+//     The reducer itself does not look at ids beyond the window, so it
+//     stays pure, the vectors and stored snapshots are unchanged, and a
+//     derived event folded again is still a duplicate of itself. The
+//     choice against a secret key or a window that tells system ids apart
+//     is argued in docs/lifecycle.md ("Event ids").
 //   - Record values carry "v": 1. A record without "v" is read as version 1,
 //     so that hand-written records (kcat) work; any other version is refused
 //     with ErrUnsupportedVersion. The fields added since (expectedVersion,

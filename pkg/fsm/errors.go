@@ -57,3 +57,12 @@ func (e *ValidationError) WithIndex(i int) *ValidationError {
 	}
 	return out
 }
+
+// ErrReservedEventID reports an event whose eventId lies in the part of
+// the UUID space reserved for the ids the system derives
+// (EventID.Reserved) but that the system did not produce: a client's
+// event (ingest refuses it with a field error on eventId) or a record
+// another producer wrote to the topic without the system's header (the
+// projector sets it aside with reason reserved_event_id, and a replay
+// skips it).
+var ErrReservedEventID = errors.New("eventId reserved for events the system derives")

@@ -252,7 +252,9 @@ type DecodeOptions struct {
 	// absent (the caller assigns them; ID stays zero and OccurredAt stays
 	// the zero time), a payload with insignificant whitespace is copied to
 	// its compact form, and the goal and reasons are held to MaxGoalBytes
-	// and MaxReasonBytes. Without it every field a record must carry is
+	// and MaxReasonBytes; an eventId in the space reserved for the ids
+	// the system derives (EventID.Reserved) and the types the system alone
+	// produces are refused. Without it every field a record must carry is
 	// required and Payload aliases the input.
 	Ingest bool
 }
@@ -415,6 +417,9 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			d.add("eventId", "must be a UUID in canonical form (8-4-4-4-12 hex digits)")
 		case id.IsZero():
 			d.add("eventId", "must not be the nil UUID")
+		case id.Reserved() && d.opts.Ingest:
+			d.add("eventId", "is reserved for events the system derives (UUID version 8 starting 636f7272-6578-8); "+
+				"leave it out or send a UUIDv7 or UUIDv4")
 		default:
 			e.ID = id
 		}

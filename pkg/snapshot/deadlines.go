@@ -17,16 +17,27 @@ import (
 //
 //	<prefix>:{dl:<topic>:<partition>}:due     sorted set: member sessionId,
 //	                                          score the deadline in Unix ms (rounded up)
-//	<prefix>:{dl:<topic>:<partition>}:armed   hash: sessionId -> "V:kind:atNanos"
+//	<prefix>:{dl:<topic>:<partition>}:armed   hash: sessionId -> "V:kind:atNanos",
+//	                                          or "V:kind:atNanos:fired" once fired
 //
 // A session has at most one entry: its earliest armed deadline, with the
 // version V it was armed at. Writes are fenced by V: an entry is replaced or
 // removed only by a write of the same or a newer version, so a stale writer
 // (a zombie projector, a replay) cannot re-arm an older version over a
-// newer one. An older version written after the entry was removed can
-// appear (nothing remembers a removed entry); it is harmless, because the
+// newer one. An older version written after the entry was disarmed can
+// appear (nothing remembers a disarmed entry); it is harmless, because the
 // fold supersedes a TimeoutExpired whose armedVersion is not the session's
 // version.
+//
+// A fired entry leaves the due set but stays in the hash, marked fired,
+// until a newer version re-arms or disarms the session: arming exactly
+// what was fired again (same version, kind and time) does nothing. A
+// TimeoutExpired that the fold applies moves the session to a newer
+// version, which replaces the mark; one it does not apply (a duplicate,
+// a rejection) leaves the session at V, and every later write of the
+// session at V arms the same deadline again. Without the mark each of
+// those writes would make it due again at once, and the firer would fire
+// it, in a loop, for as long as the session stays at V.
 
 // ArmedDeadline is one session's entry in the deadline store.
 type ArmedDeadline struct {
@@ -92,7 +103,7 @@ for i = 1, #ARGV, 4 do
         redis.call('HDEL', h, sid)
         redis.call('ZREM', z, sid)
       end
-    elseif cur ~= val then
+    elseif cur ~= val and cur ~= val .. ':fired' then
       redis.call('HSET', h, sid, val)
       redis.call('ZADD', z, ARGV[i+3], sid)
     end
@@ -116,7 +127,7 @@ local out = {}
 local gone = 0
 for _, sid in ipairs(ids) do
   local v = redis.call('HGET', h, sid)
-  if v then
+  if v and string.sub(v, -6) ~= ':fired' then
     out[#out+1] = sid
     out[#out+1] = v
   else
@@ -129,18 +140,19 @@ out[#out+1] = nxt[2] or ''
 return out
 `)
 
-// firedScript removes fired entries that still hold what was fired.
+// firedScript marks fired the entries that still hold what was fired:
+// it takes them out of the due set and keeps them in the hash, marked.
 //
 //	KEYS   the partition's due set, then its armed hash
 //	ARGV   pairs (session id, value fired)
 //
-// It returns how many it removed.
+// It returns how many it marked.
 var firedScript = redis.NewScript(`
 local z, h = KEYS[1], KEYS[2]
 local n = 0
 for i = 1, #ARGV, 2 do
   if redis.call('HGET', h, ARGV[i]) == ARGV[i+1] then
-    redis.call('HDEL', h, ARGV[i])
+    redis.call('HSET', h, ARGV[i], ARGV[i+1] .. ':fired')
     redis.call('ZREM', z, ARGV[i])
     n = n + 1
   end
@@ -244,9 +256,12 @@ func (s *Store) NextDeadline(ctx context.Context, topic string, partition int32)
 	return time.UnixMilli(int64(zs[0].Score)).UTC(), nil
 }
 
-// RemoveFired removes the entries fired, each only if the store still
-// holds exactly what was fired (same version, kind and time): an entry
-// re-armed since by a newer version stays. It returns how many it removed.
+// RemoveFired takes the entries fired out of what is due, each only if the
+// store still holds exactly what was fired (same version, kind and time):
+// an entry re-armed since by a newer version stays. The session keeps a
+// mark of what was fired until a newer version re-arms or disarms it, so
+// that arming the same deadline at the same version again does not make it
+// due again (see the top of this file). It returns how many it took out.
 func (s *Store) RemoveFired(ctx context.Context, topic string, partition int32, fired []ArmedDeadline) (int, error) {
 	if len(fired) == 0 {
 		return 0, nil

@@ -737,6 +737,28 @@ var contract = []struct {
 		if err != nil || len(due) != 1 || due[0] != a2 {
 			t.Fatalf("after remove: got %+v %v, want a re-armed", due, err)
 		}
+		// What was fired, armed again at the same version, is not due again;
+		// another deadline at that version is, and so is a newer version.
+		arm(1, b)
+		if due, _, err := st.DueDeadlines(ctx, "ev", 1, time.Unix(0, base+time.Hour.Nanoseconds()), 10); err != nil || len(due) != 1 || due[0] != a2 {
+			t.Fatalf("a fired deadline armed again at its version: due %+v %v, want a only", due, err)
+		}
+		bLater := b
+		bLater.At += ms
+		arm(1, bLater)
+		bNewer := b
+		bNewer.Version++
+		if due, _, err := st.DueDeadlines(ctx, "ev", 1, time.Unix(0, base+time.Hour.Nanoseconds()), 10); err != nil || len(due) != 2 || due[0] != bLater {
+			t.Fatalf("another deadline at the fired one's version: due %+v %v, want it and a", due, err)
+		}
+		if n, err := st.RemoveFired(ctx, "ev", 1, []snapshot.ArmedDeadline{bLater}); err != nil || n != 1 {
+			t.Fatalf("remove fired: got %d %v, want 1", n, err)
+		}
+		arm(1, bNewer)
+		if due, _, err := st.DueDeadlines(ctx, "ev", 1, time.Unix(0, base+time.Hour.Nanoseconds()), 10); err != nil || len(due) != 2 || due[0] != bNewer {
+			t.Fatalf("a newer version after a firing: due %+v %v, want it and a", due, err)
+		}
+		arm(1, snapshot.ArmedDeadline{SessionID: "b", Version: bNewer.Version})
 		// Disarm by the same version; other partitions are apart.
 		arm(2, b)
 		if next := arm(1, snapshot.ArmedDeadline{SessionID: "a", Version: 4}); !next.IsZero() {

@@ -52,8 +52,10 @@
 //     Below.
 //   - Armed deadlines: one entry per session, fenced by version (an older
 //     version never re-arms or disarms a newer one); due entries come back
-//     earliest first with the next deadline after them; RemoveFired removes
-//     only entries still holding what was fired; partitions are apart.
+//     earliest first with the next deadline after them; RemoveFired takes
+//     out only entries still holding what was fired, and the same deadline
+//     armed again at the same version is not due again (another deadline
+//     or a newer version is); partitions are apart.
 //
 // Concurrency and durability (what a failover keeps, docs/guarantees.md)
 // are outside this suite: pkg/snapshot tests them against real servers.
