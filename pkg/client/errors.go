@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,11 @@ var (
 	// encoded (a custom payload that is not JSON, a failed id source); it
 	// is never sent.
 	ErrInvalidEvent = errors.New("client: invalid event")
+	// ErrInvalidSessionID: a session id outside the service's rule: 1-128
+	// characters of [A-Za-z0-9._:-] (no "/", no space; pkg/fsm's
+	// ValidSessionID). Get returns it before any I/O; an event
+	// built with such an id matches ErrInvalidEvent and is never sent.
+	ErrInvalidSessionID = errors.New("client: invalid session id")
 )
 
 // FieldProblem is one problem of one event, as ingest names it.
@@ -71,7 +77,6 @@ type StatusError struct {
 	Detail string
 	// RetryAfter is the answer's Retry-After, zero when absent.
 	RetryAfter time.Duration
-	err        error // a sentinel this status maps to (ErrNotFound, ...)
 }
 
 func (e *StatusError) Error() string {
@@ -85,8 +90,17 @@ func (e *StatusError) Error() string {
 }
 
 // Unwrap returns the sentinel the status maps to (ErrNotFound for 404,
-// ErrCursorExpired for 410), or nil.
-func (e *StatusError) Unwrap() error { return e.err }
+// ErrCursorExpired for 410), or nil. It depends on Status alone, so a
+// StatusError built elsewhere (pkg/testkit builds them) matches alike.
+func (e *StatusError) Unwrap() error {
+	switch e.Status {
+	case http.StatusNotFound:
+		return ErrNotFound
+	case http.StatusGone:
+		return ErrCursorExpired
+	}
+	return nil
+}
 
 // Temporary reports whether the request may succeed when sent again: 429,
 // 502, 503 and 504.
@@ -108,6 +122,27 @@ func (e *SendError) Error() string {
 }
 
 func (e *SendError) Unwrap() error { return e.Err }
+
+// ReadError is returned by Get, List and Watch when a read
+// failed for a reason other than the service's refusal (which is a
+// *StatusError): retries ran out, the context ended, or a failure that
+// retrying cannot cure (see the Retry option). Err is the last failure.
+type ReadError struct {
+	Op        string // "get", "list", "watch"
+	SessionID string // Get's session, "" otherwise
+	Attempts  int
+	Err       error
+}
+
+func (e *ReadError) Error() string {
+	s := "client: " + e.Op
+	if e.SessionID != "" {
+		s += " " + e.SessionID
+	}
+	return fmt.Sprintf("%s: failed after %d attempts: %v", s, e.Attempts, e.Err)
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
 
 func retryableStatus(s int) bool {
 	return s == 429 || s == 502 || s == 503 || s == 504
