@@ -48,10 +48,12 @@
 // # Reading
 //
 // Get reads a snapshot (ErrNotFound for an unknown session; MinPosition to
-// read your writes), List pages through a listing as an iterator, and Watch
-// streams the change feed, resuming with its last cursor after a dropped
-// connection; its OnConnect says when a stream is established, so that what
-// is sent after it is delivered.
+// read your writes), AwaitState waits until a session reaches a state (one
+// the projector derives included, such as a child's cancellation), List
+// pages through a listing as an iterator, and Watch streams the change feed,
+// resuming with its last cursor after a dropped connection; its OnConnect
+// says when a stream is established, so that what is sent after it is
+// delivered.
 //
 // # Errors
 //

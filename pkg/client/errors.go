@@ -26,9 +26,14 @@ var (
 	ErrInvalidEvent = errors.New("client: invalid event")
 	// ErrInvalidSessionID: a session id outside the service's rule: 1-128
 	// characters of [A-Za-z0-9._:-] (no "/", no space; pkg/fsm's
-	// ValidSessionID). Get returns it before any I/O; an event
+	// ValidSessionID). Get and AwaitState return it before any I/O; an event
 	// built with such an id matches ErrInvalidEvent and is never sent.
 	ErrInvalidSessionID = errors.New("client: invalid session id")
+	// ErrEnded: AwaitState's session ended in a state other than those
+	// awaited, so it can never reach one.
+	ErrEnded = errors.New("client: session ended")
+	// ErrBadPosition: ParsePosition's input is not "partition:offset".
+	ErrBadPosition = errors.New("client: position must be partition:offset")
 )
 
 // FieldProblem is one problem of one event, as ingest names it.
@@ -70,7 +75,7 @@ func (e *ValidationError) Error() string {
 // StatusError is an answer other than success from a service, with its
 // problem+json members when the body had them.
 type StatusError struct {
-	Op     string // "send", "get", "list", "watch"
+	Op     string // "send", "get", "list", "watch" (pkg/testkit adds its own)
 	Status int
 	Type   string // the problem type URI
 	Title  string
@@ -123,13 +128,13 @@ func (e *SendError) Error() string {
 
 func (e *SendError) Unwrap() error { return e.Err }
 
-// ReadError is returned by Get, List and Watch when a read
+// ReadError is returned by Get, List, Watch and AwaitState when a read
 // failed for a reason other than the service's refusal (which is a
 // *StatusError): retries ran out, the context ended, or a failure that
 // retrying cannot cure (see the Retry option). Err is the last failure.
 type ReadError struct {
-	Op        string // "get", "list", "watch"
-	SessionID string // Get's session, "" otherwise
+	Op        string // "get", "list", "watch", "await"
+	SessionID string // Get's and AwaitState's session, "" otherwise
 	Attempts  int
 	Err       error
 }
