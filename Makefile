@@ -57,6 +57,14 @@ loadgen: ## a verified workload against a running stack (ARGS="-sessions 5000 -r
 images: ## build the container images from deploy/docker (CORREX_IMAGE_PREFIX, CORREX_IMAGE_TAG, KAFKA_IMAGE, REDIS_IMAGE)
 	@scripts/images.sh
 
+# With a local engine (DOCKER_HOST unset or unix://) published ports are on
+# 127.0.0.1, not on the default route's gateway that testcontainers guesses
+# inside a container: TESTCONTAINERS_HOST_OVERRIDE says so unless it is set
+# (the suites and pkg/testkit/correx do the same).
 test-integration: images ## testcontainers-go suites (integration/, pkg/testkit/correx) against the images (needs Docker)
+	@if [ -z "$${TESTCONTAINERS_HOST_OVERRIDE:-}" ]; then \
+		case "$${DOCKER_HOST:-unix://}" in unix://*) export TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1;; esac; \
+	fi; \
+	echo "TESTCONTAINERS_HOST_OVERRIDE=$${TESTCONTAINERS_HOST_OVERRIDE:-}"; \
 	TESTCONTAINERS_RYUK_DISABLED=$${TESTCONTAINERS_RYUK_DISABLED:-true} \
 		$(GO) test -tags integration -count=1 -timeout 60m -v $(INTEGRATION_FLAGS) ./integration/... ./pkg/testkit/correx

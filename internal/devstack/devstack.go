@@ -35,6 +35,8 @@ import (
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/pkg/feed"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -246,6 +248,18 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 
+	if s.Broker != nil {
+		// The query service's watches read the change feed once its topic
+		// exists, and it looks again only every second or so (slowly while
+		// the topic is missing), so that a watch would answer 503 for
+		// seconds after the start: create the topic now, as the projector
+		// would (it leaves an existing one as it is).
+		if err := ensureFeedTopic(ctx, kcfg, s.Topic, o.Partitions); err != nil {
+			lq.Close()
+			s.Stop()
+			return nil, err
+		}
+	}
 	qcfg := query.DefaultConfig()
 	qcfg.Kafka = withClientID(kcfg, qcfg.Kafka.ClientID)
 	qcfg.Topic, qcfg.RedisURL, qcfg.RedisCluster, qcfg.RedisPrefix = s.Topic, s.RedisURL, o.RedisCluster, s.Prefix
@@ -255,6 +269,22 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	qrt.Listener = lq
 	s.goRun("query", func() error { return query.Serve(ctx, qcfg, qrt) })
 	return s, nil
+}
+
+// ensureFeedTopic creates the change feed's topic of topic with partitions
+// partitions, as the projector does, when it does not exist.
+func ensureFeedTopic(ctx context.Context, kcfg kafka.Config, topic string, partitions int) error {
+	cl, err := kafka.NewClient(withClientID(kcfg, "devstack"))
+	if err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl.Client), feed.Topic(topic), int32(partitions)); err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	return nil
 }
 
 // Stop shuts the services down gracefully (the projector flushes and writes

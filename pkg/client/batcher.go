@@ -164,13 +164,9 @@ func (l *lane) signal() {
 // here with a *ValidationError and nothing of the call is queued; after
 // Close, Add returns ErrClosed.
 func (b *Batcher) Add(ctx context.Context, events ...Event) error {
-	items := make([]item, len(events))
-	for i := range events {
-		it, err := encode(i, &events[i])
-		if err != nil {
-			return err
-		}
-		items[i] = it
+	items, err := encodeAll(events)
+	if err != nil {
+		return err
 	}
 	for i, it := range items {
 		n := len(it.raw)

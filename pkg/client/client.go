@@ -70,11 +70,16 @@ func HTTPClient(c *http.Client) Option { return func(s *settings) { s.httpClient
 func TLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = c } }
 
 // Retry sets how a request is retried after a 429, 502, 503, 504 or a
-// transport error (a refused or dropped connection): at most attempts tries
-// in all (default 10), waiting an exponential backoff from minBackoff
-// (default 100ms) doubling up to maxBackoff (default 5s), with full jitter
-// (a uniform wait in [backoff/2, backoff]), and never less than the
-// answer's Retry-After. attempts of 1 disables retries.
+// transport error (a dropped connection, a timed-out attempt): at most
+// attempts tries in all (default 10), waiting an exponential backoff from
+// minBackoff (default 100ms) doubling up to maxBackoff (default 5s), with
+// full jitter (a uniform wait in [backoff/2, backoff]), and never less than
+// the answer's Retry-After. attempts of 1 disables retries.
+//
+// A wrong URL fails fast: a host name that does not resolve (DNS "no such
+// host"), a certificate that does not verify and a server that does not
+// speak TLS are not retried, and a refused connection (nothing listens on
+// the port, or a service restarts) is tried at most 3 times in all.
 func Retry(attempts int, minBackoff, maxBackoff time.Duration) Option {
 	return func(s *settings) {
 		s.retry.attempts, s.retry.min, s.retry.max = attempts, minBackoff, maxBackoff

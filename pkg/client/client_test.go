@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,9 +195,9 @@ func TestSendAndWaitOutcomes(t *testing.T) {
 	}
 }
 
-// TestValidationErrorNamesEvents sends a request with two bad events among
-// good ones: the error names both by their index in the call, and nothing
-// of the request is written.
+// TestValidationErrorNamesEvents sends bad events among good ones: the
+// error names each by its index in the call, whether the client refused it
+// (before any I/O) or ingest did, and nothing of the request is written.
 func TestValidationErrorNamesEvents(t *testing.T) {
 	st := startStack(t, 2)
 	c := newClient(t, st, nil)
@@ -215,12 +216,31 @@ func TestValidationErrorNamesEvents(t *testing.T) {
 	idx := map[int]string{}
 	for _, p := range ve.Problems {
 		idx[p.Index] = p.Field
+	}
+	if len(idx) != 2 || idx[2] != "sessionId" || idx[3] != "type" {
+		t.Errorf("refused by the client: problems %+v, want events 2 (sessionId) and 3 (type)", ve.Problems)
+	}
+
+	// What only ingest checks: a label key and a goal over 4 KiB.
+	evs = []client.Event{
+		client.SessionCreated("val:1"),
+		client.SessionStarted("val:1"),
+		client.SessionCreated("val:2", client.Labels(map[string]string{"Bad Key": "v"})),
+		client.SessionCreated("val:3", client.Goal(strings.Repeat("g", 5000))),
+	}
+	_, err = c.Send(ctx, evs...)
+	if !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want a *ValidationError", err)
+	}
+	idx = map[int]string{}
+	for _, p := range ve.Problems {
+		idx[p.Index] = p.Field
 		if p.EventID != evs[p.Index].ID {
 			t.Errorf("problem %+v names the wrong event id", p)
 		}
 	}
-	if len(idx) != 2 || idx[2] != "sessionId" || idx[3] != "type" {
-		t.Errorf("problems %+v, want events 2 (sessionId) and 3 (type)", ve.Problems)
+	if len(idx) != 2 || !strings.HasPrefix(idx[2], "payload.labels") || idx[3] != "payload.goal" {
+		t.Errorf("refused by ingest: problems %+v, want events 2 (payload.labels...) and 3 (payload.goal)", ve.Problems)
 	}
 	if _, err := c.Get(ctx, "val:1"); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("get after a refused request: %v, want ErrNotFound", err)

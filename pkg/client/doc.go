@@ -23,6 +23,12 @@
 // id: resend before the session's next 128 events (README, "Ingest").
 // ExpectedVersion(v) makes an event conditional on the session's version.
 //
+// Session ids are 1-128 characters of [A-Za-z0-9._:-] (pkg/fsm's
+// ValidSessionID): no "/", no space. An event built with another id, or a
+// Custom event whose type is not x.<vendor>.<Name>, is refused before any
+// I/O (its Err matches ErrInvalidEvent), and Get refuses such an id with
+// ErrInvalidSessionID.
+//
 // # Sending
 //
 // Send writes events in requests of at most 1000 events and 1 MiB, in
@@ -42,9 +48,20 @@
 // # Reading
 //
 // Get reads a snapshot (ErrNotFound for an unknown session; MinPosition to
-// read your writes), List pages through a listing as an iterator, and Watch
-// streams the change feed, resuming with its last cursor after a dropped
-// connection.
+// read your writes), AwaitState waits until a session reaches a state (one
+// the projector derives included, such as a child's cancellation), List
+// pages through a listing as an iterator, and Watch streams the change feed,
+// resuming with its last cursor after a dropped connection; its OnConnect
+// says when a stream is established, so that what is sent after it is
+// delivered.
+//
+// # Errors
+//
+// A service's refusal is a *StatusError (ErrNotFound for 404). What retries
+// did not cure is a *SendError for Send and a *ReadError for the reads, each
+// with the number of attempts and the last failure. Retries stop early on a
+// failure they cannot cure: a wrong host name or certificate at once, a
+// refused connection after 3 attempts (see Retry).
 //
 // # Concurrency, telemetry, security
 //

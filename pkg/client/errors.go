@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,16 @@ var (
 	// encoded (a custom payload that is not JSON, a failed id source); it
 	// is never sent.
 	ErrInvalidEvent = errors.New("client: invalid event")
+	// ErrInvalidSessionID: a session id outside the service's rule: 1-128
+	// characters of [A-Za-z0-9._:-] (no "/", no space; pkg/fsm's
+	// ValidSessionID). Get and AwaitState return it before any I/O; an event
+	// built with such an id matches ErrInvalidEvent and is never sent.
+	ErrInvalidSessionID = errors.New("client: invalid session id")
+	// ErrEnded: AwaitState's session ended in a state other than those
+	// awaited, so it can never reach one.
+	ErrEnded = errors.New("client: session ended")
+	// ErrBadPosition: ParsePosition's input is not "partition:offset".
+	ErrBadPosition = errors.New("client: position must be partition:offset")
 )
 
 // FieldProblem is one problem of one event, as ingest names it.
@@ -64,14 +75,13 @@ func (e *ValidationError) Error() string {
 // StatusError is an answer other than success from a service, with its
 // problem+json members when the body had them.
 type StatusError struct {
-	Op     string // "send", "get", "list", "watch"
+	Op     string // "send", "get", "list", "watch" (pkg/testkit adds its own)
 	Status int
 	Type   string // the problem type URI
 	Title  string
 	Detail string
 	// RetryAfter is the answer's Retry-After, zero when absent.
 	RetryAfter time.Duration
-	err        error // a sentinel this status maps to (ErrNotFound, ...)
 }
 
 func (e *StatusError) Error() string {
@@ -85,8 +95,17 @@ func (e *StatusError) Error() string {
 }
 
 // Unwrap returns the sentinel the status maps to (ErrNotFound for 404,
-// ErrCursorExpired for 410), or nil.
-func (e *StatusError) Unwrap() error { return e.err }
+// ErrCursorExpired for 410), or nil. It depends on Status alone, so a
+// StatusError built elsewhere (pkg/testkit builds them) matches alike.
+func (e *StatusError) Unwrap() error {
+	switch e.Status {
+	case http.StatusNotFound:
+		return ErrNotFound
+	case http.StatusGone:
+		return ErrCursorExpired
+	}
+	return nil
+}
 
 // Temporary reports whether the request may succeed when sent again: 429,
 // 502, 503 and 504.
@@ -108,6 +127,27 @@ func (e *SendError) Error() string {
 }
 
 func (e *SendError) Unwrap() error { return e.Err }
+
+// ReadError is returned by Get, List, Watch and AwaitState when a read
+// failed for a reason other than the service's refusal (which is a
+// *StatusError): retries ran out, the context ended, or a failure that
+// retrying cannot cure (see the Retry option). Err is the last failure.
+type ReadError struct {
+	Op        string // "get", "list", "watch", "await"
+	SessionID string // Get's and AwaitState's session, "" otherwise
+	Attempts  int
+	Err       error
+}
+
+func (e *ReadError) Error() string {
+	s := "client: " + e.Op
+	if e.SessionID != "" {
+		s += " " + e.SessionID
+	}
+	return fmt.Sprintf("%s: failed after %d attempts: %v", s, e.Attempts, e.Err)
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
 
 func retryableStatus(s int) bool {
 	return s == 429 || s == 502 || s == 503 || s == 504

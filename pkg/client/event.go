@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/correx/sessions/pkg/fsm"
 	"github.com/google/uuid"
 )
 
@@ -28,7 +29,20 @@ type Event struct {
 	ExpectedVersion *uint64         `json:"expectedVersion,omitempty"`
 	Payload         json.RawMessage `json:"payload,omitempty"`
 
-	err error // why the event cannot be sent; see ErrInvalidEvent
+	err      error  // why the event cannot be sent; see ErrInvalidEvent
+	errField string // the envelope's field err is about ("" for the event)
+}
+
+// fail records why the event cannot be sent, keeping the first reason.
+func (e *Event) fail(field string, err error) {
+	if e.err == nil {
+		e.err, e.errField = err, field
+	}
+}
+
+// sessionIDError says why id is not a session id.
+func sessionIDError(id string) error {
+	return fmt.Errorf("%w %q: want 1-%d characters of [A-Za-z0-9._:-]", ErrInvalidSessionID, id, fsm.MaxSessionIDLen)
 }
 
 // Err reports why the event cannot be sent (it matches ErrInvalidEvent), or
@@ -159,7 +173,7 @@ func Metadata(m any) CreateOption {
 	return createOption(func(b *builder) {
 		raw, err := json.Marshal(m)
 		if err != nil {
-			b.ev.err = fmt.Errorf("%w: metadata: %v", ErrInvalidEvent, err)
+			b.ev.fail("payload", fmt.Errorf("%w: metadata: %v", ErrInvalidEvent, err))
 			return
 		}
 		b.set("metadata", json.RawMessage(raw))
@@ -211,10 +225,13 @@ func build(sessionID, typ string, payload map[string]any, opts []EventOption) Ev
 }
 
 func (b *builder) finish() Event {
+	if !fsm.ValidSessionID(b.ev.SessionID) {
+		b.ev.fail("sessionId", fmt.Errorf("%w: %w", ErrInvalidEvent, sessionIDError(b.ev.SessionID)))
+	}
 	if b.ev.ID == "" {
 		id, err := uuid.NewV7()
 		if err != nil {
-			b.ev.err = fmt.Errorf("%w: event id: %v", ErrInvalidEvent, err)
+			b.ev.fail("eventId", fmt.Errorf("%w: event id: %v", ErrInvalidEvent, err))
 		}
 		b.ev.ID = id.String()
 	}
@@ -223,8 +240,8 @@ func (b *builder) finish() Event {
 	}
 	if len(b.payload) > 0 && b.ev.Payload == nil {
 		raw, err := json.Marshal(b.payload)
-		if err != nil && b.ev.err == nil {
-			b.ev.err = fmt.Errorf("%w: payload: %v", ErrInvalidEvent, err)
+		if err != nil {
+			b.ev.fail("payload", fmt.Errorf("%w: payload: %v", ErrInvalidEvent, err))
 		}
 		b.ev.Payload = raw
 	}
@@ -348,12 +365,21 @@ func RepairStarted(sessionID string, opts ...EventOption) Event {
 // Custom is a custom event x.<vendor>.<Name> (docs/lifecycle.md): applied in any
 // non-terminal state without changing it. payload is encoded as JSON (nil
 // for none); the snapshot's annotations keep it when at most 1 KiB.
+//
+// typ must be a custom type name, as pkg/fsm's ValidCustomType checks it.
+// Anything else, a lifecycle type such as "SessionCompleted" included, makes
+// an event whose Err matches ErrInvalidEvent and that Send refuses before
+// any I/O: the lifecycle types have their own constructors.
 func Custom(sessionID, typ string, payload any, opts ...EventOption) Event {
 	b := builder{ev: Event{SessionID: sessionID, Type: typ}}
+	if !fsm.ValidCustomType([]byte(typ)) {
+		b.ev.fail("type", fmt.Errorf("%w: type %q is not a custom type x.<vendor>.<Name> (docs/lifecycle.md); lifecycle types have their own constructors",
+			ErrInvalidEvent, typ))
+	}
 	if payload != nil {
 		raw, err := json.Marshal(payload)
 		if err != nil {
-			b.ev.err = fmt.Errorf("%w: payload: %v", ErrInvalidEvent, err)
+			b.ev.fail("payload", fmt.Errorf("%w: payload: %v", ErrInvalidEvent, err))
 		}
 		b.ev.Payload = raw
 	}

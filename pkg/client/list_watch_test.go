@@ -274,8 +274,10 @@ func TestWatchPipeline(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 	changes := make(chan client.Change, 64)
 	errc := make(chan error, 1)
+	connected := make(chan string, 64)
 	go func() {
-		for ch, err := range c.Watch(ctx, client.WatchOptions{Prefix: "wp:"}) {
+		o := client.WatchOptions{Prefix: "wp:", OnConnect: func(cursor string) { connected <- cursor }}
+		for ch, err := range c.Watch(ctx, o) {
 			if err != nil {
 				errc <- err
 				return
@@ -283,7 +285,17 @@ func TestWatchPipeline(t *testing.T) {
 			changes <- ch
 		}
 	}()
-	waitFor(t, "the watch opens", func() bool { return cut.streams.Load() > 0 }) // a watch without a cursor starts at the end
+	// A watch without a cursor starts at the end: send once it is open.
+	select {
+	case cursor := <-connected:
+		if cursor != "" {
+			t.Errorf("the first stream starts from cursor %q, want the end (\"\")", cursor)
+		}
+	case err := <-errc:
+		t.Fatal(err)
+	case <-ctx.Done():
+		t.Fatal("the watch never connected")
+	}
 	id := "wp:1"
 	evs := lifecycle(id)
 	if _, err := c.SendAndWait(ctx, evs...); err != nil {
@@ -314,6 +326,13 @@ func TestWatchPipeline(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("changes\n got %v\nwant %v", got, want)
+	}
+	// Every stream after the first resumed, and said so: the stream is cut
+	// after each change, so each reconnection has a cursor.
+	for len(connected) > 0 {
+		if cursor := <-connected; cursor == "" {
+			t.Error("a stream reopened at the end after changes were received")
+		}
 	}
 	t.Logf("%d changes over %d streams", len(got), cut.streams.Load())
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -10,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // Snapshot is a session's read model as the query service serves it
@@ -163,8 +166,14 @@ func MinPosition(p Position) GetOption { return func(g *getSettings) { g.min = &
 func Wait(d time.Duration) GetOption { return func(g *getSettings) { g.wait, g.waitSet = d, true } }
 
 // Get reads a session's snapshot. An unknown session (or one outside the
-// token's prefix) is an error matching ErrNotFound.
+// token's prefix) is a *StatusError matching ErrNotFound; any other refusal
+// is a *StatusError too. A failure that retries did not cure (see the Retry
+// option), or the context's end, is a *ReadError. A session id outside the
+// service's rule (ErrInvalidSessionID) is refused before any I/O.
 func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (*Snapshot, error) {
+	if !fsm.ValidSessionID(sessionID) {
+		return nil, fmt.Errorf("client: get: %w", sessionIDError(sessionID))
+	}
 	var g getSettings
 	for _, o := range opts {
 		o(&g)
@@ -179,7 +188,7 @@ func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (
 		q.Set("wait", g.wait.String())
 		u.RawQuery = q.Encode()
 	}
-	for attempt := 1; ; attempt++ {
+	for attempt, tries := 1, 1; ; attempt, tries = attempt+1, tries+1 {
 		var s Snapshot
 		err := c.getJSON(ctx, "get", u, g.wait, &s)
 		if err == nil {
@@ -190,7 +199,7 @@ func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (
 			attempt = 0 // waiting is not failing: ask again while ctx lasts
 		}
 		if !c.retryRead(ctx, err, attempt) {
-			return nil, err
+			return nil, readError(ctx, "get", sessionID, tries, err)
 		}
 	}
 }
@@ -198,25 +207,32 @@ func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (
 // retryRead waits before another read attempt and reports whether to make
 // it.
 func (c *Client) retryRead(ctx context.Context, err error, attempt int) bool {
-	var after time.Duration
-	switch e := err.(type) {
-	case *StatusError:
-		if !e.Temporary() {
-			return false
-		}
-		after = e.RetryAfter
-	default:
-		if ctx.Err() != nil {
-			return false
-		}
-	}
-	if attempt >= c.retry.attempts {
+	if ctx.Err() != nil {
 		return false
 	}
 	if attempt == 0 { // a 504 of a waiting read: ask again at once
-		return ctx.Err() == nil
+		return true
+	}
+	if c.retry.gaveUp(err, attempt) {
+		return false
+	}
+	var after time.Duration
+	if se, ok := err.(*StatusError); ok {
+		after = se.RetryAfter
 	}
 	return sleep(ctx, c.retry.backoff(attempt, after)) == nil
+}
+
+// readError is a read's final error: a refusal as the *StatusError it is,
+// anything else as a *ReadError (with the context's error when it ended).
+func readError(ctx context.Context, op, sessionID string, attempts int, err error) error {
+	if se, ok := err.(*StatusError); ok && !se.Temporary() {
+		return se
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = errors.Join(err, cerr)
+	}
+	return &ReadError{Op: op, SessionID: sessionID, Attempts: attempts, Err: err}
 }
 
 func (c *Client) getJSON(ctx context.Context, op string, u *url.URL, extra time.Duration, v any) error {
@@ -269,7 +285,8 @@ type Page struct {
 }
 
 // List returns the listing's pages, in order, one request each. Stop
-// ranging to stop listing; an error is yielded once, and ends the listing.
+// ranging to stop listing; an error is yielded once, and ends the listing:
+// a *StatusError for a refusal, a *ReadError otherwise (as Get's).
 // The order is stable but not meaningful.
 func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Page, error] {
 	return func(yield func(*Page, error) bool) {
@@ -301,13 +318,14 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Page, error
 				Next     *string    `json:"next"`
 			}
 			var err error
-			for attempt := 1; ; attempt++ {
+			attempt := 1
+			for ; ; attempt++ {
 				if err = c.getJSON(ctx, "list", u, 0, &ans); err == nil || !c.retryRead(ctx, err, attempt) {
 					break
 				}
 			}
 			if err != nil {
-				yield(nil, err)
+				yield(nil, readError(ctx, "list", "", attempt, err))
 				return
 			}
 			p := &Page{Sessions: ans.Sessions}

@@ -10,9 +10,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/correx/sessions/pkg/feed"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // Limits of one ingest request (README, HTTP API); Send and the Batcher split
@@ -27,8 +29,23 @@ const (
 const bodyOverhead = 0
 
 // Position is where an event sits in the events topic: a partition and an
-// offset. Its String form "P:O" is the query API's minPosition.
+// offset. Its String form "P:O" is the query API's minPosition, and
+// ParsePosition reads it back.
 type Position = feed.Position
+
+// ParsePosition reads a position in its String form "P:O" (the `position`
+// of ingest's answer, the query API's minPosition): a partition and an
+// offset, both non-negative. Anything else is an error matching
+// ErrBadPosition.
+func ParsePosition(s string) (Position, error) {
+	ps, os, ok := strings.Cut(s, ":")
+	p, err1 := strconv.ParseInt(ps, 10, 32)
+	o, err2 := strconv.ParseInt(os, 10, 64)
+	if !ok || err1 != nil || err2 != nil || p < 0 || o < 0 {
+		return Position{}, fmt.Errorf("%w: %q", ErrBadPosition, s)
+	}
+	return Position{Partition: int32(p), Offset: o}, nil
+}
 
 // Accepted is where ingest wrote one event.
 type Accepted struct {
@@ -61,21 +78,51 @@ type item struct {
 	raw []byte
 }
 
-func encode(i int, e *Event) (item, error) {
+func encode(i int, e *Event) (item, *ValidationError) {
 	if e.ID == "" {
 		// Ingest would assign one, different at each resend: a retry could
 		// then double the event's effect.
 		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, Field: "eventId",
 			Message: "required: build events with the constructors, or set EventID, so that a resend carries the same id"}}}
 	}
+	if e.err == nil && !fsm.ValidSessionID(e.SessionID) { // an Event built without a constructor
+		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "sessionId",
+			Message: sessionIDError(e.SessionID).Error()}}}
+	}
 	if e.err != nil {
-		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "event", Message: e.err.Error()}}}
+		field := e.errField
+		if field == "" {
+			field = "event"
+		}
+		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: field, Message: e.err.Error()}}}
 	}
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "payload", Message: err.Error()}}}
 	}
 	return item{idx: i, id: e.ID, sid: e.SessionID, raw: raw}, nil
+}
+
+// encodeAll encodes events, or refuses them with one *ValidationError that
+// names every event the client refuses.
+func encodeAll(events []Event) ([]item, error) {
+	items := make([]item, len(events))
+	var refused *ValidationError
+	for i := range events {
+		it, err := encode(i, &events[i])
+		switch {
+		case err == nil:
+			items[i] = it
+		case refused == nil:
+			refused = err
+		default:
+			refused.Problems = append(refused.Problems, err.Problems...)
+		}
+	}
+	if refused != nil {
+		return nil, refused
+	}
+	return items, nil
 }
 
 // Send writes events to ingest and returns where each was written. Events
@@ -92,20 +139,17 @@ func encode(i int, e *Event) (item, error) {
 // the fold as a duplicate, so retries never double an effect (within the
 // duplicate window: a session's next 128 events).
 //
-// Errors: a *ValidationError (400, or an event that could not be encoded)
-// names each refused event by its index in events; nothing of its request
-// was written, and the requests before it were. A *SendError says retries
+// Errors: a *ValidationError (400, or events the client refuses before any
+// I/O: an Err, a session id outside the rule) names each refused event by its
+// index in events; nothing of its request was written, and the requests
+// before it were (none when the client refused). A *SendError says retries
 // ran out; the Result then holds what was confirmed. Other refusals are a
 // *StatusError (401, 403, 413, 415).
 func (c *Client) Send(ctx context.Context, events ...Event) (Result, error) {
 	res := Result{Accepted: make([]Accepted, len(events))}
-	items := make([]item, len(events))
-	for i := range events {
-		it, err := encode(i, &events[i])
-		if err != nil {
-			return res, err
-		}
-		items[i] = it
+	items, err := encodeAll(events)
+	if err != nil {
+		return res, err
 	}
 	for len(items) > 0 {
 		n, size := 0, bodyOverhead
@@ -172,7 +216,7 @@ func (c *Client) sendBatch(ctx context.Context, items []item, out []Accepted, re
 		if isStatus && !se.Temporary() {
 			return se // refused (401, 403, 413, 415, ...): sending again cannot help
 		}
-		if (!isStatus && ctx.Err() != nil) || attempt >= c.retry.attempts {
+		if (!isStatus && ctx.Err() != nil) || c.retry.gaveUp(err, attempt) {
 			return &SendError{Attempts: attempt, Unconfirmed: ids(remaining), Err: err}
 		}
 		var after time.Duration
@@ -393,12 +437,6 @@ func statusError(op string, resp *http.Response, body []byte) (problem, *StatusE
 	_ = json.Unmarshal(body, &p) // not every answer is problem+json (a proxy's 502)
 	se := &StatusError{Op: op, Status: resp.StatusCode, Type: p.Type, Title: p.Title, Detail: p.Detail,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
-	switch resp.StatusCode {
-	case http.StatusNotFound:
-		se.err = ErrNotFound
-	case http.StatusGone:
-		se.err = ErrCursorExpired
-	}
 	return p, se
 }
 

@@ -3,6 +3,12 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // Status is what the fold did with an event, as far as a snapshot tells.
@@ -106,4 +112,57 @@ func (c *Client) SendAndWait(ctx context.Context, events ...Event) ([]Outcome, e
 		}
 	}
 	return out, nil
+}
+
+// Polling interval of AwaitState: from awaitMinPoll, doubling up to
+// awaitMaxPoll.
+const (
+	awaitMinPoll = 10 * time.Millisecond
+	awaitMaxPoll = 500 * time.Millisecond
+)
+
+// AwaitState waits until the session is in one of states (names such as
+// "CANCELLED"; at least one) and returns its snapshot. It is how to wait for
+// what the projector derives rather than what the caller sent, and so has no
+// position to wait for: a child cancelled with its parent, a timeout that
+// fired. It reads the snapshot (Get) every 10 ms at first, backing off to
+// every 500 ms, and a session that does not exist yet is waited for too.
+//
+// A session that ends in a state not among states never reaches one: that
+// is an error matching ErrEnded, returned with the final snapshot. The
+// context bounds the wait; when it ends the error is a *ReadError. Get's
+// other errors are returned as they are; an unknown state name or session
+// id is refused before any I/O.
+func (c *Client) AwaitState(ctx context.Context, sessionID string, states ...string) (*Snapshot, error) {
+	if !fsm.ValidSessionID(sessionID) {
+		return nil, fmt.Errorf("client: await: %w", sessionIDError(sessionID))
+	}
+	if len(states) == 0 {
+		return nil, errors.New("client: await: no state to wait for")
+	}
+	for _, s := range states {
+		if _, ok := fsm.ParseState(s); !ok {
+			return nil, fmt.Errorf("client: await %s: %q is not a state", sessionID, s)
+		}
+	}
+	poll := awaitMinPoll
+	for reads := 1; ; reads++ {
+		s, err := c.Get(ctx, sessionID)
+		switch {
+		case err == nil:
+			if slices.Contains(states, s.State) {
+				return s, nil
+			}
+			if s.Terminal {
+				return s, fmt.Errorf("client: await %s: %w as %s, not %s", sessionID, ErrEnded, s.State, strings.Join(states, " or "))
+			}
+			err = fmt.Errorf("state %s, not %s", s.State, strings.Join(states, " or "))
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+		if werr := sleep(ctx, poll); werr != nil {
+			return nil, &ReadError{Op: "await", SessionID: sessionID, Attempts: reads, Err: errors.Join(err, werr)}
+		}
+		poll = min(2*poll, awaitMaxPoll)
+	}
 }

@@ -24,6 +24,14 @@ type WatchOptions struct {
 	// Cursor resumes after a change already received (its Change.Cursor);
 	// empty starts at the end: only changes from now on.
 	Cursor string
+	// OnConnect, when set, is called each time a stream is established (the
+	// service answered 200), before any of its changes, with the cursor the
+	// stream starts from: "" when it starts at the end, so that only
+	// changes made after the call are delivered. A watch without a Cursor
+	// starts at the end, so send what it must see after the first call
+	// (or send first and read the snapshots). It is called on the goroutine
+	// that ranges over Watch and must not block for long.
+	OnConnect func(cursor string)
 }
 
 // Change is one change record of the watch stream (pkg/feed.Change) and the
@@ -43,10 +51,15 @@ const maxSSELine = 1 << 20
 // iterator. When the connection drops, or the service ends the stream
 // (shutdown, a client that fell behind), Watch reconnects with the last
 // cursor received (Last-Event-ID), so the changes continue with none
-// missed and none repeated; it retries with the Retry option's backoff and
-// yields an error once attempts in a row have failed. A cursor older than
-// the feed's retention yields an error matching ErrCursorExpired. Errors end
-// the iteration; so do the context and a break out of the range loop.
+// missed and none repeated; it retries with the Retry option's backoff, as
+// Get does, and yields a *ReadError once attempts in a row have failed or a
+// failure that retrying cannot cure. A refusal is yielded as a *StatusError;
+// a cursor older than the feed's retention matches ErrCursorExpired. Errors
+// end the iteration; so do the context and a break out of the range loop.
+//
+// A stream that drops before it received any cursor (nor had one) is
+// reopened at the end, and changes made meanwhile are not delivered:
+// OnConnect is then called again with "" to say so.
 //
 // The feed itself is at least once across projector crashes: a replayed
 // change repeats byte for byte, so drop repeats by Change.Key() if it
@@ -63,21 +76,17 @@ func (c *Client) Watch(ctx context.Context, o WatchOptions) iter.Seq2[Change, er
 			if got {
 				failures = 0
 			}
+			failures++
 			var se *StatusError
 			if errors.As(err, &se) && !se.Temporary() {
 				yield(Change{}, err)
 				return
 			}
-			failures++
-			if failures >= c.retry.attempts {
-				if err == nil {
-					err = errors.New("client: watch: the stream kept ending")
-				}
-				yield(Change{}, err)
+			if c.retry.gaveUp(err, failures) {
+				yield(Change{}, &ReadError{Op: "watch", Attempts: failures, Err: err})
 				return
 			}
-			var after = se.retryAfter()
-			if sleep(ctx, c.retry.backoff(failures, after)) != nil {
+			if sleep(ctx, c.retry.backoff(failures, se.retryAfter())) != nil {
 				return
 			}
 		}
@@ -130,6 +139,9 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 		_, se := statusError("watch", resp, body)
 		return false, se
 	}
+	if o.OnConnect != nil {
+		o.OnConnect(*cursor)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
 	var event, id string
@@ -138,11 +150,14 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(line) == 0 { // dispatch
-			// An id without data moves the cursor past changes the
-			// service read and filtered out: resuming goes further.
-			if event == "" && len(data) == 0 && id != "" && id != *cursor {
+			if id != "" {
+				// The last id received is the cursor, whatever the event's
+				// kind: a block with an id and no data moves it too, as
+				// the SSE last event id (the service sends one past the
+				// changes it read and filtered out, so a resume goes
+				// further).
+				got = got || id != *cursor
 				*cursor = id
-				got = true
 			}
 			if event == "change" && len(data) > 0 {
 				var ch Change
@@ -150,7 +165,6 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 					return got, fmt.Errorf("client: watch: %w", err)
 				}
 				ch.Cursor = id
-				*cursor = id
 				got = true
 				if !yield(ch, nil) {
 					return got, errStop

@@ -7,11 +7,15 @@
 //	st := testkit.Start(t)                      // broker, Redis, ingest, projector, query
 //	pos, _ := st.Send(ctx, `{"sessionId":"s-1","type":"SessionCreated","payload":{}}`)
 //	snap, _ := st.WaitSession(ctx, "s-1", pos[0]) // folded and readable
+//	c := st.Client()                              // or pkg/client against the stack
+//	_, _ = c.AwaitState(ctx, "s-1", "CREATED")
 //
 // Start runs franz-go's kfake as the Kafka broker, miniredis as Redis (or a
 // real Redis with WithRedisURL), and the ingest, projector and query services
-// on 127.0.0.1 port 0; it returns once all three answer /readyz, and
-// t.Cleanup stops them. Point the code under test at IngestURL and QueryURL.
+// on 127.0.0.1 port 0; it returns once all three answer /readyz and a watch
+// (GET /v1/watch) answers, and t.Cleanup stops them. Point the code under
+// test at IngestURL and QueryURL, or use Client, a pkg/client client of the
+// stack; Position, Snapshot and StatusError are the client's types.
 // Authentication is off unless WithAuth is given; then Tokens holds bearer
 // tokens for two tenants (session ids prefixed "acme:" and "globex:") and an
 // admin.

@@ -1,23 +1,13 @@
 package testkit
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/correx/sessions/pkg/client"
 
-// ErrBadPosition is returned for a position that is not "partition:offset".
-var ErrBadPosition = errors.New("testkit: position must be partition:offset")
+// ErrBadPosition is the error of a position that is not "partition:offset"
+// (client.ParsePosition's).
+var ErrBadPosition = client.ErrBadPosition
 
-// StatusError is a service's answer other than the one expected: the request
-// (Op, URL), the status and the body (a problem+json document for the
-// correx services).
-type StatusError struct {
-	Op     string
-	URL    string
-	Status int
-	Body   []byte
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("testkit: %s %s: status %d: %s", e.Op, e.URL, e.Status, e.Body)
-}
+// StatusError is a service's answer other than the one expected, the
+// client's type: its status and the problem document's members (a body that
+// is not one is in Detail). Op names the Stack's request: "send" (Send,
+// SendAs), "stats" (WaitFolded), "readyz" and "watch" (Start, Run).
+type StatusError = client.StatusError

@@ -32,7 +32,7 @@ func ExampleRun() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(snap.State, snap.Version, snap.Terminal(), snap.Goal)
+	fmt.Println(snap.State, snap.Version, snap.Terminal, snap.Goal)
 	// Output: COMPLETED 3 true triage the alert
 }
 
@@ -61,7 +61,7 @@ func ExampleStack_KillProjector() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	stale, err := st.WaitSession(ctx, "demo-2", "") // no projector: still the old snapshot
+	stale, err := st.WaitSession(ctx, "demo-2") // no projector: still the old snapshot
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestAgainstCorrex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.State.String() != "ACTIVE" || snap.Goal != "summarise the incident" {
+	if snap.State != "ACTIVE" || snap.Goal != "summarise the incident" {
 		t.Fatalf("got %s %q", snap.State, snap.Goal)
 	}
 

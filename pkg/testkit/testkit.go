@@ -9,10 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +19,17 @@ import (
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
-	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/correx/sessions/pkg/client"
 )
+
+// Position is where an event sits in the events topic, the client's type:
+// Send returns one per event, and WaitFolded and WaitSession take them.
+// client.ParsePosition reads its "partition:offset" form.
+type Position = client.Position
+
+// Snapshot is a session's snapshot as the query service serves it, the
+// client's type: WaitSession returns it, as Stack.Client's Get does.
+type Snapshot = client.Snapshot
 
 // Tenant prefixes of the tokens WithAuth issues: a tenant's token reaches
 // only the sessions whose id starts with its prefix.
@@ -59,6 +66,7 @@ type Stack struct {
 	Tokens Tokens
 
 	ds     *devstack.Stack
+	client *client.Client
 	http   *http.Client
 	tmp    string
 	once   sync.Once
@@ -67,7 +75,7 @@ type Stack struct {
 }
 
 // readyTimeout bounds how long Start and Run wait for the services to
-// answer /readyz.
+// answer /readyz and the watch to answer.
 const readyTimeout = 30 * time.Second
 
 // Start starts a stack for the test, waits until its services are ready and
@@ -138,13 +146,30 @@ func run(ctx context.Context, cfg config) (*Stack, error) {
 	s.ds = ds
 	s.IngestURL, s.QueryURL, s.ProjectorURL = ds.IngestURL, ds.QueryURL, ds.ProjectorURL
 	s.Brokers, s.RedisURL, s.Topic, s.Prefix = ds.Brokers, ds.RedisURL, ds.Topic, ds.Prefix
+	copts := []client.Option{client.IngestURL(s.IngestURL), client.QueryURL(s.QueryURL)}
+	if cfg.auth {
+		copts = append(copts, client.Token(s.Tokens.Admin))
+	}
+	if s.client, err = client.New(copts...); err != nil {
+		return nil, errors.Join(fmt.Errorf("testkit: %w", err), s.Close())
+	}
 	for _, u := range []string{s.IngestURL, s.QueryURL, s.ProjectorURL} {
 		if err := s.waitReady(ctx, u); err != nil {
 			return nil, errors.Join(err, s.Close())
 		}
 	}
+	if err := s.waitWatch(ctx); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	return s, nil
 }
+
+// Client returns a client of the stack's ingest and query services, with
+// the admin token when WithAuth is on and the client's defaults otherwise.
+// It is shared and safe for concurrent use. For a tenant's view, make one
+// with client.New(client.IngestURL(st.IngestURL),
+// client.QueryURL(st.QueryURL), client.Token(st.Tokens.Acme)).
+func (s *Stack) Client() *client.Client { return s.client }
 
 // writeTokens issues the three tokens into a token file in a new temporary
 // directory (removed by Close).
@@ -202,6 +227,54 @@ func (s *Stack) Close() error {
 	return s.err
 }
 
+// waitWatch polls GET /v1/watch until it answers 200, and then leaves: the
+// query service then reads the change feed, whose topic the projector has
+// created, so a watch opened once Start returns delivers every change made
+// after it is established (client.WatchOptions.OnConnect says when). The
+// services answer /readyz before that: the query service learns the feed
+// when its topic appears, which it checks each second.
+func (s *Stack) waitWatch(ctx context.Context) error {
+	u := s.QueryURL + "/v1/watch"
+	var last error
+	for {
+		status, body, err := s.openWatch(ctx, u)
+		if err == nil && status == http.StatusOK {
+			return nil
+		}
+		last = err
+		if err == nil {
+			last = statusError("watch", status, body)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("testkit: the watch does not answer: %w (last answer: %v)", err, last)
+		}
+	}
+}
+
+// openWatch opens a watch and closes it as soon as it has its answer.
+func (s *Stack) openWatch(ctx context.Context, u string) (int, []byte, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if s.Tokens.Admin != "" {
+		req.Header.Set("Authorization", "Bearer "+s.Tokens.Admin)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, nil, nil // the stream: cancel ends it
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, b, err
+}
+
 // waitReady polls base+"/readyz" until it answers 200 or ctx ends.
 func (s *Stack) waitReady(ctx context.Context, base string) error {
 	var last error
@@ -212,7 +285,7 @@ func (s *Stack) waitReady(ctx context.Context, base string) error {
 		}
 		last = err
 		if err == nil {
-			last = &StatusError{Op: "GET", URL: base + "/readyz", Status: status, Body: body}
+			last = statusError("readyz", status, body)
 		}
 		if err := sleep(ctx, 10*time.Millisecond); err != nil {
 			return fmt.Errorf("testkit: %s not ready: %w (last answer: %v)", base, err, last)
@@ -254,13 +327,14 @@ func (s *Stack) StartProjector(ctx context.Context) error {
 
 // Send posts events to ingest in one request per 1000 events, with the
 // admin token when authentication is on, and returns each event's position
-// ("partition:offset", the form WaitFolded and WaitSession take). An event is
+// (which WaitFolded and WaitSession take). An event is
 // a JSON document as a string, []byte or json.RawMessage, or any other value,
 // which is encoded with encoding/json (a map, or a struct of your own with
 // the envelope's fields: sessionId, type, payload, and optionally eventId,
 // occurredAt, correlationId). A refused request is a *StatusError with the
-// problem document; events of earlier requests were accepted.
-func (s *Stack) Send(ctx context.Context, events ...any) ([]string, error) {
+// problem document's members; events of earlier requests were accepted. For
+// the client's events, retries and read-your-writes, use Client.
+func (s *Stack) Send(ctx context.Context, events ...any) ([]Position, error) {
 	return s.SendAs(ctx, s.Tokens.Admin, events...)
 }
 
@@ -269,8 +343,8 @@ const maxBatch = 1000
 
 // SendAs is Send with the given bearer token ("" sends none), to test what a
 // tenant's token may do.
-func (s *Stack) SendAs(ctx context.Context, token string, events ...any) ([]string, error) {
-	positions := make([]string, 0, len(events))
+func (s *Stack) SendAs(ctx context.Context, token string, events ...any) ([]Position, error) {
+	positions := make([]Position, 0, len(events))
 	for len(events) > 0 {
 		n := min(len(events), maxBatch)
 		var body bytes.Buffer
@@ -292,19 +366,16 @@ func (s *Stack) SendAs(ctx context.Context, token string, events ...any) ([]stri
 			return positions, fmt.Errorf("testkit: send: %w", err)
 		}
 		if status != http.StatusAccepted {
-			return positions, &StatusError{Op: "POST", URL: u, Status: status, Body: answer}
+			return positions, statusError("send", status, answer)
 		}
 		var resp struct {
-			Accepted []struct {
-				Partition int32 `json:"partition"`
-				Offset    int64 `json:"offset"`
-			} `json:"accepted"`
+			Accepted []client.Accepted `json:"accepted"`
 		}
 		if err := json.Unmarshal(answer, &resp); err != nil || len(resp.Accepted) != n {
 			return positions, fmt.Errorf("testkit: send: unexpected answer (%v): %s", err, answer)
 		}
 		for _, a := range resp.Accepted {
-			positions = append(positions, fmt.Sprintf("%d:%d", a.Partition, a.Offset))
+			positions = append(positions, a.Position())
 		}
 		events = events[n:]
 	}
@@ -330,14 +401,11 @@ func encodeEvent(ev any) ([]byte, error) {
 }
 
 // WaitFolded waits until the projector has folded and checkpointed every
-// event up to position ("partition:offset", as Send returns), that is until
-// every snapshot those events touched is readable from the query service.
-// It returns ctx's error if that does not happen before ctx ends.
-func (s *Stack) WaitFolded(ctx context.Context, position string) error {
-	part, off, err := parsePosition(position)
-	if err != nil {
-		return err
-	}
+// event up to position (as Send returns), that is until every snapshot
+// those events touched is readable from the query service. It returns ctx's
+// error if that does not happen before ctx ends.
+func (s *Stack) WaitFolded(ctx context.Context, position Position) error {
+	part, off := position.Partition, position.Offset
 	u := s.QueryURL + "/v1/stats"
 	var last error
 	for {
@@ -346,7 +414,7 @@ func (s *Stack) WaitFolded(ctx context.Context, position string) error {
 		case err != nil:
 			last = err
 		case status != http.StatusOK:
-			last = &StatusError{Op: "GET", URL: u, Status: status, Body: body}
+			last = statusError("stats", status, body)
 		default:
 			var st struct {
 				Partitions []struct {
@@ -373,53 +441,39 @@ func (s *Stack) WaitFolded(ctx context.Context, position string) error {
 
 // WaitSession waits until the query service returns session id's snapshot
 // at minPosition or later (the position Send returned for the session's
-// last event; "" takes any snapshot) and returns it. It reads with the admin
-// token when authentication is on, and returns ctx's error if the snapshot
-// does not appear before ctx ends.
-func (s *Stack) WaitSession(ctx context.Context, id, minPosition string) (*snapshot.Snapshot, error) {
-	q := url.Values{}
-	if minPosition != "" {
-		if _, _, err := parsePosition(minPosition); err != nil {
-			return nil, err
-		}
-		q.Set("minPosition", minPosition)
-		q.Set("wait", "1s")
+// last event; none takes any snapshot, and more than one is an error) and
+// returns it. It reads with Client, so with the admin token when
+// authentication is on, and returns ctx's error if the snapshot does not
+// appear before ctx ends. To wait for a state the projector derives (a
+// child cancelled with its parent), use Client().AwaitState.
+func (s *Stack) WaitSession(ctx context.Context, id string, minPosition ...Position) (*Snapshot, error) {
+	var opts []client.GetOption
+	switch len(minPosition) {
+	case 0:
+	case 1:
+		opts = append(opts, client.MinPosition(minPosition[0]), client.Wait(time.Second))
+	default:
+		return nil, fmt.Errorf("testkit: WaitSession: %d positions, want at most one", len(minPosition))
 	}
-	u := s.QueryURL + "/v1/sessions/" + url.PathEscape(id)
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	var last error
 	for {
-		status, body, err := s.do(ctx, http.MethodGet, u, s.Tokens.Admin, nil)
-		switch {
-		case err != nil:
-			last = err
-		case status == http.StatusOK:
-			var snap snapshot.Snapshot
-			if err := json.Unmarshal(body, &snap); err != nil {
-				return nil, fmt.Errorf("testkit: session %s: %w", id, err)
-			}
-			return &snap, nil
-		case status == http.StatusNotFound || status == http.StatusGatewayTimeout || status == http.StatusServiceUnavailable:
-			last = &StatusError{Op: "GET", URL: u, Status: status, Body: body}
-		default:
-			return nil, &StatusError{Op: "GET", URL: u, Status: status, Body: body}
+		snap, err := s.client.Get(ctx, id, opts...)
+		if !errors.Is(err, client.ErrNotFound) {
+			return snap, err
 		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
-			return nil, fmt.Errorf("testkit: wait for session %s: %w (%v)", id, err, last)
+		if werr := sleep(ctx, 10*time.Millisecond); werr != nil {
+			return nil, fmt.Errorf("testkit: wait for session %s: %w (%v)", id, werr, err)
 		}
 	}
 }
 
-func parsePosition(p string) (int32, int64, error) {
-	ps, os, ok := strings.Cut(p, ":")
-	part, err1 := strconv.ParseInt(ps, 10, 32)
-	off, err2 := strconv.ParseInt(os, 10, 64)
-	if !ok || err1 != nil || err2 != nil || part < 0 || off < 0 {
-		return 0, 0, fmt.Errorf("%w: %q", ErrBadPosition, p)
+// statusError reads an answer other than the one expected.
+func statusError(op string, status int, body []byte) *StatusError {
+	var p struct{ Type, Title, Detail string }
+	_ = json.Unmarshal(body, &p) // not every answer is problem+json
+	if p.Detail == "" && p.Title == "" && len(body) > 0 {
+		p.Detail = strings.TrimSpace(string(body[:min(len(body), 512)]))
 	}
-	return int32(part), off, nil
+	return &StatusError{Op: op, Status: status, Type: p.Type, Title: p.Title, Detail: p.Detail}
 }
 
 func (s *Stack) do(ctx context.Context, method, u, token string, body []byte) (int, []byte, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/testkit"
 )
 
@@ -42,13 +43,13 @@ func TestStartSendWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.State.String() != "ACTIVE" || snap.Version != 2 {
+	if snap.State != "ACTIVE" || snap.Version != 2 {
 		t.Fatalf("s-1: state %s version %d, want ACTIVE 2", snap.State, snap.Version)
 	}
 	if err := st.WaitFolded(ctx, pos[2]); err != nil {
 		t.Fatal(err)
 	}
-	if snap, err := st.WaitSession(ctx, "s-2", ""); err != nil || snap.Goal != "g" {
+	if snap, err := st.WaitSession(ctx, "s-2"); err != nil || snap.Goal != "g" {
 		t.Fatalf("s-2: %+v %v", snap, err)
 	}
 	if len(st.Brokers) == 0 || st.RedisURL == "" || st.ProjectorURL == "" {
@@ -70,7 +71,7 @@ func TestSendRefused(t *testing.T) {
 	if _, err := st.Send(ctx, "{not json"); err == nil {
 		t.Fatal("invalid JSON sent")
 	}
-	if err := st.WaitFolded(ctx, "x:1"); !errors.Is(err, testkit.ErrBadPosition) {
+	if _, err := client.ParsePosition("x:1"); !errors.Is(err, testkit.ErrBadPosition) {
 		t.Fatalf("bad position: %v", err)
 	}
 }

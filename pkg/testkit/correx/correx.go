@@ -54,7 +54,9 @@ type Container struct {
 }
 
 // Run starts the stack and returns once every container is ready (see the
-// package documentation). opts are this package's Options and any
+// package documentation). With a local engine it sets
+// TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 for the process when it is unset
+// (see "Environment" there). opts are this package's Options and any
 // testcontainers.ContainerCustomizer, which is applied to the three service
 // containers. On error, Run removes whatever it had started and returns nil.
 func Run(ctx context.Context, opts ...testcontainers.ContainerCustomizer) (*Container, error) {
@@ -73,6 +75,7 @@ func Run(ctx context.Context, opts ...testcontainers.ContainerCustomizer) (*Cont
 	if err != nil {
 		return nil, err
 	}
+	setHostOverride()
 	labels := map[string]string{LabelKey: newRunID()}
 	nw, err := network.New(ctx, network.WithLabels(labels))
 	if err != nil {

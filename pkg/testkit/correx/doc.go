@@ -42,10 +42,16 @@
 //
 // # Environment
 //
-// With a local Docker engine and no reaper image available, set
-// TESTCONTAINERS_RYUK_DISABLED=true (Terminate removes everything; a killed
-// test process leaves containers labelled correx.testkit=<run id>) and
-// TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 (testcontainers' guess of the
-// engine's address from the default route can be one the test process cannot
-// reach).
+// With no reaper image available, set TESTCONTAINERS_RYUK_DISABLED=true
+// (Terminate removes everything; a killed test process leaves containers
+// labelled correx.testkit=<run id>).
+//
+// With a local engine (DOCKER_HOST unset or unix://), Run sets
+// TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 for the process when it is unset:
+// published ports are on the loopback address, and testcontainers' guess,
+// when the process looks containerised (/.dockerenv exists, as on machines
+// built from an image), is the default route's gateway, which the process
+// may not reach, so every wait timed out. A remote engine, or a test run in
+// a container beside the engine with its socket mounted, sets the variable
+// itself.
 package correx
