@@ -987,6 +987,10 @@ func (st *watchStream) start() {
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	st.w.WriteHeader(http.StatusOK)
 	st.buf = append(st.buf, ": watching\n\n"...)
+	// Where the stream starts, as an id-only event: a client whose
+	// connection drops before the first change resumes from here, not
+	// from the end it would find on a new watch.
+	st.progress()
 	_ = st.flush()
 }
 

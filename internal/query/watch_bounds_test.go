@@ -232,3 +232,36 @@ func TestWatchMaxLifetime(t *testing.T) {
 		t.Fatalf("resumed: got %s, want s-2", c.SessionID)
 	}
 }
+
+// TestWatchSaysWhereItStarts: a live watch's first block carries its
+// starting cursor, so a client whose connection drops before the first
+// change resumes from where it started and misses nothing written since,
+// instead of starting again at the end.
+func TestWatchSaysWhereItStarts(t *testing.T) {
+	f := newWatchFixture(t, query.WatchOptions{})
+	f.produce(chg("before", 0, 0, "ACTIVE"))
+	s := f.open("/v1/watch", "")
+	var start string
+	timeout := time.After(10 * time.Second)
+	for start == "" {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			if ev.comment == "" && !ev.idOnly() {
+				t.Fatalf("before any id, got %+v", ev)
+			}
+			start = ev.id
+		case <-timeout:
+			t.Fatal("no starting id within 10s")
+		}
+	}
+	s.resp.Body.Close() // dropped before any change
+	missed := chg("while-away", 1, 0, "PAUSED")
+	f.produce(missed)
+	r := f.open("/v1/watch", "", "Last-Event-ID", start)
+	if c, _ := r.change(); c.EventID != missed.EventID {
+		t.Fatalf("resumed from the starting id: got %s, want %s (written after the watch started)", c.EventID, missed.EventID)
+	}
+}

@@ -499,7 +499,7 @@ func TestWatchTenantsAreIsolated(t *testing.T) {
 	for quiet := time.After(100 * time.Millisecond); ; {
 		select {
 		case ev := <-acmeAsksBeta.events:
-			if ev.comment == "" {
+			if ev.comment == "" && !ev.idOnly() { // a sealed cursor may come
 				t.Errorf("acme watching prefix beta: got %+v", ev)
 			}
 			continue

@@ -57,9 +57,12 @@ const maxSSELine = 1 << 20
 // a cursor older than the feed's retention matches ErrCursorExpired. Errors
 // end the iteration; so do the context and a break out of the range loop.
 //
-// A stream that drops before it received any cursor (nor had one) is
-// reopened at the end, and changes made meanwhile are not delivered:
-// OnConnect is then called again with "" to say so.
+// The service's first block on a stream carries the cursor the stream
+// starts from, so once a stream is established (OnConnect), a drop before
+// its first change resumes from where it started, not at the end. Only a
+// stream that drops before that first block (nor had a cursor) is reopened
+// at the end, and changes made meanwhile are not delivered: OnConnect is
+// then called again with "" to say so.
 //
 // The feed itself is at least once across projector crashes: a replayed
 // change repeats byte for byte, so drop repeats by Change.Key() if it
