@@ -34,6 +34,8 @@ type losses struct {
 	i     int
 	hits  int
 	saved map[string]string
+	// killed is set when a step killed the running projector.
+	killed bool
 }
 
 func (l *losses) hook(point string) bool {
@@ -57,7 +59,25 @@ func (l *losses) hook(point string) bool {
 			l.e.t.Error(err)
 		}
 	}
+	l.killed = l.killed || s.crash
 	return s.crash
+}
+
+// killedRun reports whether a step killed the running projector.
+func (l *losses) killedRun() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.killed
+}
+
+// takeKill reports whether a step killed the running projector, and
+// forgets it for the next run.
+func (l *losses) takeKill() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.killed
+	l.killed = false
+	return k
 }
 
 func (l *losses) done() bool {
@@ -140,24 +160,19 @@ func TestRedisLostAtEveryStep(t *testing.T) {
 					t.Fatalf("%d restarts for %d steps", run, len(c.steps))
 				}
 				r := e.start(cfg, prefix, l.hook)
-				if !eventually(30*time.Second, func() bool {
-					select {
-					case err := <-r.done:
-						r.done <- err
-						return true
-					default:
-						return l.done()
-					}
-				}) {
+				if !eventually(30*time.Second, func() bool { return l.killedRun() || l.done() }) {
 					t.Fatalf("step %d of %d not reached", l.i, len(c.steps))
 				}
-				select {
-				case err := <-r.done:
-					if !errors.Is(err, errCrashed) {
-						t.Fatalf("run %d: %v", run, err)
+				if l.takeKill() {
+					select {
+					case err := <-r.done:
+						if !errors.Is(err, errCrashed) {
+							t.Fatalf("run %d: %v", run, err)
+						}
+					case <-time.After(30 * time.Second):
+						t.Fatalf("run %d: still running 30s after it was killed", run)
 					}
 					continue // killed: start again
-				default:
 				}
 				e.waitCaughtUp(prefix, 60*time.Second)
 				if err := r.halt(); err != nil {
