@@ -69,10 +69,11 @@ func lossSeed(t *testing.T) uint64 {
 //
 //   - "emptied twice during a rebuild": the projector is killed and
 //     restarted, and Redis emptied (FLUSHALL) right after the new process
-//     is assigned its partitions; 0.3-1.2 s later the same again, so that
-//     the second loss lands in the rebuild (or the fold from the start)
-//     that the first one began, before or after the new process read its
-//     checkpoints.
+//     is assigned its partitions; emptied again as soon as the new process
+//     writes snapshots back, so that the second loss lands in the first
+//     batch of the rebuild (or of the fold from the start) that the first
+//     one began; then the projector is killed and restarted again, in the
+//     rebuild the second loss began.
 //   - "failed over to a lagging replica": Redis is a primary with a
 //     replica; the replica stops applying the replication stream for about
 //     a second (CLIENT PAUSE WRITE on it holds the primary's stream
@@ -80,7 +81,8 @@ func lossSeed(t *testing.T) uint64 {
 //     (REPLICAOF NO ONE) and moved to the primary's port (CONFIG SET port),
 //     as a virtual address moves, so the services reconnect to it without
 //     being told: Redis went back about a second. The projector is killed
-//     and restarted once or twice, 0.2-1.2 s apart, right after.
+//     and restarted 0-0.3 s after it begins the rebuild that the rollback
+//     calls for, and half the time again 0.2-1.2 s later.
 //
 // Once the load ends and every checkpoint has reached the log's end with
 // the projector ready, every session must be exact: the stored snapshot
@@ -117,28 +119,57 @@ func TestRedisLossAcrossProjectorKills(t *testing.T) {
 	}
 }
 
-// emptiedTwice kills and restarts the projector, and empties Redis 0-0.6 s
-// after the new process is assigned its partitions, twice, 0.3-1.2 s apart.
+// emptiedTwice kills and restarts the projector, empties Redis 0-0.6 s
+// after the new process is assigned its partitions (before or after it
+// reads its checkpoints), empties it again as soon as the new process
+// writes snapshots back (its first batch since the loss, in the rebuild or
+// the fold from the start that the loss began), and kills and restarts the
+// projector again 0-1.2 s later (in the rebuild the second loss began).
 func emptiedTwice(t *testing.T, s *lossStack, rng *rand.Rand) string {
-	var steps []string
-	for i := range 2 {
-		if i > 0 {
-			steps = append(steps, s.pause(rng, 300, 1200))
-		}
-		s.restartProjector(t)
-		s.proj.waitLog(t, "partitions assigned", 30*time.Second)
-		steps = append(steps, "projector killed and restarted, assigned", s.pause(rng, 0, 600))
-		if err := s.rdb.FlushAll(context.Background()).Err(); err != nil {
+	ctx := context.Background()
+	flush := func() {
+		t.Helper()
+		if err := s.rdb.FlushAll(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		steps = append(steps, "FLUSHALL")
 	}
+	restart := func() string {
+		s.restartProjector(t)
+		s.proj.waitLog(t, "partitions assigned", 30*time.Second)
+		return "projector killed and restarted, assigned"
+	}
+	steps := []string{restart(), s.pause(rng, 0, 600)}
+	flush()
+	// Snapshot keys come back a batch at a time: a few hundred keys means
+	// the new process is writing its first batch since the loss. Polled
+	// without a pause, to land inside that batch.
+	began := time.Now()
+	for {
+		n, err := s.rdb.DBSize(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 200 {
+			break
+		}
+		if time.Since(began) > 30*time.Second {
+			t.Fatalf("Redis holds %d keys 30 s after it was emptied", n)
+		}
+	}
+	flush()
+	steps = append(steps, "FLUSHALL", fmt.Sprintf("FLUSHALL as soon as keys came back (%v later)", time.Since(began).Round(time.Millisecond)),
+		s.pause(rng, 0, 1200), restart())
 	return strings.Join(steps, ", ")
 }
 
+// rebuildStarted is what the projector logs as it begins a partition's
+// rebuild.
+const rebuildStarted = "rebuilding it from the earliest offset"
+
 // laggingFailover holds the replica's replication stream unapplied for
 // 0.8-1.2 s, kills the primary, promotes the replica on the primary's port,
-// then kills and restarts the projector once or twice.
+// then kills and restarts the projector 0-0.3 s after it begins rebuilding,
+// and half the time again 0.2-1.2 s later.
 func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 	ctx := context.Background()
 	rc := redis.NewClient(&redis.Options{Addr: s.replica.Addr})
@@ -166,7 +197,13 @@ func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 		}
 	}
 	steps = append(steps, fmt.Sprintf("primary killed, replica %d bytes of replication behind promoted on its port", primaryOffset-replicaOffset))
-	for range 1 + rng.IntN(2) {
+	// The projector notices the rollback at its next checkpoint write and
+	// rebuilds; it is killed in that rebuild, and maybe again in the next.
+	s.proj.waitLog(t, rebuildStarted, 30*time.Second)
+	steps = append(steps, "rebuild begun", s.pause(rng, 0, 300))
+	s.restartProjector(t)
+	steps = append(steps, "projector killed and restarted")
+	if rng.IntN(2) == 0 {
 		steps = append(steps, s.pause(rng, 200, 1200))
 		s.restartProjector(t)
 		steps = append(steps, "projector killed and restarted")
@@ -249,7 +286,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 
 	rebuilds := 0
 	for _, p := range s.projs {
-		rebuilds += strings.Count(p.output(), "rebuilding it from the earliest offset")
+		rebuilds += strings.Count(p.output(), rebuildStarted)
 	}
 	t.Logf("%s; %d events in %d requests (%d resent) for %d sessions; checkpoints at the log's end %v after the load; %d partition rebuilds begun over %d projector processes",
 		schedule, rep.Events, rep.Requests, rep.Retries, rep.Sessions, caughtUp.Round(time.Millisecond), rebuilds, len(s.projs))
