@@ -284,12 +284,13 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 	s.caughtUp(t)
 	caughtUp := time.Since(loaded)
 
-	rebuilds := 0
+	rebuilds, resumed := 0, 0
 	for _, p := range s.projs {
 		rebuilds += strings.Count(p.output(), rebuildStarted)
+		resumed += strings.Count(p.output(), "resuming the partition's rebuild")
 	}
-	t.Logf("%s; %d events in %d requests (%d resent) for %d sessions; checkpoints at the log's end %v after the load; %d partition rebuilds begun over %d projector processes",
-		schedule, rep.Events, rep.Requests, rep.Retries, rep.Sessions, caughtUp.Round(time.Millisecond), rebuilds, len(s.projs))
+	t.Logf("%s; %d events in %d requests (%d resent) for %d sessions; checkpoints at the log's end %v after the load; %d partition rebuilds begun and %d resumed by a new process, over %d projector processes",
+		schedule, rep.Events, rep.Requests, rep.Retries, rep.Sessions, caughtUp.Round(time.Millisecond), rebuilds, resumed, len(s.projs))
 	s.verify(t, cfg, rep)
 }
 
