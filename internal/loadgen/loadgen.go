@@ -105,18 +105,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "lg"
 	}
-	opts := []client.Option{client.IngestURL(cfg.IngestURL), client.Token(cfg.Token),
-		// retry until ctx ends: a broker restart under load is a scenario
-		client.Retry(math.MaxInt32, 100*time.Millisecond, 2*time.Second)}
-	if cfg.QueryURL != "" { // only a verifying run reads; without it, the client's default stands
-		opts = append(opts, client.QueryURL(cfg.QueryURL))
-	}
-	if cfg.Client != nil {
-		opts = append(opts, client.HTTPClient(cfg.Client))
-	}
-	c, err := client.New(opts...)
+	c, err := newClient(cfg)
 	if err != nil {
-		return Report{}, fmt.Errorf("loadgen: %w", err)
+		return Report{}, err
 	}
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Now().UTC()
@@ -180,6 +171,47 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		verify(ctx, c, all, &rep)
 	}
 	return rep, nil
+}
+
+func newClient(cfg Config) (*client.Client, error) {
+	opts := []client.Option{client.IngestURL(cfg.IngestURL), client.Token(cfg.Token),
+		// retry until ctx ends: a broker restart under load is a scenario
+		client.Retry(math.MaxInt32, 100*time.Millisecond, 2*time.Second)}
+	if cfg.QueryURL != "" { // only a verifying run reads; without it, the client's default stands
+		opts = append(opts, client.QueryURL(cfg.QueryURL))
+	}
+	if cfg.Client != nil {
+		opts = append(opts, client.HTTPClient(cfg.Client))
+	}
+	c, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	return c, nil
+}
+
+// Verify does what Config.Verify does at the end of Run, when the caller
+// chooses: it reads every session of rep (a run with KeepWritten) through
+// the query service at cfg.QueryURL, once the projector has folded its last
+// accepted event, compares it with the reference fold of what Kafka
+// accepted for it, and sets rep.Verified and rep.Mismatches. A test that
+// injects faults after the load calls it once the projector has recovered.
+func Verify(ctx context.Context, cfg Config, rep *Report) error {
+	if rep.Written == nil {
+		return errors.New("loadgen: Verify needs a report of a run with KeepWritten")
+	}
+	c, err := newClient(cfg)
+	if err != nil {
+		return err
+	}
+	all := make([]*session, 0, len(rep.Written))
+	for id, written := range rep.Written {
+		last, ok := rep.Last[id]
+		all = append(all, &session{id: id, written: written, resent: rep.Resent[id], last: last, hasLast: ok})
+	}
+	rep.Verified, rep.Mismatches = 0, nil
+	verify(ctx, c, all, rep)
+	return nil
 }
 
 func eventsOf(ss []*session) [][]fsm.Event {

@@ -1,0 +1,504 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/loadgen"
+	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The load of each run of TestRedisLossAcrossProjectorKills: about 50,000
+// events, sent for about 8 s, long enough for every fault of a run to land
+// while it is sent.
+const (
+	lossSessions   = 3000
+	lossRate       = 6000 // events per second
+	lossFaultsFrom = 8000 // events accepted before the first fault
+)
+
+// lossRuns is how many times each case of TestRedisLossAcrossProjectorKills
+// runs: CORREX_LOSS_RUNS, 1 unless set.
+func lossRuns(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv("CORREX_LOSS_RUNS")
+	if v == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("CORREX_LOSS_RUNS=%q: want a positive number of runs", v)
+	}
+	return n
+}
+
+// lossSeed is the seed of the first run (CORREX_LOSS_SEED, or the time);
+// run i has seed+i, for its load and its faults' timing alike, and each
+// run names its seed.
+func lossSeed(t *testing.T) uint64 {
+	t.Helper()
+	v := os.Getenv("CORREX_LOSS_SEED")
+	if v == "" {
+		return uint64(time.Now().UnixNano() % 1e9)
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("CORREX_LOSS_SEED=%q: want a number", v)
+	}
+	return n
+}
+
+// TestRedisLossAcrossProjectorKills runs the services as separate processes
+// (the kafkabroker, ingest, projector and query binaries, and redis-server)
+// under a load of 3,000 sessions through ingest, and loses Redis while the
+// projector is killed (SIGKILL) and restarted:
+//
+//   - "emptied twice during a rebuild": the projector is killed and
+//     restarted, and Redis emptied (FLUSHALL) right after the new process
+//     is assigned its partitions; emptied again as soon as the new process
+//     writes snapshots back, so that the second loss lands in the first
+//     batch of the rebuild (or of the fold from the start) that the first
+//     one began; then the projector is killed and restarted again, in the
+//     rebuild the second loss began.
+//   - "failed over to a lagging replica": Redis is a primary with a
+//     replica; the replica stops applying the replication stream for about
+//     a second (CLIENT PAUSE WRITE on it holds the primary's stream
+//     unapplied), then the primary is killed, the replica promoted
+//     (REPLICAOF NO ONE) and moved to the primary's port (CONFIG SET port),
+//     as a virtual address moves, so the services reconnect to it without
+//     being told: Redis went back about a second. The projector is killed
+//     and restarted 0-0.3 s after it begins the rebuild that the rollback
+//     calls for, and half the time again 0.2-1.2 s later.
+//
+// Once the load ends and every checkpoint has reached the log's end with
+// the projector ready, every session must be exact: the stored snapshot
+// equal, byte for byte, to the fold of the events ingest acknowledged for
+// it (internal/loadgen), no snapshot of a session that should not exist,
+// and the query service's /v1/sessions/{id} answering each as that fold.
+//
+// CORREX_LOSS_RUNS=N runs each case N times and logs "exact in K of N
+// runs"; CORREX_LOSS_SEED sets the first run's seed.
+func TestRedisLossAcrossProjectorKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the services and runs them as processes")
+	}
+	runs, seed := lossRuns(t), lossSeed(t)
+	bin := buildServices(t, "kafkabroker", "ingest", "projector", "query")
+	for _, tc := range []struct {
+		name    string
+		replica bool
+		faults  func(*testing.T, *lossStack, *rand.Rand) string
+	}{
+		{"emptied twice during a rebuild", false, emptiedTwice},
+		{"failed over to a lagging replica", true, laggingFailover},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exact := 0
+			for i := range runs {
+				s := seed + uint64(i)
+				if t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { lossRun(t, bin, s, tc.replica, tc.faults) }) {
+					exact++
+				}
+			}
+			t.Logf("%s: exact in %d of %d runs (seeds %d to %d)", tc.name, exact, runs, seed, seed+uint64(runs)-1)
+		})
+	}
+}
+
+// emptiedTwice kills and restarts the projector, empties Redis 0-0.6 s
+// after the new process is assigned its partitions (before or after it
+// reads its checkpoints), empties it again as soon as the new process
+// writes snapshots back (its first batch since the loss, in the rebuild or
+// the fold from the start that the loss began), and kills and restarts the
+// projector again 0-1.2 s later (in the rebuild the second loss began).
+func emptiedTwice(t *testing.T, s *lossStack, rng *rand.Rand) string {
+	ctx := context.Background()
+	flush := func() {
+		t.Helper()
+		if err := s.rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart := func() string {
+		s.restartProjector(t)
+		s.proj.waitLog(t, "partitions assigned", 30*time.Second)
+		return "projector killed and restarted, assigned"
+	}
+	steps := []string{restart(), s.pause(rng, 0, 600)}
+	flush()
+	// Snapshot keys come back a batch at a time: a few hundred keys means
+	// the new process is writing its first batch since the loss. Polled
+	// without a pause, to land inside that batch.
+	began := time.Now()
+	for {
+		n, err := s.rdb.DBSize(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 200 {
+			break
+		}
+		if time.Since(began) > 30*time.Second {
+			t.Fatalf("Redis holds %d keys 30 s after it was emptied", n)
+		}
+	}
+	flush()
+	steps = append(steps, "FLUSHALL", fmt.Sprintf("FLUSHALL as soon as keys came back (%v later)", time.Since(began).Round(time.Millisecond)),
+		s.pause(rng, 0, 1200), restart())
+	return strings.Join(steps, ", ")
+}
+
+// rebuildStarted is what the projector logs as it begins a partition's
+// rebuild.
+const rebuildStarted = "rebuilding it from the earliest offset"
+
+// laggingFailover holds the replica's replication stream unapplied for
+// 0.8-1.2 s, kills the primary, promotes the replica on the primary's port,
+// then kills and restarts the projector 0-0.3 s after it begins rebuilding,
+// and half the time again 0.2-1.2 s later.
+func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: s.replica.Addr})
+	defer rc.Close()
+	// Past the test's end: the replica is killed with the test anyway.
+	if err := rc.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	steps := []string{"replica paused", s.pause(rng, 800, 1200)}
+	primaryOffset := replOffset(t, s.rdb, "master_repl_offset")
+	s.primary.Stop() // SIGKILL
+	eventually(t, "the replica seeing its primary gone", 10*time.Second, func() (bool, string) {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:down"), info
+	})
+	// The stream the replica held unapplied went with the link.
+	replicaOffset := replOffset(t, rc, "master_repl_offset")
+	if replicaOffset >= primaryOffset {
+		t.Fatalf("the replica is at replication offset %d, the primary was at %d: it did not lag", replicaOffset, primaryOffset)
+	}
+	_, port, _ := strings.Cut(s.primary.Addr, ":")
+	for _, cmd := range [][]any{{"CLIENT", "UNPAUSE"}, {"REPLICAOF", "NO", "ONE"}, {"CONFIG", "SET", "port", port}} {
+		if err := rc.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatalf("%v on the replica: %v", cmd, err)
+		}
+	}
+	steps = append(steps, fmt.Sprintf("primary killed, replica %d bytes of replication behind promoted on its port", primaryOffset-replicaOffset))
+	// The projector notices the rollback at its next checkpoint write and
+	// rebuilds; it is killed in that rebuild, and maybe again in the next.
+	s.proj.waitLog(t, rebuildStarted, 30*time.Second)
+	steps = append(steps, "rebuild begun", s.pause(rng, 0, 300))
+	s.restartProjector(t)
+	steps = append(steps, "projector killed and restarted")
+	if rng.IntN(2) == 0 {
+		steps = append(steps, s.pause(rng, 200, 1200))
+		s.restartProjector(t)
+		steps = append(steps, "projector killed and restarted")
+	}
+	return strings.Join(steps, ", ")
+}
+
+func replOffset(t *testing.T, c *redis.Client, field string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO replication:\n%s", field, info)
+	return 0
+}
+
+// lossStack is the pipeline as processes on one Redis address.
+type lossStack struct {
+	bin                 map[string]string
+	primary, replica    *redistest.Server // replica: nil unless asked
+	rdb                 *redis.Client     // at the services' Redis address
+	brokerAddr          string
+	ingestURL, queryURL string
+	projURL             string
+	projEnv             map[string]string
+	proj                *process
+	projs               []*process // every projector process, for their logs
+}
+
+const lossTopic = "correx.session-events"
+
+func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool, faults func(*testing.T, *lossStack, *rand.Rand) string) {
+	rng := rand.New(rand.NewPCG(seed, 0x1055))
+	s := &lossStack{bin: bin, primary: redistest.Start(t, "--repl-diskless-sync-delay", "0")}
+	if withReplica {
+		s.replica = redistest.StartReplica(t, s.primary)
+	}
+	s.rdb = redis.NewClient(&redis.Options{Addr: s.primary.Addr})
+	t.Cleanup(func() { _ = s.rdb.Close() })
+	s.start(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := loadgen.Config{IngestURL: s.ingestURL, QueryURL: s.queryURL, Sessions: lossSessions, Concurrency: 6, Batch: 20,
+		Rate: lossRate, InvalidShare: 0.03, DuplicateShare: 0.03, Seed: seed, Prefix: "pl", KeepWritten: true}
+	var accepted atomic.Int64
+	cfg.Progress = func(n int) { accepted.Add(int64(n)) }
+	loadDone := make(chan loadResult, 1)
+	go func() {
+		rep, err := loadgen.Run(ctx, cfg)
+		loadDone <- loadResult{rep, err}
+	}()
+	eventually(t, "load accepted", 60*time.Second, func() (bool, string) {
+		return accepted.Load() >= lossFaultsFrom, fmt.Sprintf("%d events accepted", accepted.Load())
+	})
+	schedule := faults(t, s, rng)
+	select {
+	case <-loadDone:
+		t.Fatalf("the load ended before the last fault (%s): make it longer", schedule)
+	default:
+	}
+	res := <-loadDone
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	rep := res.rep
+	loaded := time.Now()
+	s.caughtUp(t)
+	caughtUp := time.Since(loaded)
+
+	rebuilds, resumed := 0, 0
+	for _, p := range s.projs {
+		rebuilds += strings.Count(p.output(), rebuildStarted)
+		resumed += strings.Count(p.output(), "resuming the partition's rebuild")
+	}
+	t.Logf("%s; %d events in %d requests (%d resent) for %d sessions; checkpoints at the log's end %v after the load; %d partition rebuilds begun and %d resumed by a new process, over %d projector processes",
+		schedule, rep.Events, rep.Requests, rep.Retries, rep.Sessions, caughtUp.Round(time.Millisecond), rebuilds, resumed, len(s.projs))
+	s.verify(t, cfg, rep)
+}
+
+// start starts the broker, ingest, the query service and a projector, and
+// waits until each is ready.
+func (s *lossStack) start(t *testing.T) {
+	t.Helper()
+	s.brokerAddr = fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	broker := startService(t, "kafkabroker", s.bin["kafkabroker"], map[string]string{
+		"KFAKE_LISTEN_ADDR": s.brokerAddr, "KFAKE_PARTITIONS": "6", "KFAKE_LOG_LEVEL": "warn"})
+	broker.waitLog(t, "broker ready", 30*time.Second)
+	env := func(extra ...string) map[string]string {
+		m := map[string]string{
+			"CORREX_KAFKA_BROKERS":  s.brokerAddr,
+			"CORREX_REDIS_URL":      "redis://" + s.primary.Addr + "/0",
+			"CORREX_PARTITIONS":     "6",
+			"CORREX_TOPIC":          lossTopic,
+			"CORREX_AUTH_DISABLED":  "true",
+			"CORREX_RATE_LIMIT":     "0",
+			"OTEL_TRACES_EXPORTER":  "none",
+			"OTEL_METRICS_EXPORTER": "none",
+			"CORREX_HTTP_ADDR":      "127.0.0.1:" + strconv.Itoa(freeTCPPort(t)),
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			m[extra[i]] = extra[i+1]
+		}
+		return m
+	}
+	ingest, query := env(), env()
+	s.projEnv = env("CORREX_INSTANCE_ID", "loss-1")
+	s.ingestURL, s.queryURL, s.projURL = "http://"+ingest["CORREX_HTTP_ADDR"], "http://"+query["CORREX_HTTP_ADDR"], "http://"+s.projEnv["CORREX_HTTP_ADDR"]
+	startService(t, "ingest", s.bin["ingest"], ingest)
+	startService(t, "query", s.bin["query"], query)
+	s.startProjector(t)
+	for _, base := range []string{s.ingestURL, s.queryURL, s.projURL} {
+		waitHTTP(t, base+"/readyz", 60*time.Second)
+	}
+}
+
+func (s *lossStack) startProjector(t *testing.T) {
+	t.Helper()
+	s.proj = startService(t, "projector", s.bin["projector"], s.projEnv)
+	s.projs = append(s.projs, s.proj)
+}
+
+// restartProjector kills the projector (SIGKILL: nothing is flushed) and
+// starts it again with the same group instance id, so that it takes its
+// partitions back at once.
+func (s *lossStack) restartProjector(t *testing.T) {
+	t.Helper()
+	if err := s.proj.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.proj.done
+	s.startProjector(t)
+}
+
+// pause lets the run go on for a random time between lo and hi
+// milliseconds: the time between two faults is what the scenario is made
+// of, not a wait for a state. It returns the pause, for the schedule.
+func (s *lossStack) pause(rng *rand.Rand, lo, hi int) string {
+	d := time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond
+	time.Sleep(d)
+	return d.String()
+}
+
+// caughtUp waits until every partition's checkpoint has reached the log's
+// end (as it is once the load ended) and the projector is ready (no
+// partition rebuilding or stalled).
+func (s *lossStack) caughtUp(t *testing.T) {
+	t.Helper()
+	kc, err := kgo.NewClient(kgo.SeedBrokers(s.brokerAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ctx := context.Background()
+	lo, err := kadm.NewClient(kc).ListEndOffsets(ctx, lossTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[int32]int64{}
+	lo.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	store := s.store(t)
+	eventually(t, "every checkpoint at the log's end and the projector ready", 120*time.Second, func() (bool, string) {
+		cps, err := store.Checkpoints(ctx, lossTopic)
+		if err != nil {
+			return false, err.Error()
+		}
+		for p, end := range ends {
+			if cps[p].Offset < end {
+				return false, fmt.Sprintf("checkpoints %v, log's end %v", cps, ends)
+			}
+		}
+		if st := getStatus(s.projURL + "/readyz"); st != 200 {
+			return false, fmt.Sprintf("projector /readyz %d", st)
+		}
+		return true, ""
+	})
+}
+
+func (s *lossStack) store(t *testing.T) *snapshot.Store {
+	t.Helper()
+	store, err := snapshot.NewStore(s.rdb, "correx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// verify checks every session of the load: stored as the fold of what
+// ingest acknowledged (byte for byte; sessions whose requests were resent
+// through the query service only, since Kafka may hold copies ingest could
+// not confirm), no snapshot beyond those that should exist, and the query
+// service answering each as the fold. A handful are replayed from the log.
+func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report) {
+	t.Helper()
+	ctx := context.Background()
+	store := s.store(t)
+	ids := make([]string, 0, len(rep.Written))
+	for id := range rep.Written {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var exist, missing, differ, unwanted int
+	var examples []string
+	for chunk := range slices.Chunk(ids, 500) {
+		stored, err := store.GetMany(ctx, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range chunk {
+			ref := loadgen.Expected(rep.Written[id])
+			switch {
+			case !ref.Exists():
+				if stored[i] != nil {
+					unwanted++
+				}
+			case stored[i] == nil:
+				exist++
+				missing++
+				if len(examples) < 3 {
+					examples = append(examples, id+": not stored")
+				}
+			default:
+				exist++
+				if rep.Resent[id] {
+					continue
+				}
+				want := snapshot.Snapshot{Session: ref, Position: stored[i].Position, FirstOffset: stored[i].FirstOffset}
+				if !bytes.Equal(stored[i].AppendBinary(nil), want.AppendBinary(nil)) {
+					differ++
+					if len(examples) < 6 {
+						got, _ := stored[i].MarshalJSON()
+						exp, _ := want.MarshalJSON()
+						examples = append(examples, fmt.Sprintf("%s differs\n got %s\nwant %s", id, got, exp))
+					}
+				}
+			}
+		}
+	}
+	keys := 0
+	iter := s.rdb.Scan(ctx, 0, "correx:{b*}:s:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys++
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadgen.Verify(ctx, cfg, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if missing+differ+unwanted > 0 || keys != exist || len(rep.Mismatches) > 0 || rep.Verified != len(rep.Last) {
+		if len(rep.Mismatches) > 0 {
+			examples = append(examples, "query: "+rep.Mismatches[0])
+		}
+		t.Fatalf("not exact: of %d sessions that exist, %d not stored and %d stored otherwise than the fold; %d stored that should not exist; %d snapshot keys in Redis; the query service answered %d of %d as the fold (%d mismatches); for example:\n%s",
+			exist, missing, differ, unwanted, keys, rep.Verified, len(rep.Last), len(rep.Mismatches), strings.Join(examples, "\n"))
+	}
+	replayed := 0
+	for _, id := range ids {
+		if replayed == 10 {
+			break
+		}
+		if ref := loadgen.Expected(rep.Written[id]); ref.Exists() {
+			replayed++
+			if got := replay(t, s.queryURL, id); !got.MatchesStored {
+				t.Errorf("%s: the replay from the log does not match the stored snapshot", id)
+			}
+		}
+	}
+	t.Logf("exact: %d sessions stored as the fold of what ingest acknowledged, %d snapshot keys, %d answered by the query service as the fold",
+		exist, keys, rep.Verified)
+}
+
+// eventually polls cond until it holds, for at most d; cond returns what
+// it saw, for the failure message.
+func eventually(t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %s", d, what, seen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
