@@ -24,7 +24,7 @@ import (
 // Config configures the query service. DefaultConfig holds the defaults;
 // Bind registers them as the flags' and environment variables' defaults.
 type Config struct {
-	Kafka        kafka.Config // only for /replay and the watches
+	Kafka        kafka.Config // for /replay, /rebuild and the watches
 	Topic        string       // CORREX_TOPIC; default correx.session-events
 	RedisURL     string       // CORREX_REDIS_URL; default redis://127.0.0.1:6379/0
 	RedisCluster bool         // CORREX_REDIS_CLUSTER; default false
@@ -136,7 +136,7 @@ func DefaultConfig() Config {
 func (c *Config) Bind(b *config.Binder) {
 	d := DefaultConfig()
 	c.Kafka.ClientID = d.Kafka.ClientID
-	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers (for /replay only)")
+	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers (for /replay, /rebuild and the watches)")
 	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
 	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", d.RedisURL, "Redis URL (rediss:// for TLS)")
 	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", d.RedisCluster, "the Redis URL names a Redis Cluster")

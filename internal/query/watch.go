@@ -59,6 +59,10 @@ const (
 	flushBytes = 32 << 10
 )
 
+// listOffsetsTimeout bounds the Kafka request that lists the change feed's
+// start offsets when a watch begins.
+const listOffsetsTimeout = 2 * time.Second
+
 // TypeCursorExpired is the problem type of a cursor older than the change
 // feed's retention (410).
 const TypeCursorExpired = "https://correx.dev/problems/cursor-expired"
@@ -521,7 +525,7 @@ func (w *Watcher) startOffsets(ctx context.Context) ([]int64, error) {
 	case adm == nil || state != feedReading:
 		return nil, errWatchUnavailable
 	}
-	ctx, cancel := context.WithTimeout(ctx, RedisTimeout)
+	ctx, cancel := context.WithTimeout(ctx, listOffsetsTimeout)
 	defer cancel()
 	listed, err := adm.ListStartOffsets(ctx, w.topic)
 	if err == nil {

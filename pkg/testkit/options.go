@@ -45,7 +45,8 @@ func WithLogger(l *slog.Logger) Option { return optFunc(func(c *config) { c.log 
 
 // WithFlushInterval sets how often the projector writes folded snapshots to
 // Redis, which bounds how long WaitSession waits after an event is sent.
-// Default: 20ms (100ms in production).
+// Default: 20ms; the projector's own default (projector.DefaultConfig's
+// FlushInterval) is longer.
 func WithFlushInterval(d time.Duration) Option {
 	return optFunc(func(c *config) { c.flushInterval = d })
 }
