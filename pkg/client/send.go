@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // Limits of one ingest request (README, HTTP API); Send and the Batcher split
@@ -31,7 +31,7 @@ const bodyOverhead = 0
 // Position is where an event sits in the events topic: a partition and an
 // offset. Its String form "P:O" is the query API's minPosition, and
 // ParsePosition reads it back.
-type Position = feed.Position
+type Position = wire.Position
 
 // ParsePosition reads a position in its String form "P:O" (the `position`
 // of ingest's answer, the query API's minPosition): a partition and an
