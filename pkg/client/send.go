@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
@@ -38,13 +37,11 @@ type Position = wire.Position
 // offset, both non-negative. Anything else is an error matching
 // ErrBadPosition.
 func ParsePosition(s string) (Position, error) {
-	ps, os, ok := strings.Cut(s, ":")
-	p, err1 := strconv.ParseInt(ps, 10, 32)
-	o, err2 := strconv.ParseInt(os, 10, 64)
-	if !ok || err1 != nil || err2 != nil || p < 0 || o < 0 {
+	p, err := wire.ParsePosition(s)
+	if err != nil {
 		return Position{}, fmt.Errorf("%w: %q", ErrBadPosition, s)
 	}
-	return Position{Partition: int32(p), Offset: o}, nil
+	return p, nil
 }
 
 // Accepted is where ingest wrote one event.
