@@ -26,7 +26,7 @@ import (
 // The change feed has one record per applied transition, per rejection and
 // per applied custom event, on the topic feed.Topic(events topic), keyed by
 // session id, on the source record's partition, its value
-// feed.Change.AppendJSON (written by appendChangeJSON) and its headers the
+// feed.Change.AppendJSON (written by change.appendJSON) and its headers the
 // source record's trace context. A derived event is an event record on the
 // events topic, keyed by the session it is for, as ingest writes one.
 //
@@ -116,13 +116,15 @@ type change struct {
 	fam                          *family   // what it means for parents and children, if anything
 }
 
-// feedChange returns the change as a feed.Change of a record on partition.
+// feedChange returns the change as a feed.Change of a record on partition,
+// without its labels: appendJSON gives them as the session keeps them.
 func (ch *change) feedChange(partition int32) feed.Change {
+	var id [36]byte
 	c := feed.Change{
 		SessionID:       ch.session,
 		Version:         ch.out.version,
 		Position:        feed.Position{Partition: partition, Offset: ch.source},
-		EventID:         ch.id.String(),
+		EventID:         string(ch.id.AppendText(id[:0])), // one allocation, not String's two
 		Type:            ch.typ,
 		OccurredAt:      ch.at,
 		Outcome:         feed.Applied,
@@ -137,13 +139,15 @@ func (ch *change) feedChange(partition int32) feed.Change {
 	if ch.out.from != fsm.StateNone {
 		c.From = ch.out.from.String()
 	}
-	if len(ch.labels) > 0 {
-		c.Labels = make(map[string]string, len(ch.labels))
-		for _, l := range ch.labels {
-			c.Labels[l.Key] = l.Value
-		}
-	}
 	return c
+}
+
+// appendJSON appends the change feed's record value of ch on partition:
+// feed.Change.AppendJSON of the change with the session's labels, written
+// from the session's sorted label list rather than a map.
+func (ch *change) appendJSON(dst []byte, partition int32) []byte {
+	c := ch.feedChange(partition)
+	return c.AppendJSONWithLabels(dst, len(ch.labels), func(i int) (string, string) { return ch.labels[i].Key, ch.labels[i].Value })
 }
 
 // feedBatch is the part of a flush that belongs to the derived records:
@@ -319,7 +323,7 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 						buf = make([]byte, 0, 256<<10)
 					}
 					start := len(buf)
-					buf = appendChangeJSON(buf, ch, fb.partition)
+					buf = ch.appendJSON(buf, fb.partition)
 					recs[len(out)] = kgo.Record{Topic: d.feedTopic, Partition: fb.partition, Key: []byte(ch.session),
 						Value: buf[start:len(buf):len(buf)], Headers: ch.headers}
 					out = append(out, &recs[len(out)])

@@ -226,10 +226,10 @@
 //     timeoutRecord and TimeoutEventID (firer.go); the re-arm of replayed
 //     snapshots: Projector.fold.
 //   - The change feed and the derived events: which outcomes get a feed
-//     record, derived.add, and its bytes, appendChangeJSON (changejson.go,
-//     equal to feed.Change.AppendJSON); which events derive from which,
-//     their ids and records, reactionOf, derivedID, reaction.record
-//     (reactions.go); the outbox before the snapshots and the produce
+//     record, derived.add, and its bytes, change.appendJSON (changes.go,
+//     feed.Change.AppendJSON from the session's label list); which events
+//     derive from which, their ids and records, reactionOf, derivedID,
+//     reaction.record (reactions.go); the outbox before the snapshots and the produce
 //     after them, derived.persist, encode and produce, called by
 //     flusher.write; loading the outbox on assignment, derived.read and
 //     load, called by adjustOffsets; building a skipped record again,

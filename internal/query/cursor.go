@@ -8,6 +8,8 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+
+	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // Watch cursors. A position in the change feed is, per partition, the next
@@ -40,10 +42,6 @@ const (
 // cursorKeyLabel separates the cursor key from any other use of the same
 // secret.
 const cursorKeyLabel = "correx-sessions watch cursor v2\x00"
-
-// ErrBadCursor is returned by DecodeCursor for a string that is not a
-// cursor at all (400).
-var ErrBadCursor = errors.New("not a watch cursor")
 
 // errCursorForeign is returned by DecodeCursor for a cursor this process
 // cannot open: the first format, another key, or altered (410).
@@ -87,25 +85,26 @@ func (w *Watcher) EncodeCursor(next []int64) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// DecodeCursor opens a cursor written by EncodeCursor: ErrBadCursor for a
-// string that is no cursor, errCursorForeign for one it cannot open.
+// DecodeCursor opens a cursor written by EncodeCursor: snapshot.ErrBadCursor
+// (as for the listings' cursors, 400) for a string that is no cursor,
+// errCursorForeign (410) for one it cannot open.
 func (w *Watcher) DecodeCursor(s string) ([]int64, error) {
 	if len(s) == 0 || len(s) > maxCursorChars {
-		return nil, ErrBadCursor
+		return nil, snapshot.ErrBadCursor
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) < 2 {
-		return nil, ErrBadCursor
+		return nil, snapshot.ErrBadCursor
 	}
 	switch b[0] {
 	case cursorVersion1:
 		return nil, errCursorForeign
 	case cursorVersion:
 	default:
-		return nil, ErrBadCursor
+		return nil, snapshot.ErrBadCursor
 	}
 	if len(b) < 1+cursorNonce+w.cursors.aead.Overhead()+1 {
-		return nil, ErrBadCursor
+		return nil, snapshot.ErrBadCursor
 	}
 	plain, err := w.cursors.aead.Open(nil, b[1:1+cursorNonce], b[1+cursorNonce:], b[:1])
 	if err != nil {
@@ -113,14 +112,14 @@ func (w *Watcher) DecodeCursor(s string) ([]int64, error) {
 	}
 	n, k := binary.Uvarint(plain)
 	if k <= 0 || n == 0 || n > maxCursorPartitions || uint64(len(plain)-k) != 8*n {
-		return nil, ErrBadCursor // sealed by this key, so never seen; kept for safety
+		return nil, snapshot.ErrBadCursor // sealed by this key, so never seen; kept for safety
 	}
 	plain = plain[k:]
 	out := make([]int64, n)
 	for i := range out {
 		o := binary.BigEndian.Uint64(plain[8*i:])
 		if o > 1<<63-1 {
-			return nil, ErrBadCursor
+			return nil, snapshot.ErrBadCursor
 		}
 		out[i] = int64(o)
 	}

@@ -3,12 +3,14 @@ package query_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
 
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // TestCursorKeySharedThroughRedis: without a key file, two query processes
@@ -40,5 +42,22 @@ func TestCursorKeySharedThroughRedis(t *testing.T) {
 	cfg.RedisURL = "redis://127.0.0.1:1/0"
 	if k := query.SharedCursorKey(context.Background(), cfg, log); k != nil {
 		t.Fatalf("key %q with Redis unreachable, want none (a key of the process)", k)
+	}
+}
+
+// TestBadWatchCursor: a string that is no cursor is snapshot.ErrBadCursor,
+// the listings' error for a cursor the service did not issue (400); one
+// sealed with another key is not (410).
+func TestBadWatchCursor(t *testing.T) {
+	cfg := query.DefaultConfig()
+	w := query.NewWatcher(cfg.Kafka, "events", query.WatchOptions{CursorKey: bytes.Repeat([]byte("k"), 32)})
+	for _, c := range []string{"", "!", "AA", "not a cursor"} {
+		if _, err := w.DecodeCursor(c); !errors.Is(err, snapshot.ErrBadCursor) {
+			t.Errorf("DecodeCursor(%q): %v, want snapshot.ErrBadCursor", c, err)
+		}
+	}
+	other := query.NewWatcher(cfg.Kafka, "events", query.WatchOptions{CursorKey: bytes.Repeat([]byte("o"), 32)})
+	if _, err := w.DecodeCursor(other.EncodeCursor([]int64{1})); err == nil || errors.Is(err, snapshot.ErrBadCursor) {
+		t.Errorf("a cursor of another key: %v, want an error other than ErrBadCursor", err)
 	}
 }

@@ -10,11 +10,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // Limits of one ingest request (README, HTTP API); Send and the Batcher split
@@ -31,20 +30,18 @@ const bodyOverhead = 0
 // Position is where an event sits in the events topic: a partition and an
 // offset. Its String form "P:O" is the query API's minPosition, and
 // ParsePosition reads it back.
-type Position = feed.Position
+type Position = wire.Position
 
 // ParsePosition reads a position in its String form "P:O" (the `position`
 // of ingest's answer, the query API's minPosition): a partition and an
 // offset, both non-negative. Anything else is an error matching
 // ErrBadPosition.
 func ParsePosition(s string) (Position, error) {
-	ps, os, ok := strings.Cut(s, ":")
-	p, err1 := strconv.ParseInt(ps, 10, 32)
-	o, err2 := strconv.ParseInt(os, 10, 64)
-	if !ok || err1 != nil || err2 != nil || p < 0 || o < 0 {
+	p, err := wire.ParsePosition(s)
+	if err != nil {
 		return Position{}, fmt.Errorf("%w: %q", ErrBadPosition, s)
 	}
-	return Position{Partition: int32(p), Offset: o}, nil
+	return p, nil
 }
 
 // Accepted is where ingest wrote one event.

@@ -12,7 +12,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/correx/sessions/pkg/feed"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // WatchOptions filter a watch; every filter set must hold.
@@ -34,10 +34,10 @@ type WatchOptions struct {
 	OnConnect func(cursor string)
 }
 
-// Change is one change record of the watch stream (pkg/feed.Change) and the
+// Change is one change record of the watch stream (pkg/wire.Change) and the
 // cursor that resumes right after it.
 type Change struct {
-	feed.Change
+	wire.Change
 	// Cursor resumes the watch after this change (WatchOptions.Cursor).
 	// Store it with what you derived from the change to resume exactly
 	// there after a restart.
@@ -164,7 +164,7 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 			}
 			if event == "change" && len(data) > 0 {
 				var ch Change
-				if err := feed.Decode(data, &ch.Change); err != nil {
+				if err := wire.Decode(data, &ch.Change); err != nil {
 					return got, fmt.Errorf("client: watch: %w", err)
 				}
 				ch.Cursor = id

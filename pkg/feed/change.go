@@ -1,92 +1,30 @@
 package feed
 
-import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"time"
-)
+import "github.com/correx/sessions/pkg/wire"
 
-// Outcomes of an event in a change record.
+// The change record and its position are pkg/wire's, which imports only the
+// standard library; they are named here too so that a consumer needs one
+// import.
+
+// Outcomes of an event in a change record (wire.Applied, wire.Rejected).
 const (
-	Applied  = "applied"
-	Rejected = "rejected"
+	Applied  = wire.Applied
+	Rejected = wire.Rejected
 )
 
 // Topic returns the change feed's topic for an events topic.
 func Topic(eventsTopic string) string { return eventsTopic + ".changes" }
 
-// Position is where an event sits in the events topic.
-type Position struct {
-	Partition int32 `json:"partition"`
-	Offset    int64 `json:"offset"`
-}
+// Position is where an event sits in the events topic (wire.Position).
+type Position = wire.Position
 
-// Less orders positions of one partition by offset, and of different
-// partitions by partition.
-func (p Position) Less(q Position) bool {
-	if p.Partition != q.Partition {
-		return p.Partition < q.Partition
-	}
-	return p.Offset < q.Offset
-}
+// Change is one record of the change feed (wire.Change): what one event
+// did to its session.
+type Change = wire.Change
 
-// String is "partition:offset", the form of the query API's minPosition.
-func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Partition, p.Offset) }
+// Key is a change's idempotency key (wire.Key): the session and the
+// event's position.
+type Key = wire.Key
 
-// Change is one record of the change feed: what one event did to its
-// session. From and To are the states before and after (equal for an
-// applied custom event; To is the unchanged state for a rejection); Version
-// is the session's version after the event; Reason is the rejection's.
-type Change struct {
-	SessionID       string            `json:"sessionId"`
-	Version         uint64            `json:"version"`
-	Position        Position          `json:"position"`
-	EventID         string            `json:"eventId"`
-	Type            string            `json:"type"`
-	OccurredAt      time.Time         `json:"occurredAt"`
-	Outcome         string            `json:"outcome"`
-	Reason          string            `json:"reason,omitempty"`
-	From            string            `json:"from,omitempty"`
-	To              string            `json:"to"`
-	Terminal        bool              `json:"terminal"`
-	Labels          map[string]string `json:"labels,omitempty"`
-	ParentSessionID string            `json:"parentSessionId,omitempty"`
-	CorrelationID   string            `json:"correlationId,omitempty"`
-}
-
-// Key is the change's idempotency key: the session and the event's position.
-type Key struct {
-	SessionID string
-	Position  Position
-}
-
-// Key returns the change's idempotency key.
-func (c *Change) Key() Key { return Key{c.SessionID, c.Position} }
-
-// AppendJSON appends the record value of c: compact JSON with members in a
-// fixed order, labels sorted by key, times in RFC 3339 with nanoseconds in
-// UTC and no HTML escaping, so that the same change always encodes to the
-// same bytes (a record written again after a crash is byte-identical).
-func (c *Change) AppendJSON(dst []byte) []byte {
-	cc := *c
-	cc.OccurredAt = c.OccurredAt.UTC()
-	buf := bytes.NewBuffer(dst)
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(&cc) // a Change always encodes (strings, numbers, a map of strings)
-	out := buf.Bytes()
-	return out[:len(out)-1] // Encode's newline
-}
-
-// Decode reads a record value written by AppendJSON.
-func Decode(value []byte, c *Change) error {
-	*c = Change{}
-	if err := json.Unmarshal(value, c); err != nil {
-		return fmt.Errorf("feed: decoding a change: %w", err)
-	}
-	if c.SessionID == "" || c.EventID == "" || (c.Outcome != Applied && c.Outcome != Rejected) {
-		return fmt.Errorf("feed: decoding a change: sessionId, eventId and an outcome of %q or %q are required", Applied, Rejected)
-	}
-	return nil
-}
+// Decode reads a record value written by Change.AppendJSON (wire.Decode).
+func Decode(value []byte, c *Change) error { return wire.Decode(value, c) }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/pkg/wire"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -228,7 +227,7 @@ func (c *Consumer) loadSessions(ctx context.Context, p *partition, recs []*kgo.R
 			if !ok {
 				continue // never handled: not noted, so a later batch reads it again
 			}
-			pos, err := parsePosition(s)
+			pos, err := wire.ParsePosition(s)
 			if err != nil {
 				return fmt.Errorf("session %q: %w", ids[i], err)
 			}
@@ -366,15 +365,4 @@ func (c *Consumer) forget(_ context.Context, _ *kgo.Client, gone map[string][]in
 	for _, id := range gone[c.topic] {
 		delete(c.parts, id)
 	}
-}
-
-// parsePosition reads Position.String's "partition:offset".
-func parsePosition(s string) (Position, error) {
-	ps, os, ok := strings.Cut(s, ":")
-	p, err1 := strconv.ParseInt(ps, 10, 32)
-	o, err2 := strconv.ParseInt(os, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return Position{}, fmt.Errorf("not a position: %q", s)
-	}
-	return Position{Partition: int32(p), Offset: o}, nil
 }

@@ -9,7 +9,8 @@
 // The feed is written at least once: after a projector crash, records of the
 // replayed range are written again, byte-identical, so (SessionID, Position)
 // is the idempotency key of a change. Change, AppendJSON and Decode are the
-// record's wire form; Consumer reads the feed with its own consumer group and
+// record's wire form (pkg/wire's, which imports only the standard library,
+// for a program that reads changes without Kafka); Consumer reads the feed with its own consumer group and
 // its own checkpoint in Redis, and drops what it has already handled.
 //
 // # Delivery contract of Consumer

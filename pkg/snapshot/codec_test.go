@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/workload"
+	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 var t0 = time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
@@ -291,6 +293,16 @@ func TestParsePosition(t *testing.T) {
 		if _, err := snapshot.ParsePosition(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestOnePosition: the store's, the feed's and the client's positions are
+// one type with one parser, pkg/wire's.
+func TestOnePosition(t *testing.T) {
+	var p wire.Position = snapshot.Position{Partition: 1, Offset: 2}
+	var _ feed.Position = p
+	if _, err := snapshot.ParsePosition("1:x"); !errors.Is(err, wire.ErrBadPosition) {
+		t.Fatalf("ParsePosition(%q): %v, want wire.ErrBadPosition", "1:x", err)
 	}
 }
 

@@ -1,47 +1,19 @@
 package snapshot
 
 import (
-	"fmt"
-	"strconv"
-	"strings"
-
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 )
 
-// Position is a place in the Kafka log: a partition and an offset.
-type Position struct {
-	Partition int32 `json:"partition"`
-	Offset    int64 `json:"offset"`
-}
+// Position is a place in the Kafka log: a partition and an offset
+// (wire.Position). Its Less is the order in which the store fences writes: a
+// snapshot replaces the stored one only if its position is greater. Its
+// String is "P:O", the form the HTTP API uses.
+type Position = wire.Position
 
-// Less orders positions by partition, then offset. It is the order in which
-// the store fences writes: a snapshot replaces the stored one only if its
-// position is greater.
-func (p Position) Less(q Position) bool {
-	if p.Partition != q.Partition {
-		return p.Partition < q.Partition
-	}
-	return p.Offset < q.Offset
-}
-
-// String returns "P:O", the form the HTTP API uses.
-func (p Position) String() string {
-	return strconv.FormatInt(int64(p.Partition), 10) + ":" + strconv.FormatInt(p.Offset, 10)
-}
-
-// ParsePosition parses "P:O" with a non-negative partition and offset.
-func ParsePosition(s string) (Position, error) {
-	ps, os, ok := strings.Cut(s, ":")
-	if !ok {
-		return Position{}, fmt.Errorf("position %q: want PARTITION:OFFSET", s)
-	}
-	p, err1 := strconv.ParseInt(ps, 10, 32)
-	o, err2 := strconv.ParseInt(os, 10, 64)
-	if err1 != nil || err2 != nil || p < 0 || o < 0 {
-		return Position{}, fmt.Errorf("position %q: want non-negative integers PARTITION:OFFSET", s)
-	}
-	return Position{Partition: int32(p), Offset: o}, nil
-}
+// ParsePosition parses "P:O" with a non-negative partition and offset
+// (wire.ParsePosition).
+func ParsePosition(s string) (Position, error) { return wire.ParsePosition(s) }
 
 // Snapshot is the read model of one session: its folded state (fsm.Session)
 // and where in the log that state comes from. It carries everything the fold

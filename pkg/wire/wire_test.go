@@ -1,4 +1,4 @@
-package feed_test
+package wire_test
 
 import (
 	"bytes"
@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/correx/sessions/pkg/feed"
+	"github.com/correx/sessions/internal/godeps"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 func TestChangeEncodesDeterministically(t *testing.T) {
 	at := time.Date(2026, 11, 29, 6, 0, 0, 250_000_000, time.FixedZone("x", 3600))
-	c := feed.Change{SessionID: "acme:<1>", Version: 3, Position: feed.Position{Partition: 2, Offset: 40},
+	c := wire.Change{SessionID: "acme:<1>", Version: 3, Position: wire.Position{Partition: 2, Offset: 40},
 		EventID: "0193a000-0000-7000-8000-000000000001", Type: "SessionPaused", OccurredAt: at,
-		Outcome: feed.Applied, From: "ACTIVE", To: "PAUSED",
+		Outcome: wire.Applied, From: "ACTIVE", To: "PAUSED",
 		Labels: map[string]string{"team": "b", "env": "a", "owner": "c"}, CorrelationID: "c-1"}
 	first := c.AppendJSON(nil)
 	for range 20 { // map iteration order varies between runs of the loop
@@ -27,8 +28,8 @@ func TestChangeEncodesDeterministically(t *testing.T) {
 	if string(first) != want {
 		t.Fatalf("got  %s\nwant %s", first, want)
 	}
-	var back feed.Change
-	if err := feed.Decode(first, &back); err != nil {
+	var back wire.Change
+	if err := wire.Decode(first, &back); err != nil {
 		t.Fatal(err)
 	}
 	c.OccurredAt = at.UTC()
@@ -39,9 +40,14 @@ func TestChangeEncodesDeterministically(t *testing.T) {
 
 func TestDecodeRefusesWhatIsNotAChange(t *testing.T) {
 	for _, v := range []string{``, `{}`, `[]`, `{"sessionId":"s","eventId":"e","outcome":"maybe"}`, `{"sessionId":"s","outcome":"applied"}`} {
-		var c feed.Change
-		if err := feed.Decode([]byte(v), &c); err == nil {
+		var c wire.Change
+		if err := wire.Decode([]byte(v), &c); err == nil {
 			t.Errorf("%q decoded", v)
 		}
 	}
+}
+
+// TestDependencies keeps the package a leaf: the standard library only.
+func TestDependencies(t *testing.T) {
+	godeps.Check(t, "github.com/correx/sessions/pkg/wire", godeps.Rules{Allow: []string{"github.com/correx/sessions/pkg/wire"}})
 }
