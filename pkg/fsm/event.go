@@ -177,7 +177,7 @@ type Label struct {
 // Timeouts holds a session's own timeout durations by kind (index
 // TimeoutExecution..TimeoutCancellation; index 0 is unused). Zero means the
 // session names none for that kind.
-type Timeouts [numTimeoutKinds]time.Duration
+type Timeouts [NumTimeoutKinds]time.Duration
 
 // ParentClosePolicy says what happens to a child when its parent ends
 // (docs/lifecycle.md, "Replacements and children").
@@ -195,6 +195,18 @@ func (p ParentClosePolicy) String() string {
 		return "abandon"
 	}
 	return "cancel"
+}
+
+// ParseParentClosePolicy returns the policy spelled name ("cancel" or
+// "abandon").
+func ParseParentClosePolicy(name string) (ParentClosePolicy, bool) {
+	switch name {
+	case "cancel":
+		return ParentCloseCancel, true
+	case "abandon":
+		return ParentCloseAbandon, true
+	}
+	return ParentCloseCancel, false
 }
 
 // Limits of the envelope (docs/lifecycle.md).
@@ -228,7 +240,15 @@ var (
 	maxOccurredAt = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
-// ValidSessionID reports whether id is 1-128 characters of [A-Za-z0-9._:-].
+// SessionIDRule and LabelKeyRule say in words what ValidSessionID and
+// ValidLabelKey accept, for the messages that refuse a value.
+const (
+	SessionIDRule = "1-128 characters of [A-Za-z0-9._:-]"
+	LabelKeyRule  = "[a-z0-9][a-z0-9._/-]{0,62}"
+)
+
+// ValidSessionID reports whether id is SessionIDRule: 1-128 characters of
+// [A-Za-z0-9._:-].
 func ValidSessionID(id string) bool {
 	if len(id) == 0 || len(id) > MaxSessionIDLen {
 		return false
@@ -429,7 +449,7 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 		}
 		if v, ok := str("sessionId"); ok {
 			if !ValidSessionID(v) {
-				d.add("sessionId", "must be 1-128 characters of [A-Za-z0-9._:-]")
+				d.add("sessionId", "must be "+SessionIDRule)
 			} else {
 				e.SessionID = v
 			}
@@ -690,7 +710,7 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 			e.Fields.Goal = v
 		case pfPredecessor, pfParent, pfSuccessor:
 			if !ValidSessionID(v) {
-				d.add(field, "must be 1-128 characters of [A-Za-z0-9._:-]")
+				d.add(field, "must be "+SessionIDRule)
 				return nil
 			}
 			switch k {
@@ -751,7 +771,8 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 	})
 }
 
-// ValidLabelKey reports whether k is a label key: [a-z0-9][a-z0-9._/-]{0,62}.
+// ValidLabelKey reports whether k is a label key: LabelKeyRule,
+// [a-z0-9][a-z0-9._/-]{0,62}.
 func ValidLabelKey(k string) bool {
 	if len(k) == 0 || len(k) > MaxLabelKeyLen {
 		return false
@@ -786,7 +807,7 @@ func (d *envelopeDecoder) labels(field string, val []byte, kind jsonKind) {
 		if d.opts.Ingest {
 			switch {
 			case !ValidLabelKey(k):
-				d.add(f, "key must match [a-z0-9][a-z0-9._/-]{0,62}")
+				d.add(f, "key must match "+LabelKeyRule)
 				return nil
 			case len(value) > MaxLabelValueBytes:
 				d.add(f, fmt.Sprintf("is %d bytes; the limit is %d", len(value), MaxLabelValueBytes))
@@ -981,7 +1002,7 @@ func NewEvent(id EventID, sessionID string, t EventType, at time.Time, f Fields)
 			e.Fields.Timeouts = f.Timeouts
 			member("timeouts")
 			sep := byte('{')
-			for k := TimeoutExecution; int(k) < numTimeoutKinds; k++ {
+			for k := TimeoutExecution; int(k) < NumTimeoutKinds; k++ {
 				if f.Timeouts[k] != 0 {
 					p = append(p, sep)
 					sep = ','
