@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -145,9 +146,22 @@ func TestEventsGolden(t *testing.T) {
 	}
 }
 
-// fieldsText spells out every member of f, the metadata as text.
+// fieldsText spells out the members of f that are set, the metadata as
+// text, so that a member added later and left unset changes nothing.
 func fieldsText(f fsm.Fields) string {
-	m := f.Metadata
-	f.Metadata = nil
-	return fmt.Sprintf("%#v metadata=%q", f, m)
+	var b strings.Builder
+	v := reflect.ValueOf(f)
+	for i := range v.NumField() {
+		if fv := v.Field(i); !fv.IsZero() {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			if m, ok := fv.Interface().([]byte); ok {
+				fmt.Fprintf(&b, "%s:%q", v.Type().Field(i).Name, m)
+			} else {
+				fmt.Fprintf(&b, "%s:%#v", v.Type().Field(i).Name, fv.Interface())
+			}
+		}
+	}
+	return "{" + b.String() + "}"
 }
