@@ -322,7 +322,7 @@ func (d *envelopeDecoder) finish() {
 		d.add("payload", "must be an object, got "+d.payloadKind.String())
 	}
 	if e.Type == TimeoutExpired && e.Fields.Timeout == TimeoutNone && !d.hasError("payload.timeout") && !d.hasError("payload") {
-		d.add("payload.timeout", "is required for TimeoutExpired: one of execution, inactivity, approval, recovery, cancellation")
+		d.add("payload.timeout", "is required for TimeoutExpired: one of "+timeoutKindList(", "))
 	}
 }
 

@@ -73,6 +73,9 @@ func TestEventsGolden(t *testing.T) {
 	event("custom", fsm.NewCustomEvent(id(n), "s", "x.acme-1.Deploy9", at, []byte(`{"k":"\u00e9"}`)))
 	n++
 	event("custom without payload", fsm.NewCustomEvent(id(n), "s", "x.a.B", time.Unix(0, 0), nil))
+	n++
+	event("cascade cancellation", fsm.NewEvent(id(n), "acme:child", fsm.CancellationRequested, at,
+		fsm.Fields{Reason: "parent_cancelled", CancelledByParent: "acme:parent"}))
 
 	// Envelopes as they arrive, read as records and from clients.
 	envelopes := []string{

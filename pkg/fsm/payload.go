@@ -4,11 +4,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
-// Fields are the payload fields the fold reads. Each is meaningful only for
-// the event types noted.
+// Fields are the payload fields the fold reads, and the one the system
+// writes for the cascade (CancelledByParent). Each is meaningful only for
+// the event types noted; payloadTable lists them by event type.
 type Fields struct {
 	Goal                 string      // SessionCreated.goal
 	PredecessorSessionID string      // SessionCreated.predecessorSessionId
@@ -33,6 +35,13 @@ type Fields struct {
 
 	SuccessorSessionID string   // SessionReplaced.successorSessionId
 	PredecessorDigest  [32]byte // ReplacementLinked.predecessorDigest
+
+	// CancelledByParent is CancellationRequested.parentSessionId, the
+	// parent whose end cancels the session, which the system writes in the
+	// cascade to children (docs/lifecycle.md, "Replacements and children").
+	// The fold does not read it: NewEvent writes it in the payload and
+	// leaves it out of the event's Fields, and the decoder leaves it unset.
+	CancelledByParent string
 }
 
 // Label is one labels pair of a SessionCreated payload.
@@ -76,59 +85,292 @@ func ParseParentClosePolicy(name string) (ParentClosePolicy, bool) {
 	return ParentCloseCancel, false
 }
 
-// payloadNames are the payload members the fold reads, by index; a
-// payloadField's bit in fieldsOf says which event types read it.
-var payloadNames = [...]string{"goal", "predecessorSessionId", "reason", "mode", "timeout", "ok",
-	"armedVersion", "deadline", "labels", "metadata", "parentSessionId", "parentClosePolicy", "timeouts",
-	"successorSessionId", "predecessorDigest"}
+// payloadKind is how a payload member is spelled and checked.
+type payloadKind uint8
 
 const (
-	pfGoal = iota
-	pfPredecessor
-	pfReason
-	pfMode
-	pfTimeout
-	pfOK
-	pfArmedVersion
-	pfDeadline
-	pfLabels
-	pfMetadata
-	pfParent
-	pfParentClosePolicy
-	pfTimeouts
-	pfSuccessor
-	pfPredecessorDigest
-	numPayloadFields
+	pkText      payloadKind = iota // a string; from clients at most bound bytes, which the fold cuts to
+	pkSessionID                    // a string that is a session id
+	pkString                       // a string that set parses (a name, a time, a digest)
+	pkBool                         // true or false
+	pkCount                        // a non-negative integer of at most 2^53-1
+	pkObject                       // an object kept as it is; one over bound bytes is refused from clients and dropped from a record
+	pkLabels                       // an object of label values (labels)
+	pkTimeouts                     // an object of durations by timeout kind (timeouts)
 )
 
-// fieldsOf is, per event type, the set of payload members the fold reads
-// (bit i for payloadNames[i]); a type with none skips the payload scan.
-var fieldsOf = [numEventTypes]uint16{
-	SessionCreated: 1<<pfGoal | 1<<pfPredecessor | 1<<pfLabels | 1<<pfMetadata | 1<<pfParent |
-		1<<pfParentClosePolicy | 1<<pfTimeouts,
-	SessionFailed:         1 << pfReason,
-	CancellationRequested: 1<<pfReason | 1<<pfMode,
-	TimeoutExpired:        1<<pfTimeout | 1<<pfArmedVersion | 1<<pfDeadline,
-	ToolCompleted:         1 << pfOK,
-	SessionReplaced:       1 << pfSuccessor,
-	ReplacementLinked:     1 << pfPredecessorDigest,
-	ReplacementRefused:    1 << pfReason,
+// payloadValue is a member's value once its kind is checked: the text of a
+// string, the value of a boolean or count, the bytes of an object.
+type payloadValue struct {
+	text string
+	b    bool
+	n    uint64
+	raw  []byte
+}
+
+// payloadField is one payload member of one event type. The decoder reads,
+// checks and stores a member from its row, and NewEvent writes the members
+// of a type in the order of its rows.
+type payloadField struct {
+	typ   EventType
+	name  string
+	kind  payloadKind
+	bound int // pkText and pkObject: the bytes a value may have
+	// unread marks a member the system writes and the fold does not read:
+	// the decoder leaves it alone and NewEvent writes it without keeping it
+	// in the event's Fields.
+	unread bool
+	// set stores a value that passed its kind's checks in f, or returns why
+	// it is refused. pkLabels and pkTimeouts have none: their members are
+	// checked one by one (envelopeDecoder.labels, envelopeDecoder.timeouts).
+	set func(f *Fields, v payloadValue) string
+	// put appends the member's JSON value taken from src to p and keeps
+	// it in dst, or reports false, appending nothing, when src leaves the
+	// member out.
+	put func(dst, src *Fields, p []byte) ([]byte, bool)
+}
+
+// payloadTable lists the payload members, grouped by event type (see
+// payloadOf) in the order NewEvent writes them.
+var payloadTable = [...]payloadField{
+	{typ: SessionCreated, name: "goal", kind: pkText, bound: MaxGoalBytes,
+		set: func(f *Fields, v payloadValue) string { f.Goal = v.text; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) { return putText(&dst.Goal, src.Goal, p) }},
+	{typ: SessionCreated, name: "predecessorSessionId", kind: pkSessionID,
+		set: func(f *Fields, v payloadValue) string { f.PredecessorSessionID = v.text; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			return putText(&dst.PredecessorSessionID, src.PredecessorSessionID, p)
+		}},
+	{typ: SessionCreated, name: "labels", kind: pkLabels, put: putLabels},
+	{typ: SessionCreated, name: "metadata", kind: pkObject, bound: MaxMetadataBytes,
+		set: func(f *Fields, v payloadValue) string { f.Metadata = v.raw; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			if len(src.Metadata) == 0 {
+				return p, false
+			}
+			n := len(p)
+			p = appendCompact(p, src.Metadata)
+			dst.Metadata = p[n:len(p):len(p)]
+			return p, true
+		}},
+	{typ: SessionCreated, name: "parentSessionId", kind: pkSessionID,
+		set: func(f *Fields, v payloadValue) string { f.ParentSessionID = v.text; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			return putText(&dst.ParentSessionID, src.ParentSessionID, p)
+		}},
+	{typ: SessionCreated, name: "parentClosePolicy", kind: pkString,
+		set: func(f *Fields, v payloadValue) string {
+			pol, ok := ParseParentClosePolicy(v.text)
+			if !ok {
+				return "must be cancel or abandon"
+			}
+			f.ParentClosePolicy = pol
+			return ""
+		},
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			if src.ParentClosePolicy == ParentCloseCancel {
+				return p, false
+			}
+			dst.ParentClosePolicy = src.ParentClosePolicy
+			return appendQuoted(p, src.ParentClosePolicy.String()), true
+		}},
+	{typ: SessionCreated, name: "timeouts", kind: pkTimeouts, put: putTimeouts},
+
+	{typ: SessionFailed, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
+
+	{typ: CancellationRequested, name: "mode", kind: pkString,
+		set: func(f *Fields, v payloadValue) string {
+			m, ok := ParseCancelMode(v.text)
+			if !ok {
+				return "must be graceful or forced"
+			}
+			f.Mode = m
+			return ""
+		},
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			dst.Mode = src.Mode
+			return appendQuoted(p, src.Mode.String()), true
+		}},
+	{typ: CancellationRequested, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
+	{typ: CancellationRequested, name: "parentSessionId", kind: pkSessionID, unread: true,
+		put: func(_, src *Fields, p []byte) ([]byte, bool) {
+			var discard string
+			return putText(&discard, src.CancelledByParent, p)
+		}},
+
+	{typ: TimeoutExpired, name: "armedVersion", kind: pkCount,
+		set: func(f *Fields, v payloadValue) string { f.ArmedVersion, f.HasArmedVersion = v.n, true; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			if !src.HasArmedVersion {
+				return p, false
+			}
+			dst.ArmedVersion, dst.HasArmedVersion = src.ArmedVersion, true
+			return strconv.AppendUint(p, src.ArmedVersion, 10), true
+		}},
+	{typ: TimeoutExpired, name: "deadline", kind: pkString,
+		set: func(f *Fields, v payloadValue) string {
+			t, ok := parseRFC3339([]byte(v.text))
+			if !ok || t.Before(minOccurredAt) || !t.Before(maxOccurredAt) {
+				return "must be an RFC 3339 timestamp with a zone between 1970 and 2262"
+			}
+			f.Deadline = t
+			return ""
+		},
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			if src.Deadline.IsZero() {
+				return p, false
+			}
+			dst.Deadline = src.Deadline.UTC()
+			p = append(p, '"')
+			p = dst.Deadline.AppendFormat(p, time.RFC3339Nano)
+			return append(p, '"'), true
+		}},
+	{typ: TimeoutExpired, name: "timeout", kind: pkString,
+		set: func(f *Fields, v payloadValue) string {
+			k, ok := ParseTimeoutKind([]byte(v.text))
+			if !ok {
+				return "must be one of " + timeoutKindList(", ")
+			}
+			f.Timeout = k
+			return ""
+		},
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			dst.Timeout = src.Timeout
+			return appendQuoted(p, src.Timeout.String()), true
+		}},
+
+	{typ: ToolCompleted, name: "ok", kind: pkBool,
+		set: func(f *Fields, v payloadValue) string { f.ToolFailed = !v.b; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			dst.ToolFailed = src.ToolFailed
+			return strconv.AppendBool(p, !src.ToolFailed), true
+		}},
+
+	{typ: SessionReplaced, name: "successorSessionId", kind: pkSessionID,
+		set: func(f *Fields, v payloadValue) string { f.SuccessorSessionID = v.text; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			dst.SuccessorSessionID = src.SuccessorSessionID
+			return appendQuoted(p, src.SuccessorSessionID), true
+		}},
+
+	{typ: ReplacementLinked, name: "predecessorDigest", kind: pkString,
+		set: func(f *Fields, v payloadValue) string {
+			if len(v.text) != 64 {
+				return "must be 64 hex digits (a SHA-256 digest)"
+			}
+			if _, err := hex.Decode(f.PredecessorDigest[:], []byte(v.text)); err != nil {
+				return "must be 64 hex digits (a SHA-256 digest)"
+			}
+			return ""
+		},
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			dst.PredecessorDigest = src.PredecessorDigest
+			return appendQuoted(p, hex.EncodeToString(src.PredecessorDigest[:])), true
+		}},
+
+	{typ: ReplacementRefused, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
+}
+
+// payloadOf is, per event type, its rows of payloadTable; a type with none
+// skips the payload scan.
+var payloadOf = func() (of [numEventTypes][]payloadField) {
+	for i := 0; i < len(payloadTable); {
+		j := i
+		for j < len(payloadTable) && payloadTable[j].typ == payloadTable[i].typ {
+			j++
+		}
+		if of[payloadTable[i].typ] != nil {
+			panic("fsm: the payload members of " + payloadTable[i].typ.String() + " are not together")
+		}
+		of[payloadTable[i].typ] = payloadTable[i:j:j]
+		i = j
+	}
+	return of
+}()
+
+func setReason(f *Fields, v payloadValue) string { f.Reason = v.text; return "" }
+
+func putReason(dst, src *Fields, p []byte) ([]byte, bool) {
+	dst.Reason = src.Reason
+	var discard string
+	return putText(&discard, src.Reason, p)
+}
+
+// putText keeps a string member in *dst and appends it, unless it is empty.
+func putText(dst *string, v string, p []byte) ([]byte, bool) {
+	if v == "" {
+		return p, false
+	}
+	*dst = v
+	return appendQuoted(p, v), true
+}
+
+func putLabels(dst, src *Fields, p []byte) ([]byte, bool) {
+	if len(src.Labels) == 0 {
+		return p, false
+	}
+	dst.Labels = src.Labels
+	for i, l := range src.Labels {
+		if i == 0 {
+			p = append(p, '{')
+		} else {
+			p = append(p, ',')
+		}
+		p = appendQuoted(p, l.Key)
+		p = append(p, ':')
+		p = appendQuoted(p, l.Value)
+	}
+	return append(p, '}'), true
+}
+
+func putTimeouts(dst, src *Fields, p []byte) ([]byte, bool) {
+	if src.Timeouts == (Timeouts{}) {
+		return p, false
+	}
+	dst.Timeouts = src.Timeouts
+	sep := byte('{')
+	for _, k := range TimeoutKinds() {
+		if src.Timeouts[k] != 0 {
+			p = append(p, sep)
+			sep = ','
+			p = appendQuoted(p, k.String())
+			p = append(p, ':')
+			p = appendQuoted(p, src.Timeouts[k].String())
+		}
+	}
+	return append(p, '}'), true
+}
+
+// timeoutKindList names the timeout kinds for a message, the last after
+// last: "execution, inactivity, approval, recovery or cancellation".
+func timeoutKindList(last string) string {
+	var b strings.Builder
+	for i, k := range TimeoutKinds() {
+		switch {
+		case i == NumTimeoutKinds-2:
+			b.WriteString(last)
+		case i > 0:
+			b.WriteString(", ")
+		}
+		b.WriteString(k.String())
+	}
+	return b.String()
 }
 
 // payloadFields reads the payload members the fold uses for the event's type
-// and checks their types. Members the fold does not read are not inspected.
+// (its rows of payloadTable) and checks them. Members the fold does not read
+// are not inspected.
 func (d *envelopeDecoder) payloadFields(p []byte) {
-	e := d.ev
-	want := fieldsOf[e.Type]
-	if want == 0 {
+	rows := payloadOf[d.ev.Type]
+	if len(rows) == 0 {
 		return
 	}
 	var seen uint16
 	s := scanner{b: p}
 	_, _, _ = s.object(0, 1, func(key []byte, keyEsc bool, val []byte, kind jsonKind) error {
 		k := -1
-		for i, n := range payloadNames {
-			if want&(1<<i) != 0 && keyIs(key, keyEsc, n) {
+		for i := range rows {
+			if !rows[i].unread && keyIs(key, keyEsc, rows[i].name) {
 				k = i
 				break
 			}
@@ -136,121 +378,71 @@ func (d *envelopeDecoder) payloadFields(p []byte) {
 		if k < 0 {
 			return nil
 		}
-		field := "payload." + payloadNames[k]
+		field := "payload." + rows[k].name
 		if seen&(1<<k) != 0 {
 			d.add(field, "duplicate field")
 			return nil
 		}
 		seen |= 1 << k
-		if kind == kindNull {
-			return nil
-		}
-		switch k {
-		case pfOK:
-			if kind != kindBool {
-				d.add(field, "must be a boolean, got "+kind.String())
-				return nil
-			}
-			e.Fields.ToolFailed = string(val) == "false"
-			return nil
-		case pfArmedVersion:
-			if v, ok := d.count(field, val, kind); ok {
-				e.Fields.ArmedVersion, e.Fields.HasArmedVersion = v, true
-			}
-			return nil
-		case pfLabels:
-			d.labels(field, val, kind)
-			return nil
-		case pfMetadata:
-			if kind != kindObject {
-				d.add(field, "must be an object, got "+kind.String())
-				return nil
-			}
-			if len(val) > MaxMetadataBytes {
-				if d.opts.Ingest {
-					d.add(field, fmt.Sprintf("is %d bytes encoded; the limit is %d", len(val), MaxMetadataBytes))
-				}
-				return nil // dropped: see the package doc
-			}
-			e.Fields.Metadata = val
-			return nil
-		case pfTimeouts:
-			d.timeouts(field, val, kind)
-			return nil
-		}
-		if kind != kindString {
-			d.add(field, "must be a string, got "+kind.String())
-			return nil
-		}
-		_, esc, _ := (&scanner{b: val}).str(0)
-		v := unquote(val, esc)
-		switch k {
-		case pfGoal:
-			if !d.withinBound(field, v, MaxGoalBytes) {
-				return nil
-			}
-			e.Fields.Goal = v
-		case pfPredecessor, pfParent, pfSuccessor:
-			if !ValidSessionID(v) {
-				d.add(field, "must be "+SessionIDRule)
-				return nil
-			}
-			switch k {
-			case pfPredecessor:
-				e.Fields.PredecessorSessionID = v
-			case pfParent:
-				e.Fields.ParentSessionID = v
-			default:
-				e.Fields.SuccessorSessionID = v
-			}
-		case pfReason:
-			if !d.withinBound(field, v, MaxReasonBytes) {
-				return nil
-			}
-			e.Fields.Reason = v
-		case pfMode:
-			switch v {
-			case "graceful":
-				e.Fields.Mode = CancelGraceful
-			case "forced":
-				e.Fields.Mode = CancelForced
-			default:
-				d.add(field, "must be graceful or forced")
-			}
-		case pfParentClosePolicy:
-			switch v {
-			case "cancel":
-				e.Fields.ParentClosePolicy = ParentCloseCancel
-			case "abandon":
-				e.Fields.ParentClosePolicy = ParentCloseAbandon
-			default:
-				d.add(field, "must be cancel or abandon")
-			}
-		case pfTimeout:
-			t, ok := ParseTimeoutKind([]byte(v))
-			if !ok {
-				d.add(field, "must be one of execution, inactivity, approval, recovery, cancellation")
-				return nil
-			}
-			e.Fields.Timeout = t
-		case pfDeadline:
-			t, ok := parseRFC3339([]byte(v))
-			if !ok || t.Before(minOccurredAt) || !t.Before(maxOccurredAt) {
-				d.add(field, "must be an RFC 3339 timestamp with a zone between 1970 and 2262")
-				return nil
-			}
-			e.Fields.Deadline = t
-		case pfPredecessorDigest:
-			if len(v) != 64 {
-				d.add(field, "must be 64 hex digits (a SHA-256 digest)")
-				return nil
-			}
-			if _, err := hex.Decode(e.Fields.PredecessorDigest[:], []byte(v)); err != nil {
-				d.add(field, "must be 64 hex digits (a SHA-256 digest)")
-			}
+		if kind != kindNull {
+			d.payloadMember(&rows[k], field, val, kind)
 		}
 		return nil
 	})
+}
+
+// payloadMember checks one member against its row and stores it.
+func (d *envelopeDecoder) payloadMember(pf *payloadField, field string, val []byte, kind jsonKind) {
+	var v payloadValue
+	switch pf.kind {
+	case pkLabels:
+		d.labels(field, val, kind)
+		return
+	case pkTimeouts:
+		d.timeouts(field, val, kind)
+		return
+	case pkBool:
+		if kind != kindBool {
+			d.add(field, "must be a boolean, got "+kind.String())
+			return
+		}
+		v.b = string(val) == "true"
+	case pkCount:
+		n, ok := d.count(field, val, kind)
+		if !ok {
+			return
+		}
+		v.n = n
+	case pkObject:
+		if kind != kindObject {
+			d.add(field, "must be an object, got "+kind.String())
+			return
+		}
+		if len(val) > pf.bound {
+			if d.opts.Ingest {
+				d.add(field, fmt.Sprintf("is %d bytes encoded; the limit is %d", len(val), pf.bound))
+			}
+			return // dropped: see the package doc
+		}
+		v.raw = val
+	default: // the string kinds
+		if kind != kindString {
+			d.add(field, "must be a string, got "+kind.String())
+			return
+		}
+		_, esc, _ := (&scanner{b: val}).str(0)
+		v.text = unquote(val, esc)
+		switch {
+		case pf.kind == pkText && !d.withinBound(field, v.text, pf.bound):
+			return
+		case pf.kind == pkSessionID && !ValidSessionID(v.text):
+			d.add(field, "must be "+SessionIDRule)
+			return
+		}
+	}
+	if msg := pf.set(&d.ev.Fields, v); msg != "" {
+		d.add(field, msg)
+	}
 }
 
 // ValidLabelKey reports whether k is a label key: LabelKeyRule,
@@ -327,7 +519,7 @@ func (d *envelopeDecoder) timeouts(field string, val []byte, kind jsonKind) {
 		f := field + "." + truncate(name, 64)
 		k, ok := ParseTimeoutKind([]byte(name))
 		if !ok {
-			d.add(f, "unknown timeout kind: want execution, inactivity, approval, recovery or cancellation")
+			d.add(f, "unknown timeout kind: want "+timeoutKindList(" or "))
 			return nil
 		}
 		if vk != kindString {
@@ -364,115 +556,27 @@ func (d *envelopeDecoder) withinBound(field, v string, limit int) bool {
 
 // NewEvent builds an event of type t whose payload carries f. Only the fields
 // the fold reads for t are kept, in Fields and in the payload alike, so the
-// result equals what decoding its own record gives back.
+// result equals what decoding its own record gives back, but for
+// CancelledByParent, which is written and not kept.
 func NewEvent(id EventID, sessionID string, t EventType, at time.Time, f Fields) Event {
 	e := Event{ID: id, SessionID: sessionID, Type: t, OccurredAt: at.UTC(), CorrelationID: sessionID}
 	var p []byte
-	member := func(name string) {
-		if len(p) == 0 {
-			p = append(p, '{')
-		} else {
-			p = append(p, ',')
-		}
-		p = appendQuoted(p, name)
-		p = append(p, ':')
-	}
-	switch t {
-	case SessionCreated:
-		e.Fields.Goal, e.Fields.PredecessorSessionID = f.Goal, f.PredecessorSessionID
-		if f.Goal != "" {
-			member("goal")
-			p = appendQuoted(p, f.Goal)
-		}
-		if f.PredecessorSessionID != "" {
-			member("predecessorSessionId")
-			p = appendQuoted(p, f.PredecessorSessionID)
-		}
-		if len(f.Labels) > 0 {
-			e.Fields.Labels = f.Labels
-			member("labels")
-			for i, l := range f.Labels {
-				if i == 0 {
-					p = append(p, '{')
-				} else {
-					p = append(p, ',')
-				}
-				p = appendQuoted(p, l.Key)
-				p = append(p, ':')
-				p = appendQuoted(p, l.Value)
-			}
-			p = append(p, '}')
-		}
-		if len(f.Metadata) > 0 {
-			member("metadata")
+	if int(t) < numEventTypes {
+		for i := range payloadOf[t] {
+			pf := &payloadOf[t][i]
 			n := len(p)
-			p = appendCompact(p, f.Metadata)
-			e.Fields.Metadata = p[n:len(p):len(p)]
-		}
-		if f.ParentSessionID != "" {
-			e.Fields.ParentSessionID = f.ParentSessionID
-			member("parentSessionId")
-			p = appendQuoted(p, f.ParentSessionID)
-		}
-		if f.ParentClosePolicy != ParentCloseCancel {
-			e.Fields.ParentClosePolicy = f.ParentClosePolicy
-			member("parentClosePolicy")
-			p = appendQuoted(p, f.ParentClosePolicy.String())
-		}
-		if f.Timeouts != (Timeouts{}) {
-			e.Fields.Timeouts = f.Timeouts
-			member("timeouts")
-			sep := byte('{')
-			for k := TimeoutExecution; int(k) < NumTimeoutKinds; k++ {
-				if f.Timeouts[k] != 0 {
-					p = append(p, sep)
-					sep = ','
-					p = appendQuoted(p, k.String())
-					p = append(p, ':')
-					p = appendQuoted(p, f.Timeouts[k].String())
-				}
+			if n == 0 {
+				p = append(p, '{')
+			} else {
+				p = append(p, ',')
 			}
-			p = append(p, '}')
+			p = appendQuoted(p, pf.name)
+			p = append(p, ':')
+			var ok bool
+			if p, ok = pf.put(&e.Fields, &f, p); !ok {
+				p = p[:n]
+			}
 		}
-	case SessionReplaced:
-		e.Fields.SuccessorSessionID = f.SuccessorSessionID
-		member("successorSessionId")
-		p = appendQuoted(p, f.SuccessorSessionID)
-	case ReplacementLinked:
-		e.Fields.PredecessorDigest = f.PredecessorDigest
-		member("predecessorDigest")
-		p = appendQuoted(p, hex.EncodeToString(f.PredecessorDigest[:]))
-	case SessionFailed, CancellationRequested, ReplacementRefused:
-		e.Fields.Reason = f.Reason
-		if t == CancellationRequested {
-			e.Fields.Mode = f.Mode
-			member("mode")
-			p = appendQuoted(p, f.Mode.String())
-		}
-		if f.Reason != "" {
-			member("reason")
-			p = appendQuoted(p, f.Reason)
-		}
-	case TimeoutExpired:
-		e.Fields.Timeout = f.Timeout
-		if f.HasArmedVersion {
-			e.Fields.ArmedVersion, e.Fields.HasArmedVersion = f.ArmedVersion, true
-			member("armedVersion")
-			p = strconv.AppendUint(p, f.ArmedVersion, 10)
-		}
-		if !f.Deadline.IsZero() {
-			e.Fields.Deadline = f.Deadline.UTC()
-			member("deadline")
-			p = append(p, '"')
-			p = e.Fields.Deadline.AppendFormat(p, time.RFC3339Nano)
-			p = append(p, '"')
-		}
-		member("timeout")
-		p = appendQuoted(p, f.Timeout.String())
-	case ToolCompleted:
-		e.Fields.ToolFailed = f.ToolFailed
-		member("ok")
-		p = strconv.AppendBool(p, !f.ToolFailed)
 	}
 	if len(p) > 0 {
 		e.Payload = append(p, '}')
