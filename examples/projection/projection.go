@@ -145,7 +145,7 @@ func (p *Projection) Handler() http.Handler {
 	mux.HandleFunc("GET /active", func(w http.ResponseWriter, r *http.Request) {
 		key := r.URL.Query().Get("label")
 		if !fsm.ValidLabelKey(key) {
-			problem(w, http.StatusBadRequest, "label", "must be a label key: [a-z0-9][a-z0-9._/-]{0,62}")
+			problem(w, http.StatusBadRequest, "label", "must be a label key: "+fsm.LabelKeyRule)
 			return
 		}
 		m, err := p.Active(r.Context(), key)

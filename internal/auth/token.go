@@ -205,7 +205,7 @@ func parseLine(line string) (Token, error) {
 			return t, fmt.Errorf("%q: want key=value (prefix= or name=)", f)
 		case k == "prefix" && t.Prefix == "":
 			if !fsm.ValidSessionID(v) {
-				return t, fmt.Errorf("prefix %q: must be 1-128 characters of [A-Za-z0-9._:-]", v)
+				return t, fmt.Errorf("prefix %q: must be %s", v, fsm.SessionIDRule)
 			}
 			t.Prefix = v
 		case k == "name" && t.Name == "":

@@ -2,7 +2,6 @@ package projector
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
@@ -284,10 +283,7 @@ func closedBy(parent *snapshot.Snapshot) fsm.Transition {
 // system's origin header beside the event type and the trace context.
 func cancelRecord(topic, child, parent string, trigger fsm.EventID, at time.Time, mode fsm.CancelMode, trace []kgo.RecordHeader) *kgo.Record {
 	e := fsm.NewEvent(derivedID(fsm.CancellationRequested, child, trigger), child, fsm.CancellationRequested, at,
-		fsm.Fields{Reason: ReasonParentCancelled, Mode: mode})
-	p := e.Payload[: len(e.Payload)-1 : len(e.Payload)-1] // NewEvent's object, without its closing brace
-	p = append(p, `,"parentSessionId":`...)
-	e.Payload = append(strconv.AppendQuote(p, parent), '}')
+		fsm.Fields{Reason: ReasonParentCancelled, Mode: mode, CancelledByParent: parent})
 	headers := make([]kgo.RecordHeader, 0, 2+len(trace))
 	headers = append(headers, kgo.RecordHeader{Key: kafka.HeaderEventType, Value: []byte(fsm.CancellationRequested.String())},
 		kafka.SystemHeader())

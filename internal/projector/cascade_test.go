@@ -396,3 +396,21 @@ func TestCascadeAcrossCrashes(t *testing.T) {
 	}
 	e.cancelledByParent("crashes", kids)
 }
+
+// The cascade's CancellationRequested record keeps its bytes: the
+// payload's members in this order, so the event's canonical bytes, and the
+// digest of every child it reaches, stay what they were.
+func TestCancelRecordBytes(t *testing.T) {
+	trigger, _ := fsm.ParseEventID([]byte("0190f2a4-5b6c-7d8e-9f00-000000000001"))
+	at := time.Date(2026, 11, 29, 6, 0, 0, 250000000, time.FixedZone("CET", 3600))
+	for _, mode := range []fsm.CancelMode{fsm.CancelGraceful, fsm.CancelForced} {
+		rec := cancelRecord("events", "acme:child-1", "acme:parent.2", trigger, at, mode, nil)
+		id := derivedID(fsm.CancellationRequested, "acme:child-1", trigger)
+		want := `{"v":1,"eventId":"` + id.String() + `","sessionId":"acme:child-1","type":"CancellationRequested",` +
+			`"occurredAt":"2026-11-29T05:00:00.25Z","correlationId":"acme:child-1",` +
+			`"payload":{"mode":"` + mode.String() + `","reason":"parent_cancelled","parentSessionId":"acme:parent.2"}}`
+		if string(rec.Value) != want {
+			t.Errorf("cancel record\n got %s\nwant %s", rec.Value, want)
+		}
+	}
+}

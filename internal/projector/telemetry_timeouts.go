@@ -21,12 +21,10 @@ import (
 // timeouts the fold set aside), and correx.timeouts.lag, how long after its
 // deadline each fired.
 type timeoutMetrics struct {
-	fired      [len(timeoutKindNames)]atomic.Int64
+	fired      [fsm.NumTimeoutKinds]atomic.Int64 // by fsm.TimeoutKind
 	superseded atomic.Int64
 	lag        metric.Float64Histogram
 }
-
-var timeoutKindNames = [...]string{"", "execution", "inactivity", "approval", "recovery", "cancellation"}
 
 func (m *timeoutMetrics) init(meter metric.Meter) error {
 	var err error
@@ -41,8 +39,8 @@ func (m *timeoutMetrics) init(meter metric.Meter) error {
 		return err
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
-		for k := 1; k < len(m.fired); k++ {
-			obs.ObserveInt64(fired, m.fired[k].Load(), metric.WithAttributes(attribute.String("correx.timeout", timeoutKindNames[k])))
+		for _, k := range fsm.TimeoutKinds() {
+			obs.ObserveInt64(fired, m.fired[k].Load(), metric.WithAttributes(attribute.String("correx.timeout", k.String())))
 		}
 		obs.ObserveInt64(superseded, m.superseded.Load())
 		return nil

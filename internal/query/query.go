@@ -199,7 +199,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+		badRequest(w, "id", "must be "+fsm.SessionIDRule)
 		return
 	}
 	q := r.URL.Query()
@@ -323,6 +323,15 @@ type ListResponse struct {
 	Next     *string              `json:"next"`
 }
 
+// stateMessage refuses a state filter that names no state.
+var stateMessage = func() string {
+	names := make([]string, 0, fsm.NumStates-1)
+	for _, s := range fsm.States() {
+		names = append(names, s.String())
+	}
+	return "must be one of " + strings.Join(names, ", ")
+}()
+
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	if !onlyGET(w, r) {
 		return
@@ -332,7 +341,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("state"); v != "" {
 		s, ok := fsm.ParseState(v)
 		if !ok {
-			badRequest(w, "state", "must be one of CREATED, INITIALIZING, ACTIVE, PAUSED, AWAITING_APPROVAL, CANCELLING, CANCELLED, FAILED, COMPLETED, RECOVERING")
+			badRequest(w, "state", stateMessage)
 			return
 		}
 		state = s
@@ -352,7 +361,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
 	if v := q.Get("prefix"); v != "" {
 		if !fsm.ValidSessionID(v) {
-			badRequest(w, "prefix", "must be 1-128 characters of [A-Za-z0-9._:-]")
+			badRequest(w, "prefix", "must be "+fsm.SessionIDRule)
 			return
 		}
 		switch {
@@ -396,7 +405,7 @@ func listFilter(w http.ResponseWriter, q url.Values) (snapshot.Filter, bool) {
 		k, v, ok := strings.Cut(l, "=")
 		switch {
 		case !ok || !fsm.ValidLabelKey(k):
-			badRequest(w, "label", "must be KEY=VALUE with KEY matching [a-z0-9][a-z0-9._/-]{0,62}")
+			badRequest(w, "label", "must be KEY=VALUE with KEY matching "+fsm.LabelKeyRule)
 			return f, false
 		case len(v) > fsm.MaxLabelValueBytes:
 			badRequest(w, "label", fmt.Sprintf("value is %d bytes; the limit is %d", len(v), fsm.MaxLabelValueBytes))
@@ -406,7 +415,7 @@ func listFilter(w http.ResponseWriter, q url.Values) (snapshot.Filter, bool) {
 	}
 	if v, ok := q["parent"]; ok {
 		if len(v) != 1 || !fsm.ValidSessionID(v[0]) {
-			badRequest(w, "parent", "must be one session id of 1-128 characters of [A-Za-z0-9._:-]")
+			badRequest(w, "parent", "must be one session id of "+fsm.SessionIDRule)
 			return f, false
 		}
 		f.Parent = v[0]
@@ -563,7 +572,7 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+		badRequest(w, "id", "must be "+fsm.SessionIDRule)
 		return
 	}
 	if !visible(r, id) {

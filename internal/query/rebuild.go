@@ -47,7 +47,7 @@ func (h *Handler) rebuild(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+		badRequest(w, "id", "must be "+fsm.SessionIDRule)
 		return
 	}
 	if !visible(r, id) {

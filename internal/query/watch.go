@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -696,8 +695,6 @@ func (f *watchFilter) match(c *feed.Change) bool {
 	return true
 }
 
-var labelKey = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,62}$`)
-
 // parseWatchFilter reads state, label, prefix and parent; it writes the
 // 400 and returns false on a bad one.
 func parseWatchFilter(w http.ResponseWriter, r *http.Request) (watchFilter, bool) {
@@ -706,7 +703,7 @@ func parseWatchFilter(w http.ResponseWriter, r *http.Request) (watchFilter, bool
 	if v := q.Get("state"); v != "" {
 		s, ok := fsm.ParseState(v)
 		if !ok {
-			badRequest(w, "state", "must be one of CREATED, INITIALIZING, ACTIVE, PAUSED, AWAITING_APPROVAL, CANCELLING, CANCELLED, FAILED, COMPLETED, RECOVERING")
+			badRequest(w, "state", stateMessage)
 			return f, false
 		}
 		f.state = s.String()
@@ -718,15 +715,15 @@ func parseWatchFilter(w http.ResponseWriter, r *http.Request) (watchFilter, bool
 	}
 	for _, l := range labels {
 		k, v, ok := strings.Cut(l, "=")
-		if !ok || !labelKey.MatchString(k) || len(v) > 256 {
-			badRequest(w, "label", "must be KEY=VALUE, the key of [a-z0-9][a-z0-9._/-]{0,62}, the value at most 256 bytes")
+		if !ok || !fsm.ValidLabelKey(k) || len(v) > fsm.MaxLabelValueBytes {
+			badRequest(w, "label", fmt.Sprintf("must be KEY=VALUE, the key of %s, the value at most %d bytes", fsm.LabelKeyRule, fsm.MaxLabelValueBytes))
 			return f, false
 		}
 		f.labels = append(f.labels, [2]string{k, v})
 	}
 	if v := q.Get("parent"); v != "" {
 		if !fsm.ValidSessionID(v) {
-			badRequest(w, "parent", "must be 1-128 characters of [A-Za-z0-9._:-]")
+			badRequest(w, "parent", "must be "+fsm.SessionIDRule)
 			return f, false
 		}
 		f.parent = v
@@ -735,7 +732,7 @@ func parseWatchFilter(w http.ResponseWriter, r *http.Request) (watchFilter, bool
 	// wider one watches the token's sessions, one outside it none.
 	if v := q.Get("prefix"); v != "" {
 		if !fsm.ValidSessionID(v) {
-			badRequest(w, "prefix", "must be 1-128 characters of [A-Za-z0-9._:-]")
+			badRequest(w, "prefix", "must be "+fsm.SessionIDRule)
 			return f, false
 		}
 		switch {
@@ -761,7 +758,7 @@ func (h *Handler) watchAll(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) watchSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+		badRequest(w, "id", "must be "+fsm.SessionIDRule)
 		return
 	}
 	if !visible(r, id) {

@@ -42,7 +42,7 @@ func (e *Event) fail(field string, err error) {
 
 // sessionIDError says why id is not a session id.
 func sessionIDError(id string) error {
-	return fmt.Errorf("%w %q: want 1-%d characters of [A-Za-z0-9._:-]", ErrInvalidSessionID, id, fsm.MaxSessionIDLen)
+	return fmt.Errorf("%w %q: want %s", ErrInvalidSessionID, id, fsm.SessionIDRule)
 }
 
 // Err reports why the event cannot be sent (it matches ErrInvalidEvent), or

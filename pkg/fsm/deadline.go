@@ -46,8 +46,8 @@ type Deadline struct {
 // when it fired, and hide the cancellation deadline behind it. Every kind
 // armed is thus one the table applies in the session's state. It is a pure function
 // of the session and the defaults: a replay arms the same deadlines.
-func Deadlines(s *Session, defaults Timeouts) [numTimeoutKinds]int64 {
-	var out [numTimeoutKinds]int64
+func Deadlines(s *Session, defaults Timeouts) [NumTimeoutKinds]int64 {
+	var out [NumTimeoutKinds]int64
 	if !s.Exists() || s.Terminal() {
 		return out
 	}
@@ -81,15 +81,10 @@ func Deadlines(s *Session, defaults Timeouts) [numTimeoutKinds]int64 {
 func NextDeadline(s *Session, defaults Timeouts) (Deadline, bool) {
 	all := Deadlines(s, defaults)
 	var best Deadline
-	for k := TimeoutExecution; int(k) < numTimeoutKinds; k++ {
+	for k := TimeoutExecution; int(k) < NumTimeoutKinds; k++ {
 		if at := all[k]; at != 0 && (best.Kind == TimeoutNone || at < best.At) {
 			best = Deadline{Kind: k, At: at}
 		}
 	}
 	return best, best.Kind != TimeoutNone
-}
-
-// TimeoutKinds returns every timeout kind, in order.
-func TimeoutKinds() []TimeoutKind {
-	return []TimeoutKind{TimeoutExecution, TimeoutInactivity, TimeoutApproval, TimeoutRecovery, TimeoutCancellation}
 }

@@ -167,7 +167,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	id, _ := fsm.ParseEventID([]byte(validID))
 	for _, et := range fsm.EventTypes() {
 		f := fsm.Fields{Goal: "g\n<x>", PredecessorSessionID: "s-0", Reason: "r é", Mode: fsm.CancelForced,
-			Timeout: fsm.TimeoutApproval, ToolFailed: true}
+			Timeout: fsm.TimeoutApproval, ToolFailed: true, CancelledByParent: "p-1"}
 		e := fsm.NewEvent(id, "s-1", et, at, f)
 		e.CorrelationID = "corr \"1\""
 		rec := fsm.AppendRecord(nil, &e)

@@ -191,10 +191,13 @@ const (
 	TimeoutRecovery
 	TimeoutCancellation
 
-	numTimeoutKinds = int(TimeoutCancellation) + 1
+	// NumTimeoutKinds is one more than the largest TimeoutKind, so arrays
+	// indexed by kind (Timeouts) have room for every kind including
+	// TimeoutNone.
+	NumTimeoutKinds = int(TimeoutCancellation) + 1
 )
 
-var timeoutNames = [numTimeoutKinds]string{
+var timeoutNames = [NumTimeoutKinds]string{
 	TimeoutNone:         "",
 	TimeoutExecution:    "execution",
 	TimeoutInactivity:   "inactivity",
@@ -205,15 +208,25 @@ var timeoutNames = [numTimeoutKinds]string{
 
 // String returns the payload spelling of the kind, for example "approval".
 func (k TimeoutKind) String() string {
-	if int(k) < numTimeoutKinds {
+	if int(k) < NumTimeoutKinds {
 		return timeoutNames[k]
 	}
 	return fmt.Sprintf("TimeoutKind(%d)", uint8(k))
 }
 
+// TimeoutKinds lists the timeout kinds in their canonical order, without
+// TimeoutNone.
+func TimeoutKinds() []TimeoutKind {
+	out := make([]TimeoutKind, 0, NumTimeoutKinds-1)
+	for k := TimeoutExecution; int(k) < NumTimeoutKinds; k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
 // ParseTimeoutKind returns the kind spelled name ("execution", ...).
 func ParseTimeoutKind(name []byte) (TimeoutKind, bool) {
-	for k := TimeoutExecution; int(k) < numTimeoutKinds; k++ {
+	for k := TimeoutExecution; int(k) < NumTimeoutKinds; k++ {
 		if timeoutNames[k] == string(name) {
 			return k, true
 		}
@@ -236,4 +249,15 @@ func (m CancelMode) String() string {
 		return "forced"
 	}
 	return "graceful"
+}
+
+// ParseCancelMode returns the mode spelled name ("graceful" or "forced").
+func ParseCancelMode(name string) (CancelMode, bool) {
+	switch name {
+	case "graceful":
+		return CancelGraceful, true
+	case "forced":
+		return CancelForced, true
+	}
+	return CancelGraceful, false
 }

@@ -117,7 +117,7 @@ func Checks() []Check {
 
 // ruleIndex maps (event, timeout) to its row in table, or -1; built once from
 // table so the reducer's lookup is an array index.
-var ruleIndex = func() (idx [numEventTypes][numTimeoutKinds]int8) {
+var ruleIndex = func() (idx [numEventTypes][NumTimeoutKinds]int8) {
 	for e := range idx {
 		for k := range idx[e] {
 			idx[e][k] = -1
@@ -134,7 +134,7 @@ var ruleIndex = func() (idx [numEventTypes][numTimeoutKinds]int8) {
 
 // ruleFor returns the rule for the event, or nil when the table has none.
 func ruleFor(t EventType, k TimeoutKind) *Rule {
-	if int(t) >= numEventTypes || int(k) >= numTimeoutKinds {
+	if int(t) >= numEventTypes || int(k) >= NumTimeoutKinds {
 		return nil
 	}
 	if i := ruleIndex[t][k]; i >= 0 {
