@@ -127,10 +127,10 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 	}
 	// Added before removed: a child created and ended in one batch (its
 	// events are on one partition, in order) is left out of the index.
-	if err := d.retry(ctx, "recording children", func() error { return store.AddChildren(ctx, links) }); err != nil {
+	if err := retry(ctx, d.log, "recording children", func(ctx context.Context) error { return store.AddChildren(ctx, links) }); err != nil {
 		return err
 	}
-	if err := d.retry(ctx, "removing ended children", func() error { return store.RemoveChildren(ctx, left) }); err != nil {
+	if err := retry(ctx, d.log, "removing ended children", func(ctx context.Context) error { return store.RemoveChildren(ctx, left) }); err != nil {
 		return err
 	}
 	if err := d.reach(ctx, store, ended, emit); err != nil {
@@ -144,7 +144,7 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 			parents[i] = ch.fam.parent
 		}
 		var snaps []*snapshot.Snapshot
-		if err := d.retry(ctx, "reading parents", func() (err error) {
+		if err := retry(ctx, d.log, "reading parents", func(ctx context.Context) (err error) {
 			snaps, err = store.GetMany(ctx, parents)
 			return err
 		}); err != nil {
@@ -212,7 +212,7 @@ func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*cha
 		}
 		var pages [][]string
 		var next []string
-		if err := d.retry(ctx, "reading children", func() (err error) {
+		if err := retry(ctx, d.log, "reading children", func(ctx context.Context) (err error) {
 			pages, next, err = store.ChildrenPages(ctx, from, cascadePage)
 			return err
 		}); err != nil {
@@ -244,7 +244,7 @@ func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []
 		d.pageRead(len(kids))
 	}
 	var snaps []*snapshot.Snapshot
-	if err := d.retry(ctx, "reading children", func() (err error) {
+	if err := retry(ctx, d.log, "reading children", func(ctx context.Context) (err error) {
 		snaps, err = store.GetMany(ctx, kids)
 		return err
 	}); err != nil {
@@ -293,18 +293,4 @@ func cancelRecord(topic, child, parent string, trigger fsm.EventID, at time.Time
 		kafka.SystemHeader())
 	headers = append(headers, trace...)
 	return &kgo.Record{Topic: topic, Key: []byte(child), Value: fsm.AppendRecord(nil, &e), Headers: headers}
-}
-
-// retry runs op until it succeeds or ctx ends.
-func (d *derived) retry(ctx context.Context, what string, op func() error) error {
-	for attempt := 0; ; attempt++ {
-		err := op()
-		if err == nil {
-			return nil
-		}
-		d.log.Warn(what, "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
 }

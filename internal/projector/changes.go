@@ -276,16 +276,9 @@ func (d *derived) persist(ctx context.Context, store *snapshot.Store, topic stri
 		batches = append(batches, snapshot.OutboxBatch{Partition: fb.partition, Last: fb.changes[len(fb.changes)-1].source,
 			Data: data, Below: fb.below})
 	}
-	for attempt := 0; ; attempt++ {
-		err := store.PutOutbox(ctx, topic, batches)
-		if err == nil {
-			return nil
-		}
-		d.log.Warn("writing the outbox of the change feed and derived events", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
+	return retry(ctx, d.log, "writing the outbox of the change feed and derived events", func(ctx context.Context) error {
+		return store.PutOutbox(ctx, topic, batches)
+	})
 }
 
 // encode builds the batch's records in a goroutine of its own, so that the

@@ -40,21 +40,15 @@ func (f *flusher) armDeadlines(ctx context.Context, job *flushJob) error {
 	if len(job.deadlines) == 0 {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
+	return retry(ctx, f.log, "writing deadlines", func(ctx context.Context) error {
 		next, err := f.store.ArmDeadlines(ctx, f.topic, job.deadlines)
-		if err == nil {
-			if f.fire != nil {
-				for p, at := range next {
-					f.fire.hint(p, at)
-				}
+		if err == nil && f.fire != nil {
+			for p, at := range next {
+				f.fire.hint(p, at)
 			}
-			return nil
 		}
-		f.log.Warn("writing deadlines", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
+		return err
+	})
 }
 
 // Clock is the wall clock of the firer, the one place the projector reads

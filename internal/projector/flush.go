@@ -201,16 +201,14 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 			return err // the encoding ends on its own
 		}
 		if len(job.entries) > 0 {
-			for attempt := 0; ; attempt++ {
+			if err := retry(ctx, f.log, "writing snapshots", func(ctx context.Context) error {
 				res, err := f.store.PutBatch(ctx, job.entries)
 				if err == nil {
 					job.result = res
-					break
 				}
-				f.log.Warn("writing snapshots", "err", err, "attempt", attempt, "snapshots", len(job.entries))
-				if err := sleep(ctx, backoff(attempt)); err != nil {
-					return err
-				}
+				return err
+			}, "snapshots", len(job.entries)); err != nil {
+				return err
 			}
 		}
 		if f.crash.at("after-put") {
@@ -252,16 +250,14 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 		}
 		f.log.Warn("a Redis Cluster master changed during the batch: writing it again", "round", round+1)
 	}
-	for attempt := 0; ; attempt++ {
+	if err := retry(ctx, f.log, "writing checkpoints", func(ctx context.Context) error {
 		prev, err := f.store.SaveCheckpoints(ctx, f.topic, job.checkpoints, time.Now())
 		if err == nil {
 			job.prev = prev
-			break
 		}
-		f.log.Warn("writing checkpoints", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
+		return err
+	}); err != nil {
+		return err
 	}
 	if f.crash.at("after-checkpoint") {
 		return errCrashed
@@ -288,16 +284,12 @@ func (f *flusher) markReplication(ctx context.Context) (*snapshot.ReplicationMar
 	if f.repl != nil {
 		return f.repl, nil
 	}
-	for attempt := 0; ; attempt++ {
-		mark, err := f.store.MarkReplication(ctx)
-		if err == nil {
-			return mark, nil
-		}
-		f.log.Warn("reading the Redis Cluster masters' replication", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return nil, err
-		}
-	}
+	var mark *snapshot.ReplicationMark
+	err := retry(ctx, f.log, "reading the Redis Cluster masters' replication", func(ctx context.Context) (err error) {
+		mark, err = f.store.MarkReplication(ctx)
+		return err
+	})
+	return mark, err
 }
 
 // replicated waits until every Redis Cluster master's replicas have
@@ -307,22 +299,19 @@ func (f *flusher) markReplication(ctx context.Context) (*snapshot.ReplicationMar
 // replica promoted): writes of the batch may be lost with it, so the batch
 // must be written again before a checkpoint passes it.
 func (f *flusher) replicated(ctx context.Context, mark *snapshot.ReplicationMark) (again bool, err error) {
-	for attempt := 0; ; attempt++ {
+	err = retry(ctx, f.log, "waiting for Redis replicas", func(ctx context.Context) error {
 		next, err := f.store.WaitReplicated(ctx, mark)
+		if errors.Is(err, snapshot.ErrMastersChanged) {
+			f.repl, again = nil, true
+			f.log.Warn("waiting for Redis replicas", "err", err)
+			return nil
+		}
 		if err == nil {
 			f.repl = next
-			return false, nil
 		}
-		if errors.Is(err, snapshot.ErrMastersChanged) {
-			f.repl = nil
-			f.log.Warn("waiting for Redis replicas", "err", err)
-			return true, nil
-		}
-		f.log.Warn("waiting for Redis replicas", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return false, err
-		}
-	}
+		return err
+	})
+	return again, err
 }
 
 // finish records what a written batch made durable: the stored position of

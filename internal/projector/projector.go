@@ -504,36 +504,16 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	return nil
 }
 
-// getMany reads snapshots, retrying while Redis is unreachable.
-func (p *Projector) getMany(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error) {
-	for attempt := 0; ; attempt++ {
-		snaps, err := p.store.GetMany(ctx, ids)
-		if err == nil {
-			return snaps, nil
+// getMany reads snapshots, retrying while Redis is unreachable; a corrupt
+// snapshot is not retried.
+func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapshot.Snapshot, err error) {
+	err = retry(ctx, p.log, "reading snapshots", func(ctx context.Context) (err error) {
+		if snaps, err = p.store.GetMany(ctx, ids); errors.Is(err, snapshot.ErrCorrupt) {
+			return final(err)
 		}
-		if errors.Is(err, snapshot.ErrCorrupt) {
-			return nil, err
-		}
-		p.log.Warn("reading snapshots", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return nil, err
-		}
-	}
-}
-
-func backoff(attempt int) time.Duration {
-	return min(100*time.Millisecond<<min(attempt, 5), 2*time.Second)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+		return err
+	})
+	return snaps, err
 }
 
 // Ready reports whether the projector can make progress: Redis answers and

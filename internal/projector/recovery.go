@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -335,21 +334,6 @@ func (p *Projector) deletePartition(id int32) bool {
 		p.log.Warn("deleting the partition's deadlines before the rebuild", "partition", id, "err", err)
 	}
 	return true
-}
-
-// retry calls op until it succeeds or ctx ends, with backoff, logging each
-// failure; it returns ctx's error when ctx ends first.
-func retry(ctx context.Context, log *slog.Logger, what string, op func(context.Context) error) error {
-	for attempt := 0; ; attempt++ {
-		err := op(ctx)
-		if err == nil {
-			return nil
-		}
-		log.Warn(what, "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
 }
 
 // finish records what a written batch made durable (flusher.finish), and
