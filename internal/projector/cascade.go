@@ -258,7 +258,7 @@ func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []
 		}
 		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.headers))
 	}
-	if d.crash.at("cascade-page") {
+	if d.crash.at(crashCascadePage) {
 		return errCrashed
 	}
 	return nil

@@ -268,7 +268,7 @@ func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.
 		if err := res.FirstErr(); err != nil {
 			return time.Time{}, err
 		}
-		if f.crash.at("fired") {
+		if f.crash.at(crashFired) {
 			return time.Time{}, errCrashed
 		}
 		if _, err := f.store.RemoveFired(ctx, f.topic, partition, due); err != nil {

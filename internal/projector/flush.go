@@ -175,7 +175,7 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	}
 	start := time.Now()
 	defer func() { f.obs.Flushed(ctx, job.result, time.Since(start), err) }()
-	if f.crash.at("before-put") {
+	if f.crash.at(crashBeforePut) {
 		return errCrashed
 	}
 	// The change feed's records are encoded while the snapshots are
@@ -211,13 +211,13 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 				return err
 			}
 		}
-		if f.crash.at("after-put") {
+		if f.crash.at(crashAfterPut) {
 			return errCrashed
 		}
 		if err := f.armDeadlines(ctx, job); err != nil { // deadlines.go
 			return err
 		}
-		if f.crash.at("after-deadlines") {
+		if f.crash.at(crashAfterDeadlines) {
 			return errCrashed
 		}
 		// The change feed and the derived events: after the snapshots,
@@ -238,7 +238,7 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 		if err := f.derived.failed(); err != nil {
 			return err
 		}
-		if f.crash.at("before-checkpoint") {
+		if f.crash.at(crashBeforeCheckpoint) {
 			return errCrashed
 		}
 		again, err := f.replicated(ctx, mark)
@@ -259,7 +259,7 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	}); err != nil {
 		return err
 	}
-	if f.crash.at("after-checkpoint") {
+	if f.crash.at(crashAfterCheckpoint) {
 		return errCrashed
 	}
 	offsets := map[int32]kgo.EpochOffset{}

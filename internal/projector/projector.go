@@ -445,7 +445,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		if part == nil || p.rebuiltNow[r.Partition] {
 			continue
 		}
-		if p.crash.at("fold") {
+		if p.crash.at(crashFold) {
 			return errCrashed
 		}
 		switch {

@@ -301,13 +301,13 @@ func (p *Projector) rebuild(part *partState) {
 	}); err != nil {
 		return // stopping: nothing was deleted, and the stored checkpoint stands
 	}
-	if p.crash.at("rebuild-reset") {
+	if p.crash.at(crashRebuildReset) {
 		return
 	}
 	if !p.deletePartition(part.id) {
 		return // stopping: the next owner deletes again (checkpoint 0, marked)
 	}
-	if p.crash.at("rebuild-deleted") {
+	if p.crash.at(crashRebuildDeleted) {
 		return
 	}
 	part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
