@@ -328,17 +328,15 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 	return func() []*kgo.Record { return <-done }
 }
 
-// produce runs after the batch's snapshots are stored: it hands the
-// batch's records (from encode, in fold order per partition) to the Kafka
-// client, and the cancellations of children (cascade), page by page. It
-// does not wait for acknowledgements (the flush before the checkpoints
+// produce hands the batch's records (from encode, in fold order per
+// partition) to the Kafka client, after the batch's snapshots are stored.
+// It does not wait for acknowledgements (the flush before the checkpoints
 // does, and checks d.err, failed), only for room in the client's buffer
 // when that is full.
-func (d *derived) produce(ctx context.Context, store *snapshot.Store, cl *kgo.Client, job *flushJob, encoded func() []*kgo.Record) error {
-	for _, rec := range encoded() {
+func (d *derived) produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) {
+	for _, rec := range recs {
 		cl.Produce(ctx, rec, d.produced)
 	}
-	return d.cascade(ctx, store, job, func(rec *kgo.Record) { cl.Produce(ctx, rec, d.produced) })
 }
 
 func (d *derived) produced(_ *kgo.Record, err error) {
