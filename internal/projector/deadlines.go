@@ -42,7 +42,7 @@ func (f *flusher) armDeadlines(ctx context.Context, job *flushJob) error {
 	}
 	return retry(ctx, f.log, "writing deadlines", func(ctx context.Context) error {
 		next, err := f.store.ArmDeadlines(ctx, f.topic, job.deadlines)
-		if err == nil && f.fire != nil {
+		if err == nil {
 			for p, at := range next {
 				f.fire.hint(p, at)
 			}

@@ -42,13 +42,10 @@ type firer struct {
 	log    *slog.Logger
 	obs    timeoutObserver
 	crash  *crashPoints
-	batch  int // entries read and produced per round
+	batch  int             // entries read and produced per round
+	cl     *kgo.Client     // the projector's client, which the firer lives no longer than
+	ctx    context.Context // the firing context: every partition's goroutine ends with it
 
-	ctx    context.Context // the firing context, set by Run before the client exists
-	cancel context.CancelFunc
-	cl     *kgo.Client // set by Run; every partition goroutine waits for ready first
-
-	ready chan struct{} // closed when cl is set
 	mu    sync.Mutex
 	parts map[int32]*partFirer
 }
@@ -78,9 +75,12 @@ type partFirer struct {
 	done    chan struct{}
 }
 
-func newFirer(cfg Config, store *snapshot.Store, clock Clock, obs Observer, log *slog.Logger, crash *crashPoints) *firer {
+// newFirer returns the firer of a projector's Kafka client cl (Run builds
+// it once the client exists), firing under ctx.
+func newFirer(cfg Config, store *snapshot.Store, clock Clock, obs Observer, log *slog.Logger, crash *crashPoints,
+	cl *kgo.Client, ctx context.Context) *firer {
 	f := &firer{store: store, topic: cfg.Topic, clock: clock, resync: cfg.DeadlineResync, log: log, crash: crash,
-		batch: 1000, ready: make(chan struct{}), parts: map[int32]*partFirer{}, obs: nopTimeoutObserver{}}
+		batch: 1000, cl: cl, ctx: ctx, parts: map[int32]*partFirer{}, obs: nopTimeoutObserver{}}
 	if f.resync <= 0 {
 		f.resync = time.Second
 	}
@@ -103,11 +103,6 @@ func (f *firer) start(id int32) {
 	f.parts[id] = pf
 	go func() {
 		defer close(pf.done)
-		select {
-		case <-f.ready: // the client is set
-		case <-ctx.Done():
-			return
-		}
 		f.run(ctx, pf)
 	}()
 }

@@ -30,8 +30,8 @@ type flusher struct {
 	fire    *firer   // woken with each partition's next deadline after a write
 	derived *derived // the change feed and the derived events
 
-	cl   *kgo.Client     // set by Run before anything is written
-	ctx  context.Context // the flush context, set by Run; ends after the final flush
+	cl   *kgo.Client     // the projector's client, which the flusher lives no longer than
+	ctx  context.Context // the flush context; ends after the final flush
 	jobs chan *flushJob
 	// dlqErr is the first dead-letter produce error that retrying cannot
 	// cure, set from the Kafka client's produce callback: the next write
@@ -48,8 +48,13 @@ type flusher struct {
 	repl *snapshot.ReplicationMark
 }
 
-func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived) *flusher {
-	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, derived: d, jobs: make(chan *flushJob, 1)}
+// newFlusher returns the flusher of a projector's Kafka client cl (Run
+// builds it once the client exists), writing under ctx and waking fire
+// after each write.
+func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived,
+	fire *firer, cl *kgo.Client, ctx context.Context) *flusher {
+	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, fire: fire, derived: d,
+		cl: cl, ctx: ctx, jobs: make(chan *flushJob, 1)}
 }
 
 // flushJob is one batch: encoded snapshots, the change feed's records (in

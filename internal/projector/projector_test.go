@@ -617,9 +617,9 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := New(e.config("x"), st, WithLogger(testLog()))
-	p.cl = e.client(kgo.ConsumeTopics(topic))
-	defer p.cl.Close()
-	p.flush.ctx = ctx
+	cl := e.client(kgo.ConsumeTopics(topic))
+	defer cl.Close()
+	p.connect(cl, ctx, ctx)
 	part := p.addPartition(0)
 	part.next, part.ckptKnown, part.lastCkpt = 60, true, 60
 	p.rebuild(part)
