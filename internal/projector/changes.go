@@ -313,8 +313,7 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 					}
 					start := len(buf)
 					buf = appendChangeJSON(buf, ch, fb.partition)
-					recs[len(out)] = kgo.Record{Topic: d.feedTopic, Partition: fb.partition, Key: []byte(ch.session),
-						Value: buf[start:len(buf):len(buf)], Headers: ch.headers}
+					recs[len(out)] = feedRecord(d.feedTopic, fb.partition, ch, buf[start:len(buf):len(buf)])
 					out = append(out, &recs[len(out)])
 				}
 				if ch.react != nil {
@@ -326,6 +325,14 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 		done <- out
 	}()
 	return func() []*kgo.Record { return <-done }
+}
+
+// feedRecord returns the change feed's record of ch, whose source record
+// is on partition, for topic (the change feed's): on the source record's
+// partition, keyed by session, its value (appendChangeJSON) and its
+// headers the source record's trace context.
+func feedRecord(topic string, partition int32, ch *change, value []byte) kgo.Record {
+	return kgo.Record{Topic: topic, Partition: partition, Key: []byte(ch.session), Value: value, Headers: ch.headers}
 }
 
 // produce hands the batch's records (from encode, in fold order per

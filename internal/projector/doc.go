@@ -241,7 +241,7 @@
 //     (cascade.go) with snapshot.Store.AddChildren, RemoveChildren and
 //     ChildrenPages; the outbox's
 //     storage, snapshot.Store.PutOutbox; feed records on their source
-//     partition, kafka.PartitionerKeepingPartitions.
+//     partition, feedRecord and kafka.PartitionerKeepingPartitions.
 //
 // # Shape
 //
