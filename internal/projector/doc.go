@@ -220,8 +220,8 @@
 //     (internal/kafka/origin.go).
 //   - Which deadlines a session has: fsm.Deadlines and fsm.NextDeadline;
 //     writing them in a batch, between the snapshots and the checkpoints:
-//     deadlinesOf and flusher.armDeadlines (deadlines.go), a step of
-//     flusher.write; the version fencing and the guarded removal:
+//     deadlinesOf and flusher.armDeadlines (deadlines.go), called by the
+//     deadlines step of flusher.write; the version fencing and the guarded removal:
 //     snapshot.Store's armScript and firedScript, which marks what was
 //     fired (pkg/snapshot/deadlines.go).
 //   - Firing, per owned partition, started and stopped with ownership, and
@@ -233,8 +233,8 @@
 //     equal to feed.Change.AppendJSON); which events derive from which,
 //     their ids and records, reactionOf, derivedID, reaction.record
 //     (reactions.go); the outbox before the snapshots and the produce
-//     after them, derived.persist, encode and produce, steps of
-//     flusher.write; loading the outbox on assignment, derived.read and
+//     after them, derived.persist, encode and produce, called by
+//     flusher.write and its steps; loading the outbox on assignment, derived.read and
 //     load, called by adjustOffsets; building a skipped record again,
 //     derived.skipped, called by Projector.fold (changes.go); children and
 //     their cancellation, familyOf, derived.cascade, reach and cancelPage
