@@ -126,10 +126,10 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 	}
 	// Added before removed: a child created and ended in one batch (its
 	// events are on one partition, in order) is left out of the index.
-	if err := d.retry(ctx, "recording children", func() error { return store.AddChildren(ctx, links) }); err != nil {
+	if err := retry(ctx, d.log, "recording children", func(ctx context.Context) error { return store.AddChildren(ctx, links) }); err != nil {
 		return err
 	}
-	if err := d.retry(ctx, "removing ended children", func() error { return store.RemoveChildren(ctx, left) }); err != nil {
+	if err := retry(ctx, d.log, "removing ended children", func(ctx context.Context) error { return store.RemoveChildren(ctx, left) }); err != nil {
 		return err
 	}
 	if err := d.reach(ctx, store, ended, emit); err != nil {
@@ -143,7 +143,7 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 			parents[i] = ch.fam.parent
 		}
 		var snaps []*snapshot.Snapshot
-		if err := d.retry(ctx, "reading parents", func() (err error) {
+		if err := retry(ctx, d.log, "reading parents", func(ctx context.Context) (err error) {
 			snaps, err = store.GetMany(ctx, parents)
 			return err
 		}); err != nil {
@@ -211,7 +211,7 @@ func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*cha
 		}
 		var pages [][]string
 		var next []string
-		if err := d.retry(ctx, "reading children", func() (err error) {
+		if err := retry(ctx, d.log, "reading children", func(ctx context.Context) (err error) {
 			pages, next, err = store.ChildrenPages(ctx, from, cascadePage)
 			return err
 		}); err != nil {
@@ -243,7 +243,7 @@ func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []
 		d.pageRead(len(kids))
 	}
 	var snaps []*snapshot.Snapshot
-	if err := d.retry(ctx, "reading children", func() (err error) {
+	if err := retry(ctx, d.log, "reading children", func(ctx context.Context) (err error) {
 		snaps, err = store.GetMany(ctx, kids)
 		return err
 	}); err != nil {
@@ -257,7 +257,7 @@ func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []
 		}
 		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.headers))
 	}
-	if d.crash.at("cascade-page") {
+	if d.crash.at(crashCascadePage) {
 		return errCrashed
 	}
 	return nil
@@ -289,18 +289,4 @@ func cancelRecord(topic, child, parent string, trigger fsm.EventID, at time.Time
 		kafka.SystemHeader())
 	headers = append(headers, trace...)
 	return &kgo.Record{Topic: topic, Key: []byte(child), Value: fsm.AppendRecord(nil, &e), Headers: headers}
-}
-
-// retry runs op until it succeeds or ctx ends.
-func (d *derived) retry(ctx context.Context, what string, op func() error) error {
-	for attempt := 0; ; attempt++ {
-		err := op()
-		if err == nil {
-			return nil
-		}
-		d.log.Warn(what, "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
 }

@@ -378,7 +378,7 @@ func TestCascadeAcrossCrashes(t *testing.T) {
 	}
 	e.produce([]fsm.Event{ev("cp", fsm.CancellationRequested, fsm.Fields{Reason: "stop"})})
 	for _, n := range []int64{1, 2} {
-		r := e.start(e.cascadeConfig("a"), "crashes", crashAt("cascade-page", n))
+		r := e.start(e.cascadeConfig("a"), "crashes", crashAt(crashCascadePage, n))
 		select {
 		case err := <-r.done:
 			if !errors.Is(err, errCrashed) {

@@ -280,16 +280,9 @@ func (d *derived) persist(ctx context.Context, store *snapshot.Store, topic stri
 		batches = append(batches, snapshot.OutboxBatch{Partition: fb.partition, Last: fb.changes[len(fb.changes)-1].source,
 			Data: data, Below: fb.below})
 	}
-	for attempt := 0; ; attempt++ {
-		err := store.PutOutbox(ctx, topic, batches)
-		if err == nil {
-			return nil
-		}
-		d.log.Warn("writing the outbox of the change feed and derived events", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
+	return retry(ctx, d.log, "writing the outbox of the change feed and derived events", func(ctx context.Context) error {
+		return store.PutOutbox(ctx, topic, batches)
+	})
 }
 
 // encode builds the batch's records in a goroutine of its own, so that the
@@ -324,8 +317,7 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 					}
 					start := len(buf)
 					buf = ch.appendJSON(buf, fb.partition)
-					recs[len(out)] = kgo.Record{Topic: d.feedTopic, Partition: fb.partition, Key: []byte(ch.session),
-						Value: buf[start:len(buf):len(buf)], Headers: ch.headers}
+					recs[len(out)] = feedRecord(d.feedTopic, fb.partition, ch, buf[start:len(buf):len(buf)])
 					out = append(out, &recs[len(out)])
 				}
 				if ch.react != nil {
@@ -339,17 +331,23 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 	return func() []*kgo.Record { return <-done }
 }
 
-// produce runs after the batch's snapshots are stored: it hands the
-// batch's records (from encode, in fold order per partition) to the Kafka
-// client, and the cancellations of children (cascade), page by page. It
-// does not wait for acknowledgements (the flush before the checkpoints
+// feedRecord returns the change feed's record of ch, whose source record
+// is on partition, for topic (the change feed's): on the source record's
+// partition, keyed by session, its value (appendChangeJSON) and its
+// headers the source record's trace context.
+func feedRecord(topic string, partition int32, ch *change, value []byte) kgo.Record {
+	return kgo.Record{Topic: topic, Partition: partition, Key: []byte(ch.session), Value: value, Headers: ch.headers}
+}
+
+// produce hands the batch's records (from encode, in fold order per
+// partition) to the Kafka client, after the batch's snapshots are stored.
+// It does not wait for acknowledgements (the flush before the checkpoints
 // does, and checks d.err, failed), only for room in the client's buffer
 // when that is full.
-func (d *derived) produce(ctx context.Context, store *snapshot.Store, cl *kgo.Client, job *flushJob, encoded func() []*kgo.Record) error {
-	for _, rec := range encoded() {
+func (d *derived) produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) {
+	for _, rec := range recs {
 		cl.Produce(ctx, rec, d.produced)
 	}
-	return d.cascade(ctx, store, job, func(rec *kgo.Record) { cl.Produce(ctx, rec, d.produced) })
 }
 
 func (d *derived) produced(_ *kgo.Record, err error) {

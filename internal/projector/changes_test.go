@@ -241,11 +241,11 @@ func TestChangeFeedAcrossCrashes(t *testing.T) {
 	// crashes too (checked at the end).
 	events := append(append(replacementEvents(), familyEvents()...), workloadEvents(3, 300)...)
 	points := []struct {
-		point string
+		point crashPoint
 		n     int64
 	}{
-		{"fold", 1}, {"fold", 300}, {"before-put", 1}, {"after-put", 1}, {"after-put", 3},
-		{"before-checkpoint", 2}, {"after-checkpoint", 1}, {"fold", 700}, {"after-put", 5}, {"before-put", 4},
+		{crashFold, 1}, {crashFold, 300}, {crashBeforePut, 1}, {crashAfterPut, 1}, {crashAfterPut, 3},
+		{crashBeforeCheckpoint, 2}, {crashAfterCheckpoint, 1}, {crashFold, 700}, {crashAfterPut, 5}, {crashBeforePut, 4},
 	}
 	chunk := len(events) / len(points)
 	crashes := 0

@@ -227,3 +227,43 @@ func TestRecordWithoutTopicFails(t *testing.T) {
 		}
 	})
 }
+
+// TestRecordConstructorsTakeTheirTopic builds a record of every kind the
+// projector produces through its constructor, each given a topic of its
+// own: every record names the topic it was given, so none depends on a
+// client default (there is none, see TestRecordWithoutTopicFails).
+func TestRecordConstructorsTakeTheirTopic(t *testing.T) {
+	at := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	ch := &change{session: "s-1", id: fsm.EventID{1}, at: at}
+	kinds := []struct {
+		name string
+		rec  func(topic string) *kgo.Record
+	}{
+		{"dead letter", func(topic string) *kgo.Record {
+			return deadLetterRecord(topic, &kgo.Record{Topic: "events", Key: []byte("s-1"), Value: []byte("{")}, ReasonUndecodable, "bad")
+		}},
+		{"timeout", func(topic string) *kgo.Record {
+			return timeoutRecord(topic, snapshot.ArmedDeadline{SessionID: "s-1", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 2})
+		}},
+		{"cancellation of a child", func(topic string) *kgo.Record {
+			return cancelRecord(topic, "c-1", "s-1", fsm.EventID{2}, at, fsm.CancelGraceful, nil)
+		}},
+		{"derived event", func(topic string) *kgo.Record {
+			rec := reaction{kind: fsm.SessionReplaced, target: "p-1", fields: fsm.Fields{SuccessorSessionID: "s-1"}}.record(topic, ch)
+			return &rec
+		}},
+		{"change feed", func(topic string) *kgo.Record {
+			rec := feedRecord(topic, 3, ch, []byte("{}"))
+			return &rec
+		}},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			topic := "topic-of-" + strings.ReplaceAll(k.name, " ", "-")
+			rec := k.rec(topic)
+			if rec.Topic != topic || len(rec.Key) == 0 {
+				t.Errorf("record on topic %q with key %q, want topic %q and a key", rec.Topic, rec.Key, topic)
+			}
+		})
+	}
+}

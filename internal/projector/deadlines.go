@@ -29,32 +29,26 @@ func deadlinesOf(refs []*entry, defaults fsm.Timeouts) map[int32][]snapshot.Arme
 	return out
 }
 
-// armDeadlines is the step of flusher.write that stores the batch's
-// deadlines: after the snapshots, before the checkpoints, so a crash
-// between the two replays the range and arms them again (a replayed record
-// that its snapshot already reflects still marks the snapshot for the next
-// batch, see Projector.fold). Redis errors are retried until ctx ends; the
+// armDeadlines stores the batch's deadlines, the deadlines step of
+// flusher.write (writeSteps): after the snapshots, before the checkpoints,
+// so a crash between the two replays the range and arms them again (a
+// replayed record that its snapshot already reflects still marks the
+// snapshot for the next batch, see Projector.fold). Redis errors are retried until ctx ends; the
 // write is idempotent and fenced by version. The partitions' earliest
 // deadlines afterwards wake the firer.
 func (f *flusher) armDeadlines(ctx context.Context, job *flushJob) error {
 	if len(job.deadlines) == 0 {
 		return nil
 	}
-	for attempt := 0; ; attempt++ {
+	return retry(ctx, f.log, "writing deadlines", func(ctx context.Context) error {
 		next, err := f.store.ArmDeadlines(ctx, f.topic, job.deadlines)
 		if err == nil {
-			if f.fire != nil {
-				for p, at := range next {
-					f.fire.hint(p, at)
-				}
+			for p, at := range next {
+				f.fire.hint(p, at)
 			}
-			return nil
 		}
-		f.log.Warn("writing deadlines", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
+		return err
+	})
 }
 
 // Clock is the wall clock of the firer, the one place the projector reads

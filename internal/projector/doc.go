@@ -192,14 +192,17 @@
 //
 //   - The skip rule: Projector.fold (projector.go), through
 //     snapshot.Snapshot.Fold; the fencing is the store's (pkg/snapshot).
-//   - The order of a write (snapshots fenced, dead letters acknowledged,
-//     replicas on Redis Cluster, checkpoints, Kafka offsets) and the crash
-//     points between the steps: flusher.write (flush.go); the wait for the
-//     Cluster masters' replicas and the batch written again:
+//   - The order of a write (outbox, snapshots fenced, deadlines, derived
+//     records and the cascade, dead letters and derived records
+//     acknowledged, replicas on Redis Cluster, checkpoints, Kafka offsets)
+//     and the crash points between the steps: writeSteps, the ordered
+//     list flusher.write runs (flush.go), pinned by TestWriteOrder; the
+//     wait for the Cluster masters' replicas and the batch written again:
 //     flusher.markReplication and flusher.replicated, over
-//     snapshot.Store.MarkReplication and WaitReplicated. What a written batch made durable (a
-//     snapshot's stored position, a partition's stored checkpoint) is
-//     recorded only afterwards, by flusher.finish, from the fold goroutine.
+//     snapshot.Store.MarkReplication and WaitReplicated. What a written
+//     batch made durable (a snapshot's stored position, a partition's
+//     stored checkpoint) is recorded only afterwards, by flusher.finish,
+//     from the fold goroutine.
 //   - Only stored snapshots are evicted: cache.evict and entry.evictable
 //     (cache.go); the dirty set is cache.takeDirty's.
 //   - Which checkpoint a partition may write, and whether one is expected
@@ -217,8 +220,8 @@
 //     (internal/kafka/origin.go).
 //   - Which deadlines a session has: fsm.Deadlines and fsm.NextDeadline;
 //     writing them in a batch, between the snapshots and the checkpoints:
-//     deadlinesOf and flusher.armDeadlines (deadlines.go), called from
-//     flusher.write; the version fencing and the guarded removal:
+//     deadlinesOf and flusher.armDeadlines (deadlines.go), called by the
+//     deadlines step of flusher.write; the version fencing and the guarded removal:
 //     snapshot.Store's armScript and firedScript, which marks what was
 //     fired (pkg/snapshot/deadlines.go).
 //   - Firing, per owned partition, started and stopped with ownership, and
@@ -231,14 +234,14 @@
 //     derive from which, their ids and records, reactionOf, derivedID,
 //     reaction.record (reactions.go); the outbox before the snapshots and the produce
 //     after them, derived.persist, encode and produce, called by
-//     flusher.write; loading the outbox on assignment, derived.read and
+//     flusher.write and its steps; loading the outbox on assignment, derived.read and
 //     load, called by adjustOffsets; building a skipped record again,
 //     derived.skipped, called by Projector.fold (changes.go); children and
 //     their cancellation, familyOf, derived.cascade, reach and cancelPage
 //     (cascade.go) with snapshot.Store.AddChildren, RemoveChildren and
 //     ChildrenPages; the outbox's
 //     storage, snapshot.Store.PutOutbox; feed records on their source
-//     partition, kafka.PartitionerKeepingPartitions.
+//     partition, feedRecord and kafka.PartitionerKeepingPartitions.
 //
 // # Shape
 //

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -41,13 +42,10 @@ type firer struct {
 	log    *slog.Logger
 	obs    timeoutObserver
 	crash  *crashPoints
-	batch  int // entries read and produced per round
+	batch  int             // entries read and produced per round
+	cl     *kgo.Client     // the projector's client, which the firer lives no longer than
+	ctx    context.Context // the firing context: every partition's goroutine ends with it
 
-	ctx    context.Context // the firing context, set by Run before the client exists
-	cancel context.CancelFunc
-	cl     *kgo.Client // set by Run; every partition goroutine waits for ready first
-
-	ready chan struct{} // closed when cl is set
 	mu    sync.Mutex
 	parts map[int32]*partFirer
 }
@@ -77,9 +75,12 @@ type partFirer struct {
 	done    chan struct{}
 }
 
-func newFirer(cfg Config, store *snapshot.Store, clock Clock, obs Observer, log *slog.Logger, crash *crashPoints) *firer {
+// newFirer returns the firer of a projector's Kafka client cl (Run builds
+// it once the client exists), firing under ctx.
+func newFirer(cfg Config, store *snapshot.Store, clock Clock, obs Observer, log *slog.Logger, crash *crashPoints,
+	cl *kgo.Client, ctx context.Context) *firer {
 	f := &firer{store: store, topic: cfg.Topic, clock: clock, resync: cfg.DeadlineResync, log: log, crash: crash,
-		batch: 1000, ready: make(chan struct{}), parts: map[int32]*partFirer{}, obs: nopTimeoutObserver{}}
+		batch: 1000, cl: cl, ctx: ctx, parts: map[int32]*partFirer{}, obs: nopTimeoutObserver{}}
 	if f.resync <= 0 {
 		f.resync = time.Second
 	}
@@ -102,11 +103,6 @@ func (f *firer) start(id int32) {
 	f.parts[id] = pf
 	go func() {
 		defer close(pf.done)
-		select {
-		case <-f.ready: // the client is set
-		case <-ctx.Done():
-			return
-		}
 		f.run(ctx, pf)
 	}()
 }
@@ -171,49 +167,25 @@ func (pf *partFirer) takeHint() (time.Time, bool) {
 }
 
 // run is a partition's firing loop: fire what is due, then sleep until the
-// next deadline, a hint or the next resync, whichever comes first.
+// next deadline, a hint or the next resync, whichever comes first. A step
+// that fails (step) is retried, from a fresh reading of the clock, with
+// backoff; the attempts count again after each step that succeeds.
 func (f *firer) run(ctx context.Context, pf *partFirer) {
-	var next time.Time // the partition's earliest deadline as known; zero: none
-	var synced time.Time
-	for attempt := 0; ctx.Err() == nil; {
-		now := f.clock.Now()
-		if synced.IsZero() || now.Sub(synced) >= f.resync {
-			n, err := f.store.NextDeadline(ctx, f.topic, pf.id)
-			if err != nil {
-				f.log.Warn("reading the next deadline", "partition", pf.id, "err", err, "attempt", attempt)
-				if sleep(ctx, backoff(attempt)) != nil {
-					return
-				}
-				attempt++
-				continue
-			}
-			next, synced = n, now
+	log := f.log.With("partition", pf.id)
+	var st firing
+	for ctx.Err() == nil {
+		var wait time.Duration
+		var again bool
+		if retry(ctx, log, "firing deadlines", func(ctx context.Context) (err error) {
+			wait, again, err = f.step(ctx, pf, &st)
+			return err
+		}) != nil {
+			return
 		}
-		if t, ok := pf.takeHint(); ok && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-		if !next.IsZero() && !now.Before(next) {
-			n, err := f.fire(ctx, pf.id, now)
-			if err != nil {
-				if ctx.Err() != nil || errors.Is(err, errCrashed) {
-					return
-				}
-				f.log.Warn("firing deadlines", "partition", pf.id, "err", err, "attempt", attempt)
-				if sleep(ctx, backoff(attempt)) != nil {
-					return
-				}
-				attempt++
-				continue
-			}
-			next, attempt = n, 0
+		if again {
 			continue
 		}
-		attempt = 0
-		wait := f.resync - now.Sub(synced)
-		if !next.IsZero() {
-			wait = min(wait, next.Sub(now))
-		}
-		t := f.clock.NewTimer(max(wait, 0))
+		t := f.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -223,6 +195,46 @@ func (f *firer) run(ctx context.Context, pf *partFirer) {
 		case <-t.C():
 		}
 	}
+}
+
+// firing is what a partition's firing loop knows between its steps.
+type firing struct {
+	next   time.Time // the partition's earliest deadline as known; zero: none
+	synced time.Time // when next was last read from Redis
+}
+
+// step is one step of a partition's firing loop: it reads the next
+// deadline again when a resync is due, takes the hints, then fires what is
+// due (again: step at once again) or returns how long to sleep. A failed
+// firing that ctx's end or a simulated crash explains is final.
+func (f *firer) step(ctx context.Context, pf *partFirer, st *firing) (wait time.Duration, again bool, err error) {
+	now := f.clock.Now()
+	if st.synced.IsZero() || now.Sub(st.synced) >= f.resync {
+		n, err := f.store.NextDeadline(ctx, f.topic, pf.id)
+		if err != nil {
+			return 0, false, fmt.Errorf("reading the next deadline: %w", err)
+		}
+		st.next, st.synced = n, now
+	}
+	if t, ok := pf.takeHint(); ok && (st.next.IsZero() || t.Before(st.next)) {
+		st.next = t
+	}
+	if !st.next.IsZero() && !now.Before(st.next) {
+		n, err := f.fire(ctx, pf.id, now)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, errCrashed) {
+				return 0, false, final(err)
+			}
+			return 0, false, err
+		}
+		st.next = n
+		return 0, true, nil
+	}
+	wait = f.resync - now.Sub(st.synced)
+	if !st.next.IsZero() {
+		wait = min(wait, st.next.Sub(now))
+	}
+	return max(wait, 0), false, nil
 }
 
 // fire produces TimeoutExpired for the entries of a partition due at now,
@@ -251,7 +263,7 @@ func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.
 		if err := res.FirstErr(); err != nil {
 			return time.Time{}, err
 		}
-		if f.crash.at("fired") {
+		if f.crash.at(crashFired) {
 			return time.Time{}, errCrashed
 		}
 		if _, err := f.store.RemoveFired(ctx, f.topic, partition, due); err != nil {

@@ -92,7 +92,7 @@ func (e *timeoutEnv) config() Config {
 	return cfg
 }
 
-func (e *timeoutEnv) start(hook func(string) bool, opts ...Option) *running {
+func (e *timeoutEnv) start(hook func(crashPoint) bool, opts ...Option) *running {
 	p := New(e.config(), e.store(e.prefix), append([]Option{WithLogger(testLog()), WithClock(e.clock)}, opts...)...)
 	p.crash.hook = hook
 	c, cancel := contextWithCancel()
@@ -274,7 +274,7 @@ func TestDeadlinesSurviveCrashes(t *testing.T) {
 			e.event(sid, fsm.SessionStarted, at.Add(time.Duration(i)*100*time.Millisecond), fsm.Fields{}))
 	}
 	e.produce(events)
-	points := []string{"fold", "before-put", "after-put", "after-deadlines", "before-checkpoint", "after-checkpoint", "fired"}
+	points := []crashPoint{crashFold, crashBeforePut, crashAfterPut, crashAfterDeadlines, crashBeforeCheckpoint, crashAfterCheckpoint, crashFired}
 	rng := rand.New(rand.NewPCG(7, 7))
 	crashes := 0
 	done := func() bool {
@@ -368,8 +368,8 @@ func (e *timeoutEnv) firedRecords() map[string]int {
 // snapshots are stored and before their deadlines are: the restart replays
 // records its snapshots already reflect, and must arm them all the same.
 func TestCrashBetweenSnapshotsAndDeadlines(t *testing.T) {
-	for _, point := range []string{"after-put", "after-deadlines", "fired"} {
-		t.Run(point, func(t *testing.T) {
+	for _, point := range []crashPoint{crashAfterPut, crashAfterDeadlines, crashFired} {
+		t.Run(point.String(), func(t *testing.T) {
 			e := newTimeoutEnv(t)
 			at := clockStart.Add(-time.Second)
 			var events []fsm.Event
@@ -379,7 +379,7 @@ func TestCrashBetweenSnapshotsAndDeadlines(t *testing.T) {
 			}
 			e.produce(events)
 			r := e.start(crashAt(point, 1))
-			if point == "fired" {
+			if point == crashFired {
 				e.advanceUntil("a crash after firing", time.Second, func() bool { return r.p.crash.crashed.Load() })
 			}
 			if err := <-r.done; err != errCrashed {

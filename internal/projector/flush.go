@@ -16,10 +16,10 @@ import (
 )
 
 // flusher writes batches: it owns the flush goroutine (run), the batch in
-// flight, and the order of a write's steps (write). build, start, collect,
-// due and finish are called by the fold goroutine, under Projector.mu; the
-// flush goroutine touches only the job it was handed, until it closes
-// job.done. At most one batch is in flight.
+// flight, and the write of a batch (write, which takes writeSteps in
+// order). build, start, collect, due and finish are called by the fold
+// goroutine, under Projector.mu; the flush goroutine touches only the job
+// it was handed, until it closes job.done. At most one batch is in flight.
 type flusher struct {
 	store   *snapshot.Store
 	obs     Observer
@@ -30,8 +30,8 @@ type flusher struct {
 	fire    *firer   // woken with each partition's next deadline after a write
 	derived *derived // the change feed and the derived events
 
-	cl   *kgo.Client     // set by Run before anything is written
-	ctx  context.Context // the flush context, set by Run; ends after the final flush
+	cl   *kgo.Client     // the projector's client, which the flusher lives no longer than
+	ctx  context.Context // the flush context; ends after the final flush
 	jobs chan *flushJob
 	// dlqErr is the first dead-letter produce error that retrying cannot
 	// cure, set from the Kafka client's produce callback: the next write
@@ -48,8 +48,13 @@ type flusher struct {
 	repl *snapshot.ReplicationMark
 }
 
-func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived) *flusher {
-	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, derived: d, jobs: make(chan *flushJob, 1)}
+// newFlusher returns the flusher of a projector's Kafka client cl (Run
+// builds it once the client exists), writing under ctx and waking fire
+// after each write.
+func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived,
+	fire *firer, cl *kgo.Client, ctx context.Context) *flusher {
+	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, fire: fire, derived: d,
+		cl: cl, ctx: ctx, jobs: make(chan *flushJob, 1)}
 }
 
 // flushJob is one batch: encoded snapshots, the change feed's records (in
@@ -161,113 +166,215 @@ func (f *flusher) run() {
 	}
 }
 
-// write writes a batch: the change feed's outbox, snapshots (fenced), the
-// sessions' armed deadlines (fenced by version), the change feed's records,
-// then, once the dead-letter and change records produced so far are
-// acknowledged (and, on Redis Cluster with RedisWaitReplicas, every
-// master's replicas acknowledged the batch's writes), checkpoints, then
-// Kafka offsets. Redis errors are retried until ctx ends; the batch is
-// idempotent, and is written again from the outbox on when a Cluster
-// master changed while it was written (replicated).
+// writeStep is one step of a batch's write (writeSteps).
+type writeStep int
+
+const (
+	stepMark         writeStep = iota // where the Redis Cluster masters' replication stands
+	stepOutbox                        // the change feed's and derived events' outcomes, in the outbox
+	stepSnapshots                     // the snapshots, fenced
+	stepDeadlines                     // the sessions' armed deadlines, fenced by version
+	stepRecords                       // the change feed's records and the derived events, produced
+	stepChildren                      // the children index, and the cancellations of a cascade, produced
+	stepAcknowledged                  // every record produced so far (dead letters too) acknowledged
+	stepReplicas                      // the Redis Cluster masters' replicas acknowledged the batch's writes
+	stepCheckpoints                   // the partitions' checkpoints
+	stepOffsets                       // the Kafka offsets (for lag tools only)
+	numWriteSteps
+)
+
+var writeStepNames = [numWriteSteps]string{"mark", "outbox", "snapshots", "deadlines", "records", "children",
+	"acknowledged", "replicas", "checkpoints", "offsets"}
+
+func (s writeStep) String() string {
+	if s < 0 || s >= numWriteSteps {
+		return "writeStep(?)"
+	}
+	return writeStepNames[s]
+}
+
+// writeSteps is the write of a batch, its steps in the order the package
+// doc argues exactly-once effect from ("How exactly-once effect is kept"):
+// the outbox before the snapshots it derives from; the snapshots before
+// their deadlines, the derived records and the cascade, which all read or
+// follow them; the checkpoints only once everything before them is stored
+// and acknowledged (and replicated); the Kafka offsets last. TestWriteOrder
+// pins it. A simulated crash may happen at the boundaries it names
+// (crashBeforePut before the first step).
+var writeSteps = [...]struct {
+	step writeStep
+	run  func(f *flusher, ctx context.Context, w *batchWrite) error
+	// crash is the crash point at the boundary after the step, or none.
+	crash crashPoint
+	// checkpointed: the step is taken only when the batch has checkpoints
+	// to write; without any, the write ends before it (the next batch's
+	// acknowledgement covers what this one produced).
+	checkpointed bool
+}{
+	{step: stepMark, run: (*flusher).mark},
+	{step: stepOutbox, run: (*flusher).writeOutbox},
+	{step: stepSnapshots, run: (*flusher).writeSnapshots, crash: crashAfterPut},
+	{step: stepDeadlines, run: (*flusher).writeDeadlines, crash: crashAfterDeadlines},
+	{step: stepRecords, run: (*flusher).produceRecords},
+	{step: stepChildren, run: (*flusher).cascade},
+	{step: stepAcknowledged, run: (*flusher).acknowledged, crash: crashBeforeCheckpoint, checkpointed: true},
+	{step: stepReplicas, run: (*flusher).waitReplicas, checkpointed: true},
+	{step: stepCheckpoints, run: (*flusher).writeCheckpoints, crash: crashAfterCheckpoint, checkpointed: true},
+	{step: stepOffsets, run: (*flusher).commitOffsets, checkpointed: true},
+}
+
+// batchWrite is one write of a batch in progress.
+type batchWrite struct {
+	job *flushJob
+	// records returns the batch's change feed records and derived events,
+	// encoded while the snapshots are written (see derived.encode), once:
+	// a batch written again produces the same records again.
+	records func() []*kgo.Record
+	// mark is where the Redis Cluster masters stood before the writes
+	// (markReplication).
+	mark *snapshot.ReplicationMark
+	// again is set by the replicas step when a Cluster master changed
+	// while the batch was written: it is written again from the first
+	// step.
+	again bool
+}
+
+// write writes a batch, step by step (writeSteps): the change feed's
+// outbox, snapshots (fenced), the sessions' armed deadlines (fenced by
+// version), the change feed's records and derived events, the children
+// index and the cancellations it calls for, then, once the dead-letter and
+// derived records produced so far are acknowledged (and, on Redis Cluster
+// with RedisWaitReplicas, every master's replicas acknowledged the batch's
+// writes), checkpoints, then Kafka offsets. Redis errors are retried until
+// ctx ends; the batch is idempotent, and is written again from the first
+// step when a Cluster master changed while it was written (replicated).
 func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	if job.ctx != nil { // the flush span, under the flusher's cancellation
 		ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(job.ctx))
 	}
 	start := time.Now()
 	defer func() { f.obs.Flushed(ctx, job.result, time.Since(start), err) }()
-	if f.crash.at("before-put") {
+	if f.crash.at(crashBeforePut) {
 		return errCrashed
 	}
-	// The change feed's records are encoded while the snapshots are
-	// written (see changeFeed), once: a batch written again produces the
-	// same records again.
-	changes := f.derived.encode(job)
+	w := &batchWrite{job: job}
+	encoded := f.derived.encode(job) // ends on its own if the records are never asked for
 	var recs []*kgo.Record
-	encoded := false
-	records := func() []*kgo.Record {
-		if !encoded {
-			recs, encoded = changes(), true
+	w.records = func() []*kgo.Record {
+		if encoded != nil {
+			recs, encoded = encoded(), nil
 		}
 		return recs
 	}
-	for round := 0; ; round++ {
-		mark, err := f.markReplication(ctx)
-		if err != nil {
+	for i, round := 0, 0; i < len(writeSteps); {
+		s := &writeSteps[i]
+		if s.checkpointed && len(job.checkpoints) == 0 {
+			return nil
+		}
+		if err := s.run(f, ctx, w); err != nil {
 			return err
 		}
-		// The change feed's outcomes are kept in Redis before the
-		// snapshots they derive from.
-		if err := f.derived.persist(ctx, f.store, f.topic, job); err != nil {
-			return err // the encoding ends on its own
+		if w.again {
+			w.again, i = false, 0
+			round++
+			f.log.Warn("a Redis Cluster master changed during the batch: writing it again", "round", round)
+			continue
 		}
-		if len(job.entries) > 0 {
-			for attempt := 0; ; attempt++ {
-				res, err := f.store.PutBatch(ctx, job.entries)
-				if err == nil {
-					job.result = res
-					break
-				}
-				f.log.Warn("writing snapshots", "err", err, "attempt", attempt, "snapshots", len(job.entries))
-				if err := sleep(ctx, backoff(attempt)); err != nil {
-					return err
-				}
-			}
-		}
-		if f.crash.at("after-put") {
+		if s.crash != crashNone && f.crash.at(s.crash) {
 			return errCrashed
 		}
-		if err := f.armDeadlines(ctx, job); err != nil { // deadlines.go
-			return err
-		}
-		if f.crash.at("after-deadlines") {
-			return errCrashed
-		}
-		// The change feed and the derived events: after the snapshots,
-		// before the checkpoints, which the flush below makes wait for
-		// them too.
-		if err := f.derived.produce(ctx, f.store, f.cl, job, records); err != nil {
-			return err
-		}
-		if len(job.checkpoints) == 0 {
-			return nil // the next batch's wait covers these writes
-		}
-		if err := f.cl.Flush(ctx); err != nil {
-			return fmt.Errorf("projector: dead-letter and change feed produce: %w", err)
-		}
-		if errp := f.dlqErr.Load(); errp != nil {
-			return fmt.Errorf("projector: dead-letter produce: %w", *errp)
-		}
-		if err := f.derived.failed(); err != nil {
-			return err
-		}
-		if f.crash.at("before-checkpoint") {
-			return errCrashed
-		}
-		again, err := f.replicated(ctx, mark)
-		if err != nil {
-			return err
-		}
-		if !again {
-			break
-		}
-		f.log.Warn("a Redis Cluster master changed during the batch: writing it again", "round", round+1)
+		i++
 	}
-	for attempt := 0; ; attempt++ {
+	return nil
+}
+
+// mark notes where the Redis Cluster masters stand before the batch's
+// writes (markReplication).
+func (f *flusher) mark(ctx context.Context, w *batchWrite) (err error) {
+	w.mark, err = f.markReplication(ctx)
+	return err
+}
+
+// writeOutbox keeps the change feed's and derived events' outcomes in
+// Redis before the snapshots they derive from (derived.persist).
+func (f *flusher) writeOutbox(ctx context.Context, w *batchWrite) error {
+	return f.derived.persist(ctx, f.store, f.topic, w.job)
+}
+
+// writeSnapshots stores the batch's snapshots, fenced by position.
+func (f *flusher) writeSnapshots(ctx context.Context, w *batchWrite) error {
+	job := w.job
+	if len(job.entries) == 0 {
+		return nil
+	}
+	return retry(ctx, f.log, "writing snapshots", func(ctx context.Context) error {
+		res, err := f.store.PutBatch(ctx, job.entries)
+		if err == nil {
+			job.result = res
+		}
+		return err
+	}, "snapshots", len(job.entries))
+}
+
+// writeDeadlines stores the sessions' armed deadlines (armDeadlines,
+// deadlines.go).
+func (f *flusher) writeDeadlines(ctx context.Context, w *batchWrite) error {
+	return f.armDeadlines(ctx, w.job)
+}
+
+// produceRecords hands the change feed's records and the derived events
+// to the Kafka client (derived.produce): after the snapshots, before the
+// checkpoints, which wait for their acknowledgement.
+func (f *flusher) produceRecords(ctx context.Context, w *batchWrite) error {
+	f.derived.produce(ctx, f.cl, w.records())
+	return nil
+}
+
+// cascade records the batch's children and hands the cancellations of
+// the children of the sessions that ended to the Kafka client
+// (derived.cascade), after the snapshots that say they ended.
+func (f *flusher) cascade(ctx context.Context, w *batchWrite) error {
+	return f.derived.cascade(ctx, f.store, w.job, func(rec *kgo.Record) { f.cl.Produce(ctx, rec, f.derived.produced) })
+}
+
+// acknowledged waits until every record the Kafka client was given so far
+// (the dead letters of the batch's range, its derived records) is
+// acknowledged, and fails the write if any could not be produced.
+func (f *flusher) acknowledged(ctx context.Context, _ *batchWrite) error {
+	if err := f.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("projector: dead-letter and change feed produce: %w", err)
+	}
+	if errp := f.dlqErr.Load(); errp != nil {
+		return fmt.Errorf("projector: dead-letter produce: %w", *errp)
+	}
+	return f.derived.failed()
+}
+
+// waitReplicas waits for the Redis Cluster masters' replicas (replicated),
+// and asks for the batch to be written again when a master changed.
+func (f *flusher) waitReplicas(ctx context.Context, w *batchWrite) (err error) {
+	w.again, err = f.replicated(ctx, w.mark)
+	return err
+}
+
+// writeCheckpoints stores the partitions' checkpoints; job.prev gets what
+// they replaced (flusher.finish tells a lost read model from it).
+func (f *flusher) writeCheckpoints(ctx context.Context, w *batchWrite) error {
+	job := w.job
+	return retry(ctx, f.log, "writing checkpoints", func(ctx context.Context) error {
 		prev, err := f.store.SaveCheckpoints(ctx, f.topic, job.checkpoints, time.Now())
 		if err == nil {
 			job.prev = prev
-			break
 		}
-		f.log.Warn("writing checkpoints", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
-	if f.crash.at("after-checkpoint") {
-		return errCrashed
-	}
+		return err
+	})
+}
+
+// commitOffsets commits the checkpoints as Kafka offsets, without waiting:
+// only lag tools read them.
+func (f *flusher) commitOffsets(ctx context.Context, w *batchWrite) error {
 	offsets := map[int32]kgo.EpochOffset{}
-	for _, cp := range job.checkpoints {
+	for _, cp := range w.job.checkpoints {
 		offsets[cp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: cp.Offset}
 		f.obs.Checkpointed(cp)
 	}
@@ -288,16 +395,12 @@ func (f *flusher) markReplication(ctx context.Context) (*snapshot.ReplicationMar
 	if f.repl != nil {
 		return f.repl, nil
 	}
-	for attempt := 0; ; attempt++ {
-		mark, err := f.store.MarkReplication(ctx)
-		if err == nil {
-			return mark, nil
-		}
-		f.log.Warn("reading the Redis Cluster masters' replication", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return nil, err
-		}
-	}
+	var mark *snapshot.ReplicationMark
+	err := retry(ctx, f.log, "reading the Redis Cluster masters' replication", func(ctx context.Context) (err error) {
+		mark, err = f.store.MarkReplication(ctx)
+		return err
+	})
+	return mark, err
 }
 
 // replicated waits until every Redis Cluster master's replicas have
@@ -307,22 +410,19 @@ func (f *flusher) markReplication(ctx context.Context) (*snapshot.ReplicationMar
 // replica promoted): writes of the batch may be lost with it, so the batch
 // must be written again before a checkpoint passes it.
 func (f *flusher) replicated(ctx context.Context, mark *snapshot.ReplicationMark) (again bool, err error) {
-	for attempt := 0; ; attempt++ {
+	err = retry(ctx, f.log, "waiting for Redis replicas", func(ctx context.Context) error {
 		next, err := f.store.WaitReplicated(ctx, mark)
+		if errors.Is(err, snapshot.ErrMastersChanged) {
+			f.repl, again = nil, true
+			f.log.Warn("waiting for Redis replicas", "err", err)
+			return nil
+		}
 		if err == nil {
 			f.repl = next
-			return false, nil
 		}
-		if errors.Is(err, snapshot.ErrMastersChanged) {
-			f.repl = nil
-			f.log.Warn("waiting for Redis replicas", "err", err)
-			return true, nil
-		}
-		f.log.Warn("waiting for Redis replicas", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return false, err
-		}
-	}
+		return err
+	})
+	return again, err
 }
 
 // finish records what a written batch made durable: the stored position of

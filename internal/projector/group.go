@@ -11,11 +11,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// onAssigned creates the state of newly assigned partitions. Offsets are set
-// by adjustOffsets, which franz-go calls right after. A partition beyond the
-// known count means the topic grew: the next record off its key's partition
-// reads the count again at once.
-func (p *Projector) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+// onAssigned creates the state of newly assigned partitions and starts
+// firing their deadlines. Offsets are set by adjustOffsets, which franz-go
+// calls right after. A partition beyond the known count means the topic
+// grew: the next record off its key's partition reads the count again at
+// once. It waits until Run has built the firer (clientsSet); the revoke
+// and loss callbacks come after an assignment, so after that.
+func (p *Projector) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	select {
+	case <-p.clientsSet:
+	case <-ctx.Done():
+		return // the client is closing
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, id := range assigned[p.cfg.Topic] {

@@ -9,14 +9,42 @@ import (
 // errCrashed ends Run after a test hook simulated a crash.
 var errCrashed = errors.New("projector: simulated crash")
 
-// crashPoints lets tests simulate a crash at named points of the fold and
-// of a write ("fold", "before-put", "after-put", "before-checkpoint",
-// "after-checkpoint", and "cascade-page" after each page of a cascade's
-// children). Safe for concurrent use once hook is set (before Run).
+// crashPoint is a point where tests may simulate a crash: in the fold,
+// at the boundaries of a write's steps (writeSteps), after a page of a
+// cascade's children, after a firing, and between a rebuild's steps.
+type crashPoint int
+
+const (
+	crashNone             crashPoint = iota
+	crashFold                        // before each record is folded
+	crashBeforePut                   // a write begins (before its first step)
+	crashAfterPut                    // the snapshots are stored
+	crashAfterDeadlines              // the deadlines are stored
+	crashBeforeCheckpoint            // the records are acknowledged
+	crashAfterCheckpoint             // the checkpoints are stored
+	crashCascadePage                 // a page of a cascade's children is produced
+	crashFired                       // a firing's records are acknowledged
+	crashRebuildReset                // a rebuild's checkpoint is put back to 0
+	crashRebuildDeleted              // a rebuilt partition's snapshots are deleted
+	numCrashPoints
+)
+
+var crashPointNames = [numCrashPoints]string{"", "fold", "before-put", "after-put", "after-deadlines",
+	"before-checkpoint", "after-checkpoint", "cascade-page", "fired", "rebuild-reset", "rebuild-deleted"}
+
+func (c crashPoint) String() string {
+	if c < 0 || c >= numCrashPoints {
+		return "crashPoint(?)"
+	}
+	return crashPointNames[c]
+}
+
+// crashPoints lets tests simulate a crash at the crash points. Safe for
+// concurrent use once hook is set (before Run).
 type crashPoints struct {
-	// hook, when set by tests, is called at named points and returns true
-	// to simulate a crash there.
-	hook    func(point string) bool
+	// hook, when set by tests, is called at each crash point reached and
+	// returns true to simulate a crash there.
+	hook    func(crashPoint) bool
 	crashed atomic.Bool
 	// stop cancels the flush context on a crash, so that nothing more is
 	// written; set by Run.
@@ -24,7 +52,7 @@ type crashPoints struct {
 }
 
 // at reports whether a test hook asks for a crash at point, and records it.
-func (c *crashPoints) at(point string) bool {
+func (c *crashPoints) at(point crashPoint) bool {
 	if c.hook == nil || c.crashed.Load() {
 		return c.crashed.Load()
 	}

@@ -19,7 +19,7 @@ import (
 // lagging replica promoted would be), and the projector may be killed right
 // there.
 type lossStep struct {
-	point             string
+	point             crashPoint
 	n                 int
 	flush, save, back bool
 	crash             bool
@@ -38,7 +38,7 @@ type losses struct {
 	killed bool
 }
 
-func (l *losses) hook(point string) bool {
+func (l *losses) hook(point crashPoint) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.i >= len(l.steps) || l.steps[l.i].point != point {
@@ -126,27 +126,27 @@ func TestRedisLostAtEveryStep(t *testing.T) {
 	e := newEnv(t, 3)
 	e.produce(workloadEvents(41, 160))
 	want := e.reference("ref")
-	flush := func(point string, n int) lossStep { return lossStep{point: point, n: n, flush: true} }
-	kill := func(point string, n int) lossStep { return lossStep{point: point, n: n, crash: true} }
-	flushKill := func(point string, n int) lossStep { return lossStep{point: point, n: n, flush: true, crash: true} }
-	save := lossStep{point: "after-checkpoint", n: 2, save: true}
-	back := func(point string, n int) lossStep { return lossStep{point: point, n: n, back: true} }
+	flush := func(point crashPoint, n int) lossStep { return lossStep{point: point, n: n, flush: true} }
+	kill := func(point crashPoint, n int) lossStep { return lossStep{point: point, n: n, crash: true} }
+	flushKill := func(point crashPoint, n int) lossStep { return lossStep{point: point, n: n, flush: true, crash: true} }
+	save := lossStep{point: crashAfterCheckpoint, n: 2, save: true}
+	back := func(point crashPoint, n int) lossStep { return lossStep{point: point, n: n, back: true} }
 	cases := []struct {
 		name  string
 		steps []lossStep
 	}{
-		{"emptied before the first checkpoint", []lossStep{flush("after-put", 1)}},
-		{"emptied before the first checkpoint, after a restart", []lossStep{kill("before-put", 1), flush("after-put", 1)}},
-		{"emptied with the first checkpoint, then killed", []lossStep{flushKill("after-checkpoint", 1)}},
-		{"emptied, then again before the rebuild's first checkpoint", []lossStep{flush("after-checkpoint", 2), flush("after-put", 1)}},
-		{"emptied, then again after the rebuild's reset", []lossStep{flush("after-checkpoint", 2), flush("rebuild-reset", 1)}},
-		{"emptied, then again after the rebuild's deletes", []lossStep{flush("after-checkpoint", 2), flush("rebuild-deleted", 1)}},
-		{"emptied, killed in the rebuild, emptied after the restart", []lossStep{flush("after-checkpoint", 2), kill("after-put", 2), flush("after-put", 1)}},
-		{"emptied twice, killed twice", []lossStep{flush("after-checkpoint", 2), kill("after-checkpoint", 1), flush("before-checkpoint", 1), kill("after-put", 1)}},
-		{"back in time, killed after the rebuild's reset", []lossStep{save, back("after-checkpoint", 2), kill("rebuild-reset", 1)}},
-		{"back in time, killed after the rebuild's deletes", []lossStep{save, back("after-checkpoint", 2), kill("rebuild-deleted", 1)}},
-		{"back in time, killed in the rebuild's first batch", []lossStep{save, back("after-checkpoint", 2), kill("after-checkpoint", 1)}},
-		{"back in time, killed, emptied after the restart", []lossStep{save, back("after-checkpoint", 2), kill("after-put", 1), flush("after-put", 2)}},
+		{"emptied before the first checkpoint", []lossStep{flush(crashAfterPut, 1)}},
+		{"emptied before the first checkpoint, after a restart", []lossStep{kill(crashBeforePut, 1), flush(crashAfterPut, 1)}},
+		{"emptied with the first checkpoint, then killed", []lossStep{flushKill(crashAfterCheckpoint, 1)}},
+		{"emptied, then again before the rebuild's first checkpoint", []lossStep{flush(crashAfterCheckpoint, 2), flush(crashAfterPut, 1)}},
+		{"emptied, then again after the rebuild's reset", []lossStep{flush(crashAfterCheckpoint, 2), flush(crashRebuildReset, 1)}},
+		{"emptied, then again after the rebuild's deletes", []lossStep{flush(crashAfterCheckpoint, 2), flush(crashRebuildDeleted, 1)}},
+		{"emptied, killed in the rebuild, emptied after the restart", []lossStep{flush(crashAfterCheckpoint, 2), kill(crashAfterPut, 2), flush(crashAfterPut, 1)}},
+		{"emptied twice, killed twice", []lossStep{flush(crashAfterCheckpoint, 2), kill(crashAfterCheckpoint, 1), flush(crashBeforeCheckpoint, 1), kill(crashAfterPut, 1)}},
+		{"back in time, killed after the rebuild's reset", []lossStep{save, back(crashAfterCheckpoint, 2), kill(crashRebuildReset, 1)}},
+		{"back in time, killed after the rebuild's deletes", []lossStep{save, back(crashAfterCheckpoint, 2), kill(crashRebuildDeleted, 1)}},
+		{"back in time, killed in the rebuild's first batch", []lossStep{save, back(crashAfterCheckpoint, 2), kill(crashAfterCheckpoint, 1)}},
+		{"back in time, killed, emptied after the restart", []lossStep{save, back(crashAfterCheckpoint, 2), kill(crashAfterPut, 1), flush(crashAfterPut, 2)}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,8 +208,8 @@ func TestRestartResumesARebuild(t *testing.T) {
 	}
 	var rp atomic.Pointer[Projector]
 	var readyErr atomic.Value
-	r := e.start(e.config("resume"), "resume", func(point string) bool {
-		if p := rp.Load(); point == "before-put" && p != nil && readyErr.Load() == nil {
+	r := e.start(e.config("resume"), "resume", func(point crashPoint) bool {
+		if p := rp.Load(); point == crashBeforePut && p != nil && readyErr.Load() == nil {
 			readyErr.Store(fmt.Sprint(p.Ready(ctx)))
 		}
 		return false

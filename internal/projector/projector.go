@@ -73,15 +73,15 @@ type Projector struct {
 
 	cl  *kgo.Client
 	adm *kadm.Client
-	// clientsSet is closed once cl and adm are set: franz-go joins the
-	// group as soon as the client exists, so its callbacks can run before
-	// NewClient has even returned to Run.
+	// clientsSet is closed once cl, adm, flush and fire are set (connect):
+	// franz-go joins the group as soon as the client exists, so its
+	// callbacks can run before NewClient has even returned to Run.
 	clientsSet chan struct{}
 
 	mu        sync.Mutex // guards everything below; held while folding and in rebalance callbacks
 	parts     map[int32]*partState
 	cache     cache
-	flush     *flusher
+	flush     *flusher  // built by Run with the client (connect)
 	progress  bool      // a partition advanced since the last flush was built
 	lastCheck time.Time // when the stored checkpoints were last checked
 	reducer   fsm.Reducer
@@ -97,7 +97,7 @@ type Projector struct {
 	crash    crashPoints  // test hooks
 
 	clock Clock  // the wall clock deadlines fire by (WithClock)
-	fire  *firer // fires the owned partitions' deadlines (firer.go)
+	fire  *firer // fires the owned partitions' deadlines (firer.go); built by Run with the client (connect)
 }
 
 // Option customizes a Projector.
@@ -123,10 +123,21 @@ func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
 		o(p)
 	}
 	p.derived = newDerived(cfg, p.log, &p.crash)
-	p.flush = newFlusher(cfg, store, p.obs, p.log, &p.crash, p.derived)
-	p.fire = newFirer(cfg, store, p.clock, p.obs, p.log, &p.crash)
-	p.flush.fire = p.fire
 	return p
+}
+
+// connect builds what writes and produces through the Kafka client cl: the
+// admin client, the firer and the flusher, writing under flushCtx and
+// firing under fireCtx, then lets the group's callbacks in (clientsSet).
+// They are built here, not in New, because the client exists only while
+// Run runs: franz-go joins the group as soon as the client is created, so
+// a client made in New would join before Run, and its callbacks, which
+// start firing partitions and flush what is revoked, need it built.
+func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
+	p.cl, p.adm = cl, kadm.NewClient(cl)
+	p.fire = newFirer(p.cfg, p.store, p.clock, p.obs, p.log, &p.crash, cl, fireCtx)
+	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.derived, p.fire, cl, flushCtx)
+	close(p.clientsSet)
 }
 
 // ErrShutdownTimeout is returned by Run when the writes of a graceful stop
@@ -172,31 +183,24 @@ func (p *Projector) Run(ctx context.Context) error {
 		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
 	}
 	opts = append(opts, p.extra...)
-	// The firing context exists before the client: the group's callbacks
-	// start firing partitions as soon as it joins. It ends with Run (or a
-	// simulated crash).
-	p.fire.ctx, p.fire.cancel = context.WithCancel(ctx)
-	defer p.fire.cancel()
+	// The contexts the firer and the flusher work under exist before the
+	// client and before anything can fail: closing the client runs the
+	// group's revoke callbacks, which flush under the flush context. The
+	// firing context ends with Run (or a simulated crash).
+	fireCtx, stopFiring := context.WithCancel(ctx)
+	defer stopFiring()
+	flushCtx, stopFlushing := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopFlushing(nil)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("projector: kafka client: %w", err)
 	}
-	// The flush context exists before the group is joined and before
-	// anything can fail: closing the client runs the group's revoke
-	// callbacks, which flush under it.
-	var stopFlushing context.CancelCauseFunc
-	p.flush.ctx, stopFlushing = context.WithCancelCause(context.WithoutCancel(ctx))
-	p.crash.stop = func() { stopFlushing(nil); p.fire.cancel() }
-	defer stopFlushing(nil)
+	p.crash.stop = func() { stopFlushing(nil); stopFiring() }
 	// A graceful stop bounds the writes still to come (the batch in
 	// flight, which may be retrying against an unreachable Redis, the final
 	// flush and the revoke callbacks of the client's close).
 	defer p.limitShutdown(ctx, stopFlushing)()
-	p.cl, p.adm = cl, kadm.NewClient(cl)
-	p.flush.cl = cl
-	p.fire.cl = cl
-	close(p.fire.ready)
-	close(p.clientsSet)
+	p.connect(cl, flushCtx, fireCtx)
 	defer cl.CloseAllowingRebalance()
 	defer p.fire.stopAll() // before the client closes
 
@@ -445,7 +449,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		if part == nil || p.rebuiltNow[r.Partition] {
 			continue
 		}
-		if p.crash.at("fold") {
+		if p.crash.at(crashFold) {
 			return errCrashed
 		}
 		switch {
@@ -504,36 +508,16 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	return nil
 }
 
-// getMany reads snapshots, retrying while Redis is unreachable.
-func (p *Projector) getMany(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error) {
-	for attempt := 0; ; attempt++ {
-		snaps, err := p.store.GetMany(ctx, ids)
-		if err == nil {
-			return snaps, nil
+// getMany reads snapshots, retrying while Redis is unreachable; a corrupt
+// snapshot is not retried.
+func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapshot.Snapshot, err error) {
+	err = retry(ctx, p.log, "reading snapshots", func(ctx context.Context) (err error) {
+		if snaps, err = p.store.GetMany(ctx, ids); errors.Is(err, snapshot.ErrCorrupt) {
+			return final(err)
 		}
-		if errors.Is(err, snapshot.ErrCorrupt) {
-			return nil, err
-		}
-		p.log.Warn("reading snapshots", "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return nil, err
-		}
-	}
-}
-
-func backoff(attempt int) time.Duration {
-	return min(100*time.Millisecond<<min(attempt, 5), 2*time.Second)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+		return err
+	})
+	return snaps, err
 }
 
 // Ready reports whether the projector can make progress: Redis answers and

@@ -106,7 +106,7 @@ type running struct {
 	done chan error
 }
 
-func (e *env) start(cfg Config, prefix string, hook func(string) bool) *running {
+func (e *env) start(cfg Config, prefix string, hook func(crashPoint) bool) *running {
 	return e.startWith(cfg, prefix, func(p *Projector) { p.crash.hook = hook })
 }
 
@@ -232,9 +232,9 @@ func (e *env) reference(prefix string) map[string][]byte {
 }
 
 // crashAt returns a hook that crashes at the n-th time point is reached.
-func crashAt(point string, n int64) func(string) bool {
+func crashAt(point crashPoint, n int64) func(crashPoint) bool {
 	var hits atomic.Int64
-	return func(p string) bool { return p == point && hits.Add(1) == n }
+	return func(p crashPoint) bool { return p == point && hits.Add(1) == n }
 }
 
 // TestCrashAnywhere kills projectors abruptly at many points (while folding,
@@ -244,11 +244,11 @@ func TestCrashAnywhere(t *testing.T) {
 	e := newEnv(t, 4)
 	events := workloadEvents(1, 400)
 	points := []struct {
-		point string
+		point crashPoint
 		n     int64
 	}{
-		{"fold", 1}, {"fold", 300}, {"before-put", 1}, {"after-put", 1}, {"after-put", 3},
-		{"before-checkpoint", 2}, {"after-checkpoint", 1}, {"fold", 700}, {"after-put", 5}, {"before-put", 4},
+		{crashFold, 1}, {crashFold, 300}, {crashBeforePut, 1}, {crashAfterPut, 1}, {crashAfterPut, 3},
+		{crashBeforeCheckpoint, 2}, {crashAfterCheckpoint, 1}, {crashFold, 700}, {crashAfterPut, 5}, {crashBeforePut, 4},
 	}
 	// Each round brings new events, so every crash interrupts real work.
 	chunk := len(events) / len(points)
@@ -418,11 +418,11 @@ func TestRebalanceAndZombie(t *testing.T) {
 	var frozen atomic.Bool
 	var zombieWrites atomic.Int64
 	zcfg := e.config("z")
-	z := e.start(zcfg, "rb", func(p string) bool {
+	z := e.start(zcfg, "rb", func(p crashPoint) bool {
 		switch {
-		case p == "fold" && frozen.CompareAndSwap(false, true):
+		case p == crashFold && frozen.CompareAndSwap(false, true):
 			<-freeze
-		case p == "before-put" && frozen.Load():
+		case p == crashBeforePut && frozen.Load():
 			zombieWrites.Add(1)
 		}
 		return false
@@ -617,9 +617,9 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := New(e.config("x"), st, WithLogger(testLog()))
-	p.cl = e.client(kgo.ConsumeTopics(topic))
-	defer p.cl.Close()
-	p.flush.ctx = ctx
+	cl := e.client(kgo.ConsumeTopics(topic))
+	defer cl.Close()
+	p.connect(cl, ctx, ctx)
 	part := p.addPartition(0)
 	part.next, part.ckptKnown, part.lastCkpt = 60, true, 60
 	p.rebuild(part)

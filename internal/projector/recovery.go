@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -302,13 +301,13 @@ func (p *Projector) rebuild(part *partState) {
 	}); err != nil {
 		return // stopping: nothing was deleted, and the stored checkpoint stands
 	}
-	if p.crash.at("rebuild-reset") {
+	if p.crash.at(crashRebuildReset) {
 		return
 	}
 	if !p.deletePartition(part.id) {
 		return // stopping: the next owner deletes again (checkpoint 0, marked)
 	}
-	if p.crash.at("rebuild-deleted") {
+	if p.crash.at(crashRebuildDeleted) {
 		return
 	}
 	part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
@@ -335,21 +334,6 @@ func (p *Projector) deletePartition(id int32) bool {
 		p.log.Warn("deleting the partition's deadlines before the rebuild", "partition", id, "err", err)
 	}
 	return true
-}
-
-// retry calls op until it succeeds or ctx ends, with backoff, logging each
-// failure; it returns ctx's error when ctx ends first.
-func retry(ctx context.Context, log *slog.Logger, what string, op func(context.Context) error) error {
-	for attempt := 0; ; attempt++ {
-		err := op(ctx)
-		if err == nil {
-			return nil
-		}
-		log.Warn(what, "err", err, "attempt", attempt)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
-			return err
-		}
-	}
 }
 
 // finish records what a written batch made durable (flusher.finish), and

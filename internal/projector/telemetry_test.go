@@ -35,7 +35,7 @@ func TestReplayEmitsTheSameSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func(hook func(string) bool) *running {
+	start := func(hook func(crashPoint) bool) *running {
 		p := New(e.config("a"), e.store("tel"), WithLogger(testLog()), WithObserver(obs))
 		p.crash.hook = hook
 		c, cancel := contextWithCancel()
@@ -43,7 +43,7 @@ func TestReplayEmitsTheSameSpans(t *testing.T) {
 		go func() { r.done <- p.Run(c) }()
 		return r
 	}
-	r := start(crashAt("before-put", 1))
+	r := start(crashAt(crashBeforePut, 1))
 	if err := <-r.done; !errors.Is(err, errCrashed) {
 		t.Fatalf("first run: %v", err)
 	}
