@@ -218,18 +218,24 @@ func TestWatchMaxLifetime(t *testing.T) {
 	s := f.open("/v1/watch", "")
 	f.produce(chg("s-1", 0, 0, "ACTIVE"))
 	var last string
+	got1 := false // s-1 may come after the stream ended, on a loaded machine
 	for _, ev := range s.ends() {
 		if ev.id != "" {
 			last = ev.id
 		}
+		got1 = got1 || (ev.name == "change" && strings.Contains(ev.data, `"s-1"`))
 	}
 	if last == "" {
 		t.Fatal("the stream ended without a cursor")
 	}
 	f.produce(chg("s-2", 1, 1, "ACTIVE"))
 	r := f.open("/v1/watch", "", "Last-Event-ID", last)
-	if c, _ := r.change(); c.SessionID != "s-2" {
-		t.Fatalf("resumed: got %s, want s-2", c.SessionID)
+	c, _ := r.change()
+	if c.SessionID == "s-1" && !got1 {
+		c, _ = r.change()
+	}
+	if c.SessionID != "s-2" {
+		t.Fatalf("resumed: got %s, want s-2 (s-1 delivered before the end: %v)", c.SessionID, got1)
 	}
 }
 
@@ -261,7 +267,13 @@ func TestWatchSaysWhereItStarts(t *testing.T) {
 	missed := chg("while-away", 1, 0, "PAUSED")
 	f.produce(missed)
 	r := f.open("/v1/watch", "", "Last-Event-ID", start)
-	if c, _ := r.change(); c.EventID != missed.EventID {
+	c, _ := r.change()
+	if c.SessionID == "before" {
+		// The watch started where the watcher's reader stood, which on
+		// a loaded machine may be before the change written before it.
+		c, _ = r.change()
+	}
+	if c.EventID != missed.EventID {
 		t.Fatalf("resumed from the starting id: got %s, want %s (written after the watch started)", c.EventID, missed.EventID)
 	}
 }
