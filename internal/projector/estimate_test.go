@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -33,23 +32,27 @@ func fullSnapshot() snapshot.Snapshot {
 	custom := func(i int) string {
 		return "x." + strings.Repeat("v", fsm.MaxCustomVendorLen) + "." + fmt.Sprintf("N%02d", i) + strings.Repeat("n", fsm.MaxCustomNameLen-3)
 	}
+	var h fsm.Histories
 	for i := range fsm.MaxCustomTypes {
-		fsmcodec.PushCustomCount(&s.Session, fsm.CustomCount{Type: custom(i), Count: 1 << 40})
+		h.CustomCounts = append(h.CustomCounts, fsm.CustomCount{Type: custom(i), Count: 1 << 40})
 	}
 	payload := `{"a":"` + strings.Repeat("a", fsm.MaxAnnotationPayload-8) + `"}`
 	for i := range fsm.AnnotationsKept {
-		fsmcodec.PushAnnotation(&s.Session, fsm.Annotation{EventID: fsm.EventID{byte(i), 1}, Type: custom(i), At: 1 << 60, Payload: payload})
+		h.Annotations = append(h.Annotations, fsm.Annotation{EventID: fsm.EventID{byte(i), 1}, Type: custom(i), At: 1 << 60, Payload: payload})
 	}
 	for i := range fsm.RejectionsKept {
-		fsmcodec.PushRejection(&s.Session, fsm.Rejection{EventID: fsm.EventID{byte(i), 2}, Type: fsm.EventCustom, Custom: custom(100 + i),
+		h.Rejections = append(h.Rejections, fsm.Rejection{EventID: fsm.EventID{byte(i), 2}, Type: fsm.EventCustom, Custom: custom(100 + i),
 			State: fsm.StateActive, Reason: fsm.ReasonTooManyCustomTypes, At: 1 << 60})
 	}
 	for i := range fsm.TransitionsKept {
-		fsmcodec.PushTransition(&s.Session, fsm.Transition{From: fsm.StateActive, To: fsm.StatePaused, Type: fsm.SessionPaused,
+		h.Transitions = append(h.Transitions, fsm.Transition{From: fsm.StateActive, To: fsm.StatePaused, Type: fsm.SessionPaused,
 			EventID: fsm.EventID{byte(i), 3}, At: 1 << 60})
 	}
 	for i := range fsm.IDWindow {
-		fsmcodec.PushSeenID(&s.Session, fsm.EventID{byte(i), 4})
+		h.SeenIDs = append(h.SeenIDs, fsm.EventID{byte(i), 4})
+	}
+	if err := s.RestoreHistories(h); err != nil {
+		panic(err)
 	}
 	s.Version, s.Counters.Events = 1<<40, 1<<40
 	s.Position = snapshot.Position{Partition: 1 << 20, Offset: 1 << 50}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -127,23 +126,14 @@ func (f *filler) fill(v reflect.Value, path string) {
 	}
 }
 
-// fillHistories fills the histories only the fold writes, one entry each.
-func (f *filler) fillHistories(s *fsm.Session) {
-	var tr fsm.Transition
-	f.fill(reflect.ValueOf(&tr).Elem(), "transition")
-	fsmcodec.PushTransition(s, tr)
-	var rj fsm.Rejection
-	f.fill(reflect.ValueOf(&rj).Elem(), "rejection")
-	fsmcodec.PushRejection(s, rj)
-	var id fsm.EventID
-	f.fill(reflect.ValueOf(&id).Elem(), "id")
-	fsmcodec.PushSeenID(s, id)
-	var c fsm.CustomCount
-	f.fill(reflect.ValueOf(&c).Elem(), "custom")
-	fsmcodec.PushCustomCount(s, c)
-	var a fsm.Annotation
-	f.fill(reflect.ValueOf(&a).Elem(), "annotation")
-	fsmcodec.PushAnnotation(s, a)
+// fillHistories fills the histories only the fold writes, through
+// fsm.Histories filled like the rest (one entry each).
+func (f *filler) fillHistories(t *testing.T, s *fsm.Session) {
+	var h fsm.Histories
+	f.fill(reflect.ValueOf(&h).Elem(), "histories")
+	if err := s.RestoreHistories(h); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // leaf is one flattened value: its text, and whether it is the zero value.
@@ -295,17 +285,17 @@ func (c *coverage) never() []string {
 // non-zero value a codec holds: some fields exclude each other (a linked
 // replacement keeps a digest, a refused one a reason; an active recovery
 // has not completed; a terminal session has no deadline).
-func shapeVariants() []*snapshot.Snapshot {
+func shapeVariants(t *testing.T) []*snapshot.Snapshot {
 	var f filler
 	base := new(snapshot.Snapshot)
 	f.fill(reflect.ValueOf(base).Elem(), "")
-	f.fillHistories(&base.Session)
+	f.fillHistories(t, &base.Session)
 	base.Replacement.Reason = ""
 	base.Recovery.Active = false
 
 	other := new(snapshot.Snapshot)
 	f.fill(reflect.ValueOf(other).Elem(), "")
-	f.fillHistories(&other.Session)
+	f.fillHistories(t, &other.Session)
 	other.State = fsm.StateFailed
 	other.Replacement.Status = fsm.ReplacementStatusRefused
 	other.Replacement.PredecessorDigest = [32]byte{}
@@ -319,7 +309,7 @@ func shapeVariants() []*snapshot.Snapshot {
 // with a value.
 func TestShapeRoundTrip(t *testing.T) {
 	var fields, clientFields coverage
-	for vi, want := range shapeVariants() {
+	for vi, want := range shapeVariants(t) {
 		fields.add(want, notStoredPath)
 
 		var bin snapshot.Snapshot
