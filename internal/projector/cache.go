@@ -16,9 +16,10 @@ type cache struct {
 	parts    map[int32]map[string]*entry // by partition, then session id
 	lru      lru
 	dirty    []*entry
-	maxCount int // Config.CacheSize
-	maxBytes int // Config.CacheBytes, or DefaultCacheBytes
-	maxScan  int // entries evict may look at per call (4*FlushSize)
+	maxCount int    // Config.CacheSize
+	maxBytes int    // Config.CacheBytes, or DefaultCacheBytes
+	maxScan  int    // entries evict may look at per call (4*FlushSize)
+	scratch  []byte // for the encoded length of a snapshot read from the store
 }
 
 func newCache(cfg Config) cache {
@@ -37,6 +38,7 @@ type entry struct {
 	dirty      bool              // changed since it was last encoded for a flush
 	durable    snapshot.Position // the stored version's position, when hasDurable
 	hasDurable bool
+	encoded    int    // the length of the snapshot's encoding when last encoded
 	size       int    // estimate() when last counted in lru.bytes
 	prev, next *entry // LRU links
 }
@@ -71,6 +73,8 @@ func (c *cache) add(part *partState, id string, stored *snapshot.Snapshot) *entr
 	en := &entry{id: id, part: part}
 	if stored != nil {
 		en.snap, en.durable, en.hasDurable = *stored, stored.Position, true
+		c.scratch = en.snap.AppendBinary(c.scratch[:0])
+		en.encoded = len(c.scratch)
 	}
 	c.parts[part.id][id] = en
 	c.lru.pushFront(en)
@@ -80,10 +84,9 @@ func (c *cache) add(part *partState, id string, stored *snapshot.Snapshot) *entr
 // touch marks en as the most recently used.
 func (c *cache) touch(en *entry) { c.lru.touch(en) }
 
-// markDirty counts en again after a fold changed it and puts it in the
-// dirty set.
+// markDirty puts en, which a fold changed, in the dirty set. It is counted
+// again when a flush encodes it (encode).
 func (c *cache) markDirty(en *entry) {
-	c.lru.resize(en)
 	if !en.dirty {
 		en.dirty = true
 		c.dirty = append(c.dirty, en)
@@ -114,6 +117,16 @@ func (c *cache) takeDirty(only map[int32]bool) []*entry {
 	clear(c.dirty[len(keep):])
 	c.dirty = keep
 	return taken
+}
+
+// encode returns en's snapshot encoded for a flush, and counts en at its
+// encoded length from now on. en is one takeDirty returned, so it is in the
+// LRU list.
+func (c *cache) encode(en *entry) snapshot.Entry {
+	e := snapshot.NewEntry(&en.snap)
+	en.encoded = len(e.Data)
+	c.lru.resize(en)
+	return e
 }
 
 // dropPartition forgets a partition's sessions, dirty or not: it was

@@ -48,8 +48,8 @@ type Config struct {
 	// CacheSize bounds the cached snapshots; CORREX_CACHE_SIZE, default 100000.
 	CacheSize int
 	// CacheBytes bounds the memory of the cached snapshots, estimated per
-	// snapshot from its fields (its text and history plus a fixed 768
-	// bytes, at least its encoded size); CORREX_CACHE_BYTES, default
+	// snapshot as its encoded length plus a fixed 768 bytes (entry.estimate);
+	// CORREX_CACHE_BYTES, default
 	// DefaultCacheBytes (256 MiB); zero means the default. Snapshots not yet
 	// stored (about FlushSize of them at most) stay beyond it until written.
 	CacheBytes int

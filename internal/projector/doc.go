@@ -300,11 +300,12 @@
 // # Memory
 //
 // The cache is bounded by Config.CacheSize entries and Config.CacheBytes
-// estimated bytes (entry.estimate: a fixed 768 bytes plus the text and
-// history the snapshot keeps, at least its encoded size), whichever is
-// reached first. Entries not yet stored (dirty, or written by a batch still
-// in flight) are never evicted, so the cache may exceed the bounds by about
-// FlushSize of them until they are written.
+// estimated bytes (entry.estimate: a fixed 768 bytes plus the length of the
+// snapshot's binary encoding when it was last encoded, on loading and at
+// each flush), whichever is reached first. Entries not yet stored (dirty,
+// or written by a batch still in flight) are never evicted, and count at
+// their length before the folds since, so the cache may exceed the bounds
+// by about FlushSize of them until they are written.
 //
 // # Tracing
 //

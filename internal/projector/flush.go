@@ -101,7 +101,7 @@ func (f *flusher) due(dirty int, progress, catchingUp bool) bool {
 func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]bool) *flushJob {
 	job := &flushJob{done: make(chan struct{})}
 	for _, en := range c.takeDirty(only) {
-		job.entries = append(job.entries, snapshot.NewEntry(&en.snap))
+		job.entries = append(job.entries, c.encode(en))
 		job.refs = append(job.refs, en)
 		job.positions = append(job.positions, en.snap.Position)
 	}

@@ -49,44 +49,22 @@ func (l *lru) touch(e *entry) {
 	l.pushFront(e)
 }
 
-// resize counts e (in the list) again after a fold: folds grow a
-// snapshot's history up to its bounds.
+// resize counts e (in the list) again after its encoded length changed.
 func (l *lru) resize(e *entry) {
 	n := e.estimate()
 	l.bytes += n - e.size
 	e.size = n
 }
 
-// entryOverhead is what a cached entry costs beyond its variable parts: the
+// entryOverhead is what a cached entry costs beyond its encoding: the
 // entry and fsm.Session structs, the cache map's slot, the ring headers.
 const entryOverhead = 768
 
-// estimate is the memory a cached entry holds: a fixed overhead, its text
-// (ids, goal, reasons, labels, metadata), and its history: transitions and
-// rejections at 32 bytes, ids at 16, custom counters and annotations at 32
-// plus their type names and payloads, rejected custom events' type names.
-// Type names are counted per use, as the encoding writes them, although
-// the fold shares one string between a counter and its annotations. It is
-// at least the snapshot's encoded size (TestEstimateCoversEncodedSize
-// checks it with every field at its bound), and cheap: nothing is encoded.
-func (e *entry) estimate() int {
-	s := &e.snap
-	n := entryOverhead + len(e.id) + len(s.CorrelationID) + len(s.Goal) + len(s.PredecessorSessionID) +
-		len(s.ParentSessionID) + len(s.SuccessorSessionID) + len(s.Metadata) +
-		len(s.Failure.Reason) + len(s.Cancellation.Reason) + len(s.Replacement.Reason) +
-		32*(s.NumTransitions()+s.NumRejections()) + 16*s.NumSeenIDs()
-	for _, l := range s.Labels {
-		n += 16 + len(l.Key) + len(l.Value)
-	}
-	for i := range s.NumCustomTypes() {
-		n += 32 + len(s.CustomCountAt(i).Type)
-	}
-	for i := range s.NumAnnotations() {
-		a := s.AnnotationAt(i)
-		n += 32 + len(a.Type) + len(a.Payload)
-	}
-	for i := range s.NumRejections() {
-		n += len(s.RejectionAt(i).Custom)
-	}
-	return n
-}
+// estimate is the memory a cached entry holds: a fixed overhead and the
+// length of its snapshot's binary encoding when it was last encoded (when
+// it was read from the store, and at each flush). The encoding is the one
+// description of what a snapshot holds, so nothing here lists its fields;
+// and it costs no encoding of its own. An entry a fold grew counts at its
+// earlier length until the next flush encodes it; it cannot be evicted
+// before then anyway.
+func (e *entry) estimate() int { return entryOverhead + e.encoded }

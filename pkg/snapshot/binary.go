@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"time"
 
-	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -190,8 +189,8 @@ func (s *Snapshot) appendV2Tail(dst []byte) []byte {
 	return dst
 }
 
-// decodeV2Tail reads what appendV2Tail wrote.
-func (d *decoder) decodeV2Tail(s *Snapshot) {
+// decodeV2Tail reads what appendV2Tail wrote, the histories into h.
+func (d *decoder) decodeV2Tail(s *Snapshot, h *fsm.Histories) {
 	s.Counters.SupersededTimeouts = d.uvarint()
 	for n := d.count(fsm.MaxLabels); n > 0 && d.err == nil; n-- {
 		s.Labels = append(s.Labels, fsm.Label{Key: d.str(), Value: d.str()})
@@ -222,26 +221,29 @@ func (d *decoder) decodeV2Tail(s *Snapshot) {
 		d.fail("bad replacement status %d", rp.Status)
 	}
 	types := d.count(fsm.MaxCustomTypes)
+	h.CustomCounts = make([]fsm.CustomCount, 0, types)
 	for i := 0; i < types && d.err == nil; i++ {
 		c := fsm.CustomCount{Type: d.str(), Count: d.uvarint()}
-		if i > 0 && c.Type <= s.CustomCountAt(i-1).Type {
+		if i > 0 && c.Type <= h.CustomCounts[i-1].Type {
 			d.fail("custom counters out of order")
 			return
 		}
-		fsmcodec.PushCustomCount(&s.Session, c)
+		h.CustomCounts = append(h.CustomCounts, c)
 	}
-	for n := d.count(fsm.AnnotationsKept); n > 0 && d.err == nil; n-- {
+	n := d.count(fsm.AnnotationsKept)
+	h.Annotations = make([]fsm.Annotation, 0, n)
+	for ; n > 0 && d.err == nil; n-- {
 		var a fsm.Annotation
 		d.id(&a.EventID)
 		ti := d.uvarint()
-		if ti >= uint64(types) {
+		if ti >= uint64(len(h.CustomCounts)) {
 			d.fail("annotation type %d of %d", ti, types)
 			return
 		}
-		a.Type = s.CustomCountAt(int(ti)).Type
+		a.Type = h.CustomCounts[ti].Type
 		a.At = d.time()
 		a.Payload = d.str()
-		fsmcodec.PushAnnotation(&s.Session, a)
+		h.Annotations = append(h.Annotations, a)
 	}
 }
 
@@ -348,15 +350,20 @@ func Decode(b []byte, s *Snapshot) error {
 
 	d.bytes(s.Digest[:])
 
-	for n := d.count(fsm.TransitionsKept); n > 0 && d.err == nil; n-- {
+	var h fsm.Histories
+	n := d.count(fsm.TransitionsKept)
+	h.Transitions = make([]fsm.Transition, 0, n)
+	for ; n > 0 && d.err == nil; n-- {
 		var tr fsm.Transition
 		tr.From, tr.To = d.state(true), d.state(false)
 		tr.Type = d.eventType()
 		d.id(&tr.EventID)
 		tr.At = d.time()
-		fsmcodec.PushTransition(&s.Session, tr)
+		h.Transitions = append(h.Transitions, tr)
 	}
-	for n := d.count(fsm.RejectionsKept); n > 0 && d.err == nil; n-- {
+	n = d.count(fsm.RejectionsKept)
+	h.Rejections = make([]fsm.Rejection, 0, n)
+	for ; n > 0 && d.err == nil; n-- {
 		var rj fsm.Rejection
 		rj.Type = d.eventType()
 		rj.State = d.state(false)
@@ -372,18 +379,23 @@ func Decode(b []byte, s *Snapshot) error {
 			}
 			rj.Custom = d.str()
 		}
-		fsmcodec.PushRejection(&s.Session, rj)
+		h.Rejections = append(h.Rejections, rj)
 	}
-	for n := d.count(fsm.IDWindow); n > 0 && d.err == nil; n-- {
-		var id fsm.EventID
-		d.id(&id)
-		fsmcodec.PushSeenID(&s.Session, id)
+	n = d.count(fsm.IDWindow)
+	h.SeenIDs = make([]fsm.EventID, n)
+	for i := range h.SeenIDs {
+		d.id(&h.SeenIDs[i])
 	}
 	if v2 && d.err == nil {
-		d.decodeV2Tail(s)
+		d.decodeV2Tail(s, &h)
 	}
 	if d.err == nil && d.i != len(b) {
 		d.fail("%d trailing bytes", len(b)-d.i)
+	}
+	if d.err == nil {
+		if err := s.RestoreHistories(h); err != nil {
+			d.fail("%v", err)
+		}
 	}
 	return d.err
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/correx/sessions/internal/fsmcodec"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -340,7 +339,8 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		ApprovalsRequested: c.ApprovalsRequested, ApprovalsGranted: c.ApprovalsGranted,
 		ApprovalsDenied: c.ApprovalsDenied, Recoveries: c.Recoveries, Rejected: c.Rejected, Duplicates: c.Duplicates,
 		SupersededTimeouts: c.SupersededTimeouts}
-	if err := v.restoreV2(s); err != nil {
+	var h fsm.Histories
+	if err := v.restoreV2(s, &h); err != nil {
 		return err
 	}
 	durations := v.DurationsMs
@@ -394,9 +394,11 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 	if len(v.Transitions) > fsm.TransitionsKept || len(v.Rejections) > fsm.RejectionsKept {
 		return corrupt("json: too many transitions or rejections")
 	}
-	for _, t := range v.Transitions {
-		fsmcodec.PushTransition(&s.Session, fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)})
+	h.Transitions = make([]fsm.Transition, len(v.Transitions))
+	for i, t := range v.Transitions {
+		h.Transitions[i] = fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)}
 	}
+	h.Rejections = make([]fsm.Rejection, 0, len(v.Rejections))
 	for _, r := range v.Rejections {
 		reason, ok := fsm.ParseReason(r.Reason)
 		if !ok || !reason.Rejection() {
@@ -410,23 +412,24 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		} else {
 			return corrupt("json: bad rejection type %q", r.Type)
 		}
-		fsmcodec.PushRejection(&s.Session, rj)
+		h.Rejections = append(h.Rejections, rj)
 	}
 	if v.Internal != nil {
 		if len(v.Internal.EventIDs) > fsm.IDWindow {
 			return corrupt("json: too many event ids")
 		}
-		for _, id := range v.Internal.EventIDs {
-			fsmcodec.PushSeenID(&s.Session, id)
-		}
+		h.SeenIDs = v.Internal.EventIDs
+	}
+	if err := s.RestoreHistories(h); err != nil {
+		return corrupt("json: %v", err)
 	}
 	return nil
 }
 
 // restoreV2 reads the fields added to the snapshot since its first form into
-// s; a snapshot stored before they existed has none of them and decodes as a
-// session without.
-func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
+// s, the histories among them into h; a snapshot stored before they existed
+// has none of them and decodes as a session without.
+func (v *jsonSnapshot) restoreV2(s *Snapshot, h *fsm.Histories) error {
 	if len(v.Labels) > fsm.MaxLabels {
 		return corrupt("json: %d labels", len(v.Labels))
 	}
@@ -478,8 +481,9 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 		types = append(types, t)
 	}
 	slices.Sort(types)
-	for _, t := range types {
-		fsmcodec.PushCustomCount(&s.Session, fsm.CustomCount{Type: t, Count: v.Counters.Custom[t]})
+	h.CustomCounts = make([]fsm.CustomCount, len(types))
+	for i, t := range types {
+		h.CustomCounts[i] = fsm.CustomCount{Type: t, Count: v.Counters.Custom[t]}
 	}
 	for _, a := range v.Annotations {
 		i, ok := slices.BinarySearch(types, a.Type)
@@ -490,7 +494,7 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot) error {
 		if len(a.Payload) > 0 {
 			an.Payload = string(a.Payload)
 		}
-		fsmcodec.PushAnnotation(&s.Session, an)
+		h.Annotations = append(h.Annotations, an)
 	}
 	return nil
 }

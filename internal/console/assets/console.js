@@ -21,14 +21,17 @@
   const WAITING_SHOWN = 15;
   const PAGE = 50;
   const OPEN_SHARE = 15; // percent of the timeline the open state takes
-  // Fields the session page knows; any other top-level member of a
-  // snapshot is shown generically under "Labels, metadata and links".
+  // The snapshot's top-level members: KNOWN are shown in place, the others
+  // generically under "Labels, metadata and links", EXTRAS_FIRST in its
+  // order and any member a newer server adds after them. Every member the
+  // server writes is in one of the two (TestSessionPageFields).
   const KNOWN = new Set(['sessionId', 'state', 'terminal', 'correlationId', 'goal', 'predecessorSessionId',
     'createdAt', 'updatedAt', 'stateEnteredAt', 'version', 'lastEventId', 'position', 'firstOffset',
     'counters', 'durationsMs', 'transitions', 'rejections', 'approval', 'failure', 'cancellation',
     'recovery', 'digest']);
   const LINK_FIELDS = new Set(['parentSessionId', 'successorSessionId', 'predecessorSessionId']);
-  const EXTRAS_FIRST = ['labels', 'metadata', 'parentSessionId', 'deadline', 'successorSessionId', 'replacement'];
+  const EXTRAS_FIRST = ['labels', 'metadata', 'parentSessionId', 'deadline', 'successorSessionId', 'replacement',
+    'annotations', 'parentClosePolicy', 'timeouts'];
 
   const $ = (id) => document.getElementById(id);
 
@@ -452,8 +455,8 @@
       det.append(box);
     }
 
-    // Fields the console does not know yet (labels, metadata, parent,
-    // deadline, successor, replacement, and any later one).
+    // The members not shown in place (labels, metadata, parent, deadline,
+    // successor, replacement, annotations, ..., and any later one).
     const extras = Object.keys(s).filter((k) => !KNOWN.has(k) && s[k] !== null && s[k] !== undefined);
     extras.sort((a, b) => {
       const ia = EXTRAS_FIRST.indexOf(a), ib = EXTRAS_FIRST.indexOf(b);
