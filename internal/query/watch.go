@@ -1,6 +1,7 @@
 package query
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -415,7 +416,24 @@ type change struct {
 	offset int64
 	c      feed.Change
 	ok     bool   // c decoded
-	data   []byte // c's canonical JSON (one line), nil until needed; set before the change is shared
+	raw    []byte // the record's value (the fetch's buffer): valid only while the record is
+	data   []byte // what a stream writes as the change's data (wireBytes), nil until needed; set before the change is shared
+}
+
+// wireBytes returns what a stream writes as the change's data: the
+// record's own bytes, the canonical JSON the projector wrote (one line of
+// wire.Change; encoding the decoded change again gives the same bytes),
+// copied when the change outlives the fetch that read it. A record that
+// holds a line break was not written by the projector and would break the
+// stream's framing: that one is encoded again.
+func (ch *change) wireBytes(keep bool) []byte {
+	if bytes.ContainsAny(ch.raw, "\r\n") {
+		return ch.c.AppendJSON(nil)
+	}
+	if keep {
+		return bytes.Clone(ch.raw)
+	}
+	return ch.raw
 }
 
 // subscriber is one open watch: its filter, its queue, and cut, closed
@@ -434,7 +452,7 @@ func (w *Watcher) decode(rec *kgo.Record, parts int) *change {
 	if err := feed.Decode(rec.Value, &ch.c); err != nil {
 		w.o.Log.Warn("watch: skipping a change that does not decode", "partition", rec.Partition, "offset", rec.Offset, "err", err)
 	} else {
-		ch.ok = true
+		ch.ok, ch.raw = true, rec.Value
 	}
 	return ch
 }
@@ -444,7 +462,9 @@ func (w *Watcher) decode(rec *kgo.Record, parts int) *change {
 func (w *Watcher) offer(rec *kgo.Record, parts int) {
 	ch := w.decode(rec, parts)
 	if ch.ok {
-		ch.data = ch.c.AppendJSON(nil) // once, before any queue shares it
+		// Once, before any queue shares it, and copied: a queued change
+		// must not keep its fetch's buffer alive.
+		ch.data, ch.raw = ch.wireBytes(true), nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -1017,8 +1037,8 @@ func (st *watchStream) take(ch *change) bool {
 	if s := st.snap; s != nil && ch.c.Position.Partition == s.Partition && ch.c.Position.Offset <= s.Offset {
 		return false
 	}
-	if ch.data == nil { // a catch-up's own change: encoded only when written
-		ch.data = ch.c.AppendJSON(nil)
+	if ch.data == nil { // a catch-up's own change, written before its fetch is released
+		ch.data = ch.wireBytes(false)
 	}
 	st.event("change", ch.data)
 	return true

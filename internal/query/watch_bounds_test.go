@@ -1,8 +1,10 @@
 package query_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // v1Cursor is a cursor in the first format, which carried the offsets in
@@ -275,5 +278,41 @@ func TestWatchSaysWhereItStarts(t *testing.T) {
 	}
 	if c.EventID != missed.EventID {
 		t.Fatalf("resumed from the starting id: got %s, want %s (written after the watch started)", c.EventID, missed.EventID)
+	}
+}
+
+// TestWatchWritesTheRecordsBytes: a change is written to a stream as the
+// bytes the projector put in the record (its canonical JSON), not decoded
+// and encoded again; a record that holds line breaks (another producer's,
+// pretty-printed) is encoded again on one line, so that it cannot break the
+// stream's framing.
+func TestWatchWritesTheRecordsBytes(t *testing.T) {
+	f := newWatchFixture(t, query.WatchOptions{})
+	s := f.open("/v1/watch", "")
+	canon := chg("s-canon", 0, 0, "ACTIVE")
+	canon.Labels = map[string]string{"team": "core", "app/tier": "web"}
+	// A member this version does not know (a later projector's) shows
+	// that the bytes are the record's, not the decoded change's.
+	value := canon.AppendJSON(nil)
+	value = append(value[:len(value)-1], `,"later":1}`...)
+	if err := f.prod.ProduceSync(context.Background(), &kgo.Record{Key: []byte(canon.SessionID), Value: value, Partition: 0}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ev := s.next()
+	if ev.data != string(value) {
+		t.Fatalf("a record written as\n%s\nwant its own bytes\n%s", ev.data, value)
+	}
+	pretty := chg("s-pretty", 1, 1, "PAUSED")
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, pretty.AppendJSON(nil), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Key: []byte(pretty.SessionID), Value: buf.Bytes(), Partition: 1}
+	if err := f.prod.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	ev = s.next()
+	if want := string(pretty.AppendJSON(nil)); ev.name != "change" || ev.data != want {
+		t.Fatalf("a pretty-printed record written as %+v\nwant it on one line\n%s", ev, want)
 	}
 }
