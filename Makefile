@@ -43,6 +43,7 @@ generate: ## regenerate the README's lifecycle table and diagram from pkg/fsm
 bench: deps ## every benchmark with its same-run baseline (about 15 minutes; figures in the README)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./pkg/...
 	$(GO) test -run='^$$' -bench=Ingest -benchtime=3000x ./internal/ingest
+	$(GO) test -run='^$$' -bench=SplitJSON -benchtime=200x ./internal/ingest
 	$(GO) test -run='^$$' -bench=QueryLatency -benchtime=1x ./internal/query
 	$(GO) test -run='^$$' -bench=WatchChangeData -benchtime=200000x ./internal/query
 	$(GO) test -run='^$$' -bench='CatchUp|Recovery|TracingOverhead|FiringLatency' -benchtime=1x -timeout 60m ./internal/projector

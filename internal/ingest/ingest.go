@@ -358,34 +358,142 @@ func trimJSONSpace(b []byte) []byte {
 }
 
 // splitJSON returns the events of a JSON body: the body itself when it is
-// one envelope, or the members of "events" when it is a batch.
+// one envelope, or the members of "events" when it is a batch. It only
+// finds where the top-level members and the batch's events begin and end
+// (skipJSON): each event is validated when it is decoded
+// (fsm.DecodeEnvelope), so a body is read once in full, not once by
+// encoding/json and again by the decoder. What lies between the events
+// (brackets, commas, whitespace) is checked here.
 func splitJSON(body []byte) ([][]byte, *httpx.Problem) {
 	bad := func(field, msg string) *httpx.Problem {
 		return &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: msg,
 			Errors: []fsm.FieldError{{Field: field, Message: msg}}}
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) {
-			return nil, bad("", "the body must be a JSON object: one event, or {\"events\": [...]}")
-		}
-		return nil, bad("", "malformed JSON: "+err.Error())
+	malformed := func(what string) *httpx.Problem { return bad("", "malformed JSON: "+what) }
+	i := skipJSONSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil, bad("", "the body must be a JSON object: one event, or {\"events\": [...]}")
 	}
-	raw, batch := top["events"]
-	if !batch {
+	var events []byte
+	keys := map[string]bool{}
+	for i = skipJSONSpace(body, i+1); ; {
+		if i < len(body) && body[i] == '}' && len(keys) == 0 {
+			i++
+			break
+		}
+		if i >= len(body) || body[i] != '"' {
+			return nil, malformed(fmt.Sprintf("expected a member name at byte %d", i))
+		}
+		end, ok := skipJSON(body, i)
+		if !ok {
+			return nil, malformed("the body ends inside a member name")
+		}
+		key := string(body[i+1 : end-1])
+		if strings.IndexByte(key, '\\') >= 0 {
+			if json.Unmarshal(body[i:end], &key) != nil {
+				return nil, malformed(fmt.Sprintf("invalid member name at byte %d", i))
+			}
+		}
+		keys[key] = true
+		if i = skipJSONSpace(body, end); i >= len(body) || body[i] != ':' {
+			return nil, malformed(fmt.Sprintf("expected ':' at byte %d", i))
+		}
+		start := skipJSONSpace(body, i+1)
+		if end, ok = skipJSON(body, start); !ok {
+			return nil, malformed("the body ends inside a value")
+		}
+		if key == "events" {
+			events = body[start:end] // the last one, as encoding/json reads duplicates
+		}
+		if i = skipJSONSpace(body, end); i < len(body) && body[i] == ',' {
+			i = skipJSONSpace(body, i+1)
+			continue
+		}
+		if i >= len(body) || body[i] != '}' {
+			return nil, malformed(fmt.Sprintf("expected ',' or '}' at byte %d", i))
+		}
+		i++
+		break
+	}
+	if i = skipJSONSpace(body, i); i < len(body) {
+		return nil, malformed(fmt.Sprintf("data after the object at byte %d", i))
+	}
+	if !keys["events"] {
 		return [][]byte{body}, nil
 	}
-	if len(top) != 1 {
+	if len(keys) != 1 {
 		return nil, bad("events", "a batch object holds only \"events\"")
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
+	if len(events) == 0 || events[0] != '[' {
 		return nil, bad("events", "must be an array of events")
 	}
-	out := make([][]byte, len(items))
-	for i, it := range items {
-		out[i] = it
+	var out [][]byte
+	j := skipJSONSpace(events, 1)
+	if j < len(events) && events[j] == ']' {
+		return out, nil
 	}
-	return out, nil
+	for {
+		end, ok := skipJSON(events, j)
+		if !ok || end == j {
+			return nil, bad("events", "must be an array of events")
+		}
+		out = append(out, events[j:end])
+		if j = skipJSONSpace(events, end); j < len(events) && events[j] == ',' {
+			j = skipJSONSpace(events, j+1)
+			continue
+		}
+		if j != len(events)-1 || events[j] != ']' {
+			return nil, bad("events", "must be an array of events")
+		}
+		return out, nil
+	}
+}
+
+// skipJSONSpace returns the first index at or after i that is not JSON
+// whitespace.
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipJSON returns the end of the JSON value that starts at i, following
+// strings (and their escapes) and the nesting of brackets, and false when b
+// ends first. It does not validate what it skips: numbers, literals and
+// the insides of strings are the decoder's to check, and a value whose
+// brackets do not pair (`[1}`) ends where its depth returns to zero, which
+// the decoder then refuses.
+func skipJSON(b []byte, i int) (int, bool) {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(b) {
+				return i, false
+			}
+			if depth == 0 {
+				return i + 1, true
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i, true // ends the scalar before it
+			}
+			if depth--; depth == 0 {
+				return i + 1, true
+			}
+		case ',', ':', ' ', '\t', '\r', '\n':
+			if depth == 0 {
+				return i, true
+			}
+		}
+	}
+	return i, depth == 0
 }
