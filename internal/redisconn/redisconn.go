@@ -35,33 +35,66 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Options are the Redis settings of a service.
-type Options struct {
-	URL     string // CORREX_REDIS_URL
-	Cluster bool   // CORREX_REDIS_CLUSTER
-	// PasswordFile holds the password (CORREX_REDIS_PASSWORD_FILE); it
-	// replaces a password in the URL.
+// Config is the Redis settings of a service, the CORREX_REDIS_* variables
+// that the projector and the query service share; Bind registers them.
+type Config struct {
+	// URL names the server, the sentinels or the cluster nodes
+	// (CORREX_REDIS_URL, -redis-url; rediss:// for TLS).
+	// default: redis://127.0.0.1:6379/0 (config.DefaultRedisURL)
+	URL string
+	// Cluster makes URL name Redis Cluster nodes (CORREX_REDIS_CLUSTER,
+	// -redis-cluster).
+	// default: false
+	Cluster bool
+	// Prefix begins every key the service reads or writes
+	// (CORREX_REDIS_PREFIX, -redis-prefix).
+	// default: correx (config.DefaultRedisPrefix)
+	Prefix string
+	// PasswordFile holds the password (CORREX_REDIS_PASSWORD_FILE,
+	// -redis-password-file); it replaces a password in the URL.
+	// default: none
 	PasswordFile string
 	// TLSCAFile is a PEM bundle of the CAs that signed the server's
-	// certificate (CORREX_REDIS_TLS_CA_FILE); it needs a rediss:// URL.
+	// certificate (CORREX_REDIS_TLS_CA_FILE, -redis-tls-ca-file); it needs
+	// a rediss:// URL.
+	// default: none (the system's CAs)
 	TLSCAFile string
+}
+
+// DefaultConfig returns the defaults of Config.
+func DefaultConfig() Config {
+	return Config{URL: config.DefaultRedisURL, Prefix: config.DefaultRedisPrefix}
+}
+
+// Bind registers the Redis flags and environment variables, with
+// DefaultConfig's values as their defaults.
+func (c *Config) Bind(b *config.Binder) {
+	d := DefaultConfig()
+	b.Secret(&c.URL, "redis-url", "CORREX_REDIS_URL", d.URL, "Redis URL (rediss:// for TLS)")
+	b.Bool(&c.Cluster, "redis-cluster", "CORREX_REDIS_CLUSTER", d.Cluster, "the Redis URL names a Redis Cluster")
+	b.String(&c.Prefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.Prefix, "prefix of every Redis key")
+	b.String(&c.PasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", d.PasswordFile, "file holding the Redis password (instead of a password in the URL)")
+	b.String(&c.TLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", d.TLSCAFile, "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
 }
 
 // Validate reports every problem; it reads the files but does not contact
 // Redis.
-func (o Options) Validate() []string {
+func (c Config) Validate() []string {
 	var out []string
-	if o.URL == "" {
+	if c.Prefix == "" {
+		out = append(out, "CORREX_REDIS_PREFIX: must not be empty")
+	}
+	if c.URL == "" {
 		return append(out, "CORREX_REDIS_URL: must not be empty")
 	}
-	if o.Cluster && Sentinel(o.URL) {
+	if c.Cluster && Sentinel(c.URL) {
 		out = append(out, "CORREX_REDIS_URL: a Sentinel URL (master_name) and CORREX_REDIS_CLUSTER exclude each other")
 	}
-	if _, err := o.Open(); err != nil {
+	if _, err := c.Open(); err != nil {
 		out = append(out, err.Error())
 	}
-	if o.PasswordFile != "" {
-		if _, err := config.ReadSecretFile(o.PasswordFile); err != nil {
+	if c.PasswordFile != "" {
+		if _, err := config.ReadSecretFile(c.PasswordFile); err != nil {
 			out = append(out, "CORREX_REDIS_PASSWORD_FILE: "+err.Error())
 		}
 	}
@@ -70,17 +103,18 @@ func (o Options) Validate() []string {
 
 // Open returns a client for url; it does not contact Redis.
 func Open(url string, cluster bool) (redis.UniversalClient, error) {
-	return Options{URL: url, Cluster: cluster}.Open()
+	return Config{URL: url, Cluster: cluster}.Open()
 }
 
-// Open returns a client for the options; it does not contact Redis.
+// Open returns a client for the settings (Prefix aside); it does not
+// contact Redis.
 //
 // The client honours the deadlines of the contexts it is given, on the
 // socket and between retries (ContextTimeoutEnabled): without it go-redis
 // waits out its read timeout (3s) and retries (3 times) whatever the
 // context says, and a hung server held a request for 20 s. Calls whose
 // context has no deadline still end after the read and write timeouts.
-func (o Options) Open() (redis.UniversalClient, error) {
+func (o Config) Open() (redis.UniversalClient, error) {
 	var tc *tls.Config
 	if o.TLSCAFile != "" {
 		pool, err := loadPool(o.TLSCAFile)
@@ -125,7 +159,7 @@ func (o Options) Open() (redis.UniversalClient, error) {
 // apply gives a parsed configuration, of whichever mode, what every mode
 // shares: the CA of the server's certificate, the password file, and
 // context deadlines on the socket.
-func (o Options) apply(ca *tls.Config, parsed **tls.Config, user string,
+func (o Config) apply(ca *tls.Config, parsed **tls.Config, user string,
 	creds *func(context.Context) (string, string, error), contextTimeout *bool) error {
 	var err error
 	if *parsed, err = withCA(*parsed, ca); err != nil {

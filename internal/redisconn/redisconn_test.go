@@ -44,7 +44,7 @@ func tlsServer(t *testing.T) (*redistest.Server, *tlstest.CA) {
 	return s, ca
 }
 
-func ping(t *testing.T, o redisconn.Options) error {
+func ping(t *testing.T, o redisconn.Config) error {
 	t.Helper()
 	rdb, err := o.Open()
 	if err != nil {
@@ -94,20 +94,20 @@ func TestTLSAndACL(t *testing.T) {
 	otherCA := tlstest.NewCA(t, "other")
 	tests := []struct {
 		name    string
-		opts    redisconn.Options
+		opts    redisconn.Config
 		wantErr string
 	}{
-		{"password from a file", redisconn.Options{URL: "rediss://correx@" + host + "/0",
+		{"password from a file", redisconn.Config{Prefix: "c", URL: "rediss://correx@" + host + "/0",
 			PasswordFile: writeFile(t, "pw", "s3cret\n"), TLSCAFile: ca.CertFile}, ""},
-		{"password in the url", redisconn.Options{URL: "rediss://correx:s3cret@" + host + "/0", TLSCAFile: ca.CertFile}, ""},
-		{"the file replaces the url's password", redisconn.Options{URL: "rediss://correx:old@" + host + "/0",
+		{"password in the url", redisconn.Config{Prefix: "c", URL: "rediss://correx:s3cret@" + host + "/0", TLSCAFile: ca.CertFile}, ""},
+		{"the file replaces the url's password", redisconn.Config{Prefix: "c", URL: "rediss://correx:old@" + host + "/0",
 			PasswordFile: writeFile(t, "pw", "s3cret"), TLSCAFile: ca.CertFile}, ""},
-		{"wrong password", redisconn.Options{URL: "rediss://correx@" + host + "/0",
+		{"wrong password", redisconn.Config{Prefix: "c", URL: "rediss://correx@" + host + "/0",
 			PasswordFile: writeFile(t, "pw", "guess"), TLSCAFile: ca.CertFile}, "WRONGPASS"},
-		{"no credentials", redisconn.Options{URL: "rediss://" + host + "/0", TLSCAFile: ca.CertFile}, "NOAUTH"},
-		{"server certificate from another ca", redisconn.Options{URL: "rediss://correx:s3cret@" + host + "/0",
+		{"no credentials", redisconn.Config{Prefix: "c", URL: "rediss://" + host + "/0", TLSCAFile: ca.CertFile}, "NOAUTH"},
+		{"server certificate from another ca", redisconn.Config{Prefix: "c", URL: "rediss://correx:s3cret@" + host + "/0",
 			TLSCAFile: otherCA.CertFile}, "certificate"},
-		{"system roots do not know the test ca", redisconn.Options{URL: "rediss://correx:s3cret@" + host + "/0"}, "certificate"},
+		{"system roots do not know the test ca", redisconn.Config{Prefix: "c", URL: "rediss://correx:s3cret@" + host + "/0"}, "certificate"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +136,7 @@ func TestTLSAndACL(t *testing.T) {
 func TestPasswordFileRotation(t *testing.T) {
 	s, ca := tlsServer(t)
 	pwFile := writeFile(t, "pw", "s3cret")
-	rdb, err := redisconn.Options{URL: "rediss://correx@" + s.Addr + "/0", PasswordFile: pwFile, TLSCAFile: ca.CertFile}.Open()
+	rdb, err := redisconn.Config{URL: "rediss://correx@" + s.Addr + "/0", PasswordFile: pwFile, TLSCAFile: ca.CertFile}.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,21 +180,22 @@ func TestValidate(t *testing.T) {
 	ca := tlstest.NewCA(t, "v")
 	tests := []struct {
 		name string
-		opts redisconn.Options
+		opts redisconn.Config
 		want string // "" valid
 	}{
-		{"plain url", redisconn.Options{URL: "redis://127.0.0.1:6379/0"}, ""},
-		{"tls url with ca", redisconn.Options{URL: "rediss://127.0.0.1:6380/0", TLSCAFile: ca.CertFile}, ""},
-		{"cluster with ca", redisconn.Options{URL: "rediss://127.0.0.1:7000?addr=127.0.0.1:7001", Cluster: true, TLSCAFile: ca.CertFile}, ""},
-		{"empty url", redisconn.Options{}, "CORREX_REDIS_URL"},
-		{"ca without tls", redisconn.Options{URL: "redis://127.0.0.1:6379/0", TLSCAFile: ca.CertFile}, "rediss://"},
-		{"ca file missing", redisconn.Options{URL: "rediss://127.0.0.1:6380/0", TLSCAFile: "/nonexistent/ca"}, "CORREX_REDIS_TLS_CA_FILE"},
-		{"password file missing", redisconn.Options{URL: "redis://127.0.0.1:6379/0", PasswordFile: "/nonexistent/pw"}, "CORREX_REDIS_PASSWORD_FILE"},
-		{"bad url", redisconn.Options{URL: "http://x"}, "CORREX_REDIS_URL"},
-		{"sentinel", redisconn.Options{URL: "redis://127.0.0.1:26379/0?master_name=mymaster&addr=127.0.0.1:26380"}, ""},
-		{"sentinel over tls", redisconn.Options{URL: "rediss://127.0.0.1:26379/0?master_name=m", TLSCAFile: ca.CertFile}, ""},
-		{"sentinel and cluster", redisconn.Options{URL: "redis://127.0.0.1:26379/0?master_name=m", Cluster: true}, "exclude each other"},
-		{"sentinel with a bad parameter", redisconn.Options{URL: "redis://127.0.0.1:26379/0?master_name=m&nonsense=1"}, "CORREX_REDIS_URL"},
+		{"plain url", redisconn.Config{Prefix: "c", URL: "redis://127.0.0.1:6379/0"}, ""},
+		{"tls url with ca", redisconn.Config{Prefix: "c", URL: "rediss://127.0.0.1:6380/0", TLSCAFile: ca.CertFile}, ""},
+		{"cluster with ca", redisconn.Config{Prefix: "c", URL: "rediss://127.0.0.1:7000?addr=127.0.0.1:7001", Cluster: true, TLSCAFile: ca.CertFile}, ""},
+		{"empty url", redisconn.Config{Prefix: "c"}, "CORREX_REDIS_URL"},
+		{"ca without tls", redisconn.Config{Prefix: "c", URL: "redis://127.0.0.1:6379/0", TLSCAFile: ca.CertFile}, "rediss://"},
+		{"ca file missing", redisconn.Config{Prefix: "c", URL: "rediss://127.0.0.1:6380/0", TLSCAFile: "/nonexistent/ca"}, "CORREX_REDIS_TLS_CA_FILE"},
+		{"password file missing", redisconn.Config{Prefix: "c", URL: "redis://127.0.0.1:6379/0", PasswordFile: "/nonexistent/pw"}, "CORREX_REDIS_PASSWORD_FILE"},
+		{"bad url", redisconn.Config{Prefix: "c", URL: "http://x"}, "CORREX_REDIS_URL"},
+		{"sentinel", redisconn.Config{Prefix: "c", URL: "redis://127.0.0.1:26379/0?master_name=mymaster&addr=127.0.0.1:26380"}, ""},
+		{"sentinel over tls", redisconn.Config{Prefix: "c", URL: "rediss://127.0.0.1:26379/0?master_name=m", TLSCAFile: ca.CertFile}, ""},
+		{"sentinel and cluster", redisconn.Config{Prefix: "c", URL: "redis://127.0.0.1:26379/0?master_name=m", Cluster: true}, "exclude each other"},
+		{"sentinel with a bad parameter", redisconn.Config{Prefix: "c", URL: "redis://127.0.0.1:26379/0?master_name=m&nonsense=1"}, "CORREX_REDIS_URL"},
+		{"empty prefix", redisconn.Config{URL: "redis://127.0.0.1:6379/0"}, "CORREX_REDIS_PREFIX"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,7 +221,7 @@ func TestSentinelFailover(t *testing.T) {
 	if !redisconn.Sentinel(url) {
 		t.Fatalf("%s is not taken for a Sentinel URL", url)
 	}
-	rdb, err := redisconn.Options{URL: url}.Open()
+	rdb, err := redisconn.Config{URL: url}.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestClusterFailover(t *testing.T) {
 			if firstSeed {
 				seeds = []*redistest.Server{victim, c.Nodes[0], c.Nodes[2]}
 			}
-			rdb, err := redisconn.Options{URL: redistest.ClusterURL(seeds...), Cluster: true}.Open()
+			rdb, err := redisconn.Config{URL: redistest.ClusterURL(seeds...), Cluster: true}.Open()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -55,11 +55,11 @@ func (rt Runtime) InstrumentRedis(rdb redis.UniversalClient) error {
 	return correxotel.InstrumentRedis(rdb, rt.Telemetry)
 }
 
-// OpenStore opens the Redis client the options name, instruments it when
-// telemetry is on, and returns the snapshot store over it under prefix, with
-// the function that closes the client.
-func (rt Runtime) OpenStore(opts redisconn.Options, prefix string) (*snapshot.Store, func(), error) {
-	rdb, err := opts.Open()
+// OpenStore opens the Redis client c names, instruments it when telemetry
+// is on, and returns the snapshot store over it under c.Prefix, with the
+// function that closes the client.
+func (rt Runtime) OpenStore(c redisconn.Config) (*snapshot.Store, func(), error) {
+	rdb, err := c.Open()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,7 +68,7 @@ func (rt Runtime) OpenStore(opts redisconn.Options, prefix string) (*snapshot.St
 		closeClient()
 		return nil, nil, err
 	}
-	store, err := snapshot.NewStore(rdb, prefix)
+	store, err := snapshot.NewStore(rdb, c.Prefix)
 	if err != nil {
 		closeClient()
 		return nil, nil, err
