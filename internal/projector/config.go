@@ -8,6 +8,7 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -226,7 +227,7 @@ func (c *Config) Validate() error {
 	if c.Group == "" {
 		p.Addf("CORREX_GROUP: must not be empty")
 	}
-	for _, s := range c.Redis.Validate() {
+	for _, s := range redisclient.Validate(c.Redis) {
 		p.Addf("%s", s)
 	}
 	for _, s := range c.TLS.Validate() {

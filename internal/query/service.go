@@ -17,7 +17,9 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/internal/service/redisstore"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -99,7 +101,7 @@ func sharedCursorKey(ctx context.Context, cfg Config, log *slog.Logger) []byte {
 			"err", err)
 		return nil
 	}
-	rdb, err := cfg.Redis.Open()
+	rdb, err := redisclient.Open(cfg.Redis)
 	if err != nil {
 		return fallback(err)
 	}
@@ -156,7 +158,7 @@ func (c *Config) Validate() error {
 	if c.Topic == "" {
 		p.Addf("CORREX_TOPIC: must not be empty")
 	}
-	problems := c.Redis.Validate()
+	problems := redisclient.Validate(c.Redis)
 	if len(c.Kafka.Brokers) > 0 {
 		problems = append(problems, c.Kafka.Validate()...)
 	}
@@ -181,7 +183,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		return fmt.Errorf("query: %w", err)
 	}
 	guard.Watch(ctx)
-	store, closeStore, err := rt.OpenStore(cfg.Redis)
+	store, closeStore, err := redisstore.Open(rt, cfg.Redis)
 	if err != nil {
 		return err
 	}
