@@ -11,8 +11,9 @@
 //     Kafka record headers (InjectRecord, ExtractRecord, KafkaHooks; a
 //     record carries at most MaxRecordBaggageBytes of baggage and
 //     MaxRecordTraceStateBytes of tracestate, so a client's headers are not
-//     repeated in full for every event), and Redis client instrumentation
-//     (InstrumentRedis);
+//     repeated in full for every event); the Redis client's instrumentation
+//     is in the subpackage otelredis (otelredis.Instrument), so that a
+//     program without Redis does not link its client;
 //   - deterministic span and trace IDs for lifecycle spans (DeriveSpanID,
 //     DeriveTraceID, WithSpanID, WithTraceID), so that replaying a
 //     transition after a crash re-emits the same span rather than a second,

@@ -54,13 +54,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if reset {
 		service.Banner(stderr, "projector", b.Effective())
 		if !yes {
-			return errors.New("reset deletes every snapshot and checkpoint of the projector under the prefix " + cfg.RedisPrefix + "; run `projector reset -yes` to confirm")
+			return errors.New("reset deletes every snapshot and checkpoint of the projector under the prefix " + cfg.Redis.Prefix + "; run `projector reset -yes` to confirm")
 		}
 		n, err := projector.Reset(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "reset: deleted the projector's %d keys under %s; projectors will rebuild from the earliest offset\n", n, cfg.RedisPrefix)
+		fmt.Fprintf(stdout, "reset: deleted the projector's %d keys under %s; projectors will rebuild from the earliest offset\n", n, cfg.Redis.Prefix)
 		return nil
 	}
 	rt, shutdown, err := service.Start(ctx, "projector", b, getenv, stderr)

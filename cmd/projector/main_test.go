@@ -26,7 +26,7 @@ func TestParsePrecedence(t *testing.T) {
 	if len(cfg.Kafka.Brokers) != 2 || cfg.Kafka.Brokers[1] != "k2:9092" {
 		t.Fatalf("brokers %v", cfg.Kafka.Brokers)
 	}
-	if cfg.Partitions != 12 || cfg.RedisPrefix != "correx" || cfg.HTTPAddr != ":8083" {
+	if cfg.Partitions != 12 || cfg.Redis.Prefix != "correx" || cfg.HTTPAddr != ":8083" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	eff := strings.Join(b.Effective(), "\n")
@@ -73,7 +73,7 @@ func TestSecuritySettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RedisPasswordFile == "" || cfg.TLS.ClientCAFile == "" || cfg.Kafka.SASLMechanism != "SCRAM-SHA-512" || cfg.Kafka.TLSCertFile == "" {
+	if cfg.Redis.PasswordFile == "" || cfg.TLS.ClientCAFile == "" || cfg.Kafka.SASLMechanism != "SCRAM-SHA-512" || cfg.Kafka.TLSCertFile == "" {
 		t.Fatalf("settings not read: %+v", cfg)
 	}
 	out := strings.Join(b.Effective(), "\n")

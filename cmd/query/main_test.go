@@ -17,7 +17,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.RedisCluster || cfg.HTTPAddr != ":8082" {
+	if !cfg.Redis.Cluster || cfg.HTTPAddr != ":8082" {
 		t.Fatalf("%+v", cfg)
 	}
 	if eff := strings.Join(b.Effective(), " "); strings.Contains(eff, ":pw@") {
@@ -51,7 +51,7 @@ func TestSecuritySettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Auth.TokensFile == "" || cfg.RedisPasswordFile == "" || cfg.RedisTLSCAFile == "" || cfg.TLS.CertFile == "" ||
+	if cfg.Auth.TokensFile == "" || cfg.Redis.PasswordFile == "" || cfg.Redis.TLSCAFile == "" || cfg.TLS.CertFile == "" ||
 		cfg.Kafka.SASLUsername != "correx" || cfg.Auth.RateLimit != 50 {
 		t.Fatalf("settings not read: %+v", cfg)
 	}

@@ -34,6 +34,13 @@ type bound struct {
 	flagName, env string
 	secret        bool
 	value         func() string
+	ptr           any    // the variable bound
+	def           string // its value when bound: the default, or the environment's
+}
+
+// add remembers a bound variable p, its flag and its environment variable.
+func (b *Binder) add(p any, name, env string, value func() string) {
+	b.vars = append(b.vars, bound{flagName: name, env: env, value: value, ptr: p, def: value()})
 }
 
 // NewBinder returns a binder over fs reading the environment through getenv.
@@ -62,7 +69,7 @@ func (b *Binder) String(p *string, name, env, def, usage string) {
 		def = v
 	}
 	b.FS.StringVar(p, name, def, b.usage(usage, env))
-	b.vars = append(b.vars, bound{name, env, false, func() string { return *p }})
+	b.add(p, name, env, func() string { return *p })
 }
 
 // Secret binds a string flag whose value is masked when printed (URLs keep
@@ -82,7 +89,7 @@ func (b *Binder) Strings(p *[]string, name, env string, def []string, usage stri
 		*p = splitList(s)
 		return nil
 	})
-	b.vars = append(b.vars, bound{name, env, false, func() string { return strings.Join(*p, ",") }})
+	b.add(p, name, env, func() string { return strings.Join(*p, ",") })
 }
 
 // Int binds an integer flag.
@@ -96,7 +103,7 @@ func (b *Binder) Int(p *int, name, env string, def int, usage string) {
 		}
 	}
 	b.FS.IntVar(p, name, def, b.usage(usage, env))
-	b.vars = append(b.vars, bound{name, env, false, func() string { return strconv.Itoa(*p) }})
+	b.add(p, name, env, func() string { return strconv.Itoa(*p) })
 }
 
 // Duration binds a duration flag (Go syntax: 250ms, 10s).
@@ -110,7 +117,7 @@ func (b *Binder) Duration(p *time.Duration, name, env string, def time.Duration,
 		}
 	}
 	b.FS.DurationVar(p, name, def, b.usage(usage, env))
-	b.vars = append(b.vars, bound{name, env, false, func() string { return p.String() }})
+	b.add(p, name, env, func() string { return p.String() })
 }
 
 // Float binds a floating-point flag.
@@ -124,7 +131,7 @@ func (b *Binder) Float(p *float64, name, env string, def float64, usage string) 
 		}
 	}
 	b.FS.Float64Var(p, name, def, b.usage(usage, env))
-	b.vars = append(b.vars, bound{name, env, false, func() string { return strconv.FormatFloat(*p, 'g', -1, 64) }})
+	b.add(p, name, env, func() string { return strconv.FormatFloat(*p, 'g', -1, 64) })
 }
 
 // Bool binds a boolean flag.
@@ -138,7 +145,7 @@ func (b *Binder) Bool(p *bool, name, env string, def bool, usage string) {
 		}
 	}
 	b.FS.BoolVar(p, name, def, b.usage(usage, env))
-	b.vars = append(b.vars, bound{name, env, false, func() string { return strconv.FormatBool(*p) }})
+	b.add(p, name, env, func() string { return strconv.FormatBool(*p) })
 }
 
 // Parse parses args and returns every environment or flag problem at once.
@@ -169,6 +176,34 @@ func (b *Binder) Effective() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Setting is a bound flag as Settings reports it.
+type Setting struct {
+	Flag, Env string
+	// Default is the value the flag started from: its default, or the
+	// environment variable's value when that was set.
+	Default string
+	Secret  bool
+}
+
+// Settings returns the bound flags in the order they were bound.
+func (b *Binder) Settings() []Setting {
+	out := make([]Setting, len(b.vars))
+	for i, v := range b.vars {
+		out[i] = Setting{Flag: v.flagName, Env: v.env, Default: v.def, Secret: v.secret}
+	}
+	return out
+}
+
+// Binds reports whether p, a pointer to a variable, was bound to a flag.
+func (b *Binder) Binds(p any) bool {
+	for _, v := range b.vars {
+		if v.ptr == p {
+			return true
+		}
+	}
+	return false
 }
 
 // Mask hides a secret. A URL keeps its scheme, user, host and path and loses

@@ -34,6 +34,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/query"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -217,11 +218,13 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// no leave on shutdown (it was never a member of a shared group);
 	// shorter group timeouts, so that tests that stop members see
 	// rebalances quickly; and a shorter longest poll wait (FlushInterval).
+	// One Redis block for the projector and the query service.
+	rcfg := redisconn.Config{URL: s.RedisURL, Cluster: o.RedisCluster, Prefix: s.Prefix,
+		PasswordFile: o.RedisPasswordFile, TLSCAFile: o.RedisTLSCAFile}
 	pcfg := projector.DefaultConfig()
 	pcfg.Kafka = withClientID(kcfg, pcfg.Kafka.ClientID)
 	pcfg.Topic, pcfg.Partitions, pcfg.Group = s.Topic, o.Partitions, orDefault(o.Group, pcfg.Group)
-	pcfg.RedisURL, pcfg.RedisCluster, pcfg.RedisPrefix = s.RedisURL, o.RedisCluster, s.Prefix
-	pcfg.RedisPasswordFile, pcfg.RedisTLSCAFile, pcfg.TLS = o.RedisPasswordFile, o.RedisTLSCAFile, o.TLS
+	pcfg.Redis, pcfg.TLS = rcfg, o.TLS
 	pcfg.InstanceID = "devstack-projector"
 	pcfg.LeaveOnShutdown = false
 	pcfg.SessionTimeout, pcfg.RebalanceTimeout = 10*time.Second, 30*time.Second
@@ -238,7 +241,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// The projector reaches a plain single Redis through a proxy of its
 	// own that KillProjector cuts: a killed process writes nothing more,
 	// and so must this one (see KillProjector).
-	if u, err := url.Parse(pcfg.RedisURL); err == nil && u.Scheme == "redis" && !pcfg.RedisCluster && o.KillableProjector {
+	if u, err := url.Parse(pcfg.Redis.URL); err == nil && u.Scheme == "redis" && !pcfg.Redis.Cluster && o.KillableProjector {
 		s.redisHost = u.Host
 	}
 	s.ctx, s.pcfg, s.prt, s.projAddr = ctx, pcfg, rt("projector"), lp.Addr().String()
@@ -262,8 +265,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	qcfg := query.DefaultConfig()
 	qcfg.Kafka = withClientID(kcfg, qcfg.Kafka.ClientID)
-	qcfg.Topic, qcfg.RedisURL, qcfg.RedisCluster, qcfg.RedisPrefix = s.Topic, s.RedisURL, o.RedisCluster, s.Prefix
-	qcfg.RedisPasswordFile, qcfg.RedisTLSCAFile, qcfg.Auth, qcfg.TLS = o.RedisPasswordFile, o.RedisTLSCAFile, authCfg, o.TLS
+	qcfg.Topic, qcfg.Redis, qcfg.Auth, qcfg.TLS = s.Topic, rcfg, authCfg, o.TLS
 	qcfg.Timeouts = pcfg.Timeouts // the projector's: the query shows effective timeouts with them
 	qrt := rt("query")
 	qrt.Listener = lq
@@ -339,9 +341,9 @@ func (s *Stack) startProjector(l net.Listener) error {
 			l.Close()
 			return fmt.Errorf("devstack: redis proxy: %w", err)
 		}
-		u, _ := url.Parse(cfg.RedisURL) // parsed before
+		u, _ := url.Parse(cfg.Redis.URL) // parsed before
 		u.Host = px.Addr()
-		cfg.RedisURL = u.String()
+		cfg.Redis.URL = u.String()
 		r.proxy = px
 	}
 	ctx, cancel := context.WithCancel(s.ctx)

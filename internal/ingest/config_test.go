@@ -22,3 +22,13 @@ func TestBindDefaultsAreDefaultConfig(t *testing.T) {
 		t.Fatalf("bound defaults\n %+v\nDefaultConfig\n %+v", got, want)
 	}
 }
+
+// TestEveryConfigFieldIsBound: every exported field of Config is read from
+// a flag and its variable, or is a fixed value Bind sets (not a setting).
+func TestEveryConfigFieldIsBound(t *testing.T) {
+	if unbound := config.Unbound((*ingest.Config).Bind,
+		"Kafka.Log", // the service's logger
+	); len(unbound) > 0 {
+		t.Fatalf("fields of ingest.Config no flag or variable reaches: %v", unbound)
+	}
+}

@@ -42,6 +42,9 @@ const (
 	MaxEvents    = 1000
 )
 
+// produceRetryAfter is what a 503 for events Kafka did not confirm advises.
+const produceRetryAfter = time.Second
+
 // Producer is what the handler needs from a Kafka client; *kgo.Client
 // implements it.
 type Producer interface {
@@ -54,12 +57,7 @@ type Handler struct {
 	Topic    string
 	// Now is the clock for occurredAt and UUIDv7 of events that lack them.
 	Now func() time.Time
-	// Hooks, when set, see every record before it is produced (telemetry
-	// injects trace context there) and every outcome.
-	BeforeProduce func(ctx context.Context, r *kgo.Record)
-	Log           *slog.Logger
-	// RetryAfter is what a 503 advises (default 1s).
-	RetryAfter time.Duration
+	Log *slog.Logger
 	// ProduceTimeout bounds how long a request waits for Kafka (default
 	// 10s); the answer is then 503.
 	ProduceTimeout time.Duration
@@ -180,9 +178,6 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 			Headers: []kgo.RecordHeader{{Key: kafka.HeaderEventType, Value: []byte(e.TypeName())}},
 			Context: ctx,
 		}
-		if h.BeforeProduce != nil {
-			h.BeforeProduce(ctx, rec)
-		}
 		h.Producer.Produce(pctx, rec, func(r *kgo.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -228,15 +223,11 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 			firstErr = ex.Explain(firstErr)
 		}
 		h.log().Warn("produce failed", "events", len(events), "failed", len(failed), "pending", len(pending), "err", firstErr)
-		retry := h.RetryAfter
-		if retry == 0 {
-			retry = time.Second
-		}
 		extra := map[string]any{"accepted": resp.Accepted, "failed": failed}
 		if len(pending) > 0 {
 			extra["pending"] = pending
 		}
-		httpx.Unavailable(w, retry, fmt.Sprintf("Kafka did not confirm %d of %d events (%v); accepted ones are written, "+
+		httpx.Unavailable(w, produceRetryAfter, fmt.Sprintf("Kafka did not confirm %d of %d events (%v); accepted ones are written, "+
 			"pending ones may still be; resending the whole request is safe", len(failed)+len(pending), len(events), firstErr), extra)
 		return
 	}

@@ -17,20 +17,33 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Config configures the ingest service. DefaultConfig holds the defaults;
-// Bind registers them as the flags' and environment variables' defaults.
+// Config configures the ingest service. Each setting's doc names its
+// variable and has one "default:" line; DefaultConfig holds the defaults
+// and Bind registers them.
 type Config struct {
-	Kafka      kafka.Config
-	Topic      string // CORREX_TOPIC; default correx.session-events
-	Partitions int    // CORREX_PARTITIONS, when the topic is created; default 12
-	HTTPAddr   string // CORREX_HTTP_ADDR; default :8081
+	// Kafka is the brokers (CORREX_KAFKA_BROKERS) and the client's TLS and
+	// SASL settings (off by default).
+	// default: 127.0.0.1:9092 (config.DefaultBroker)
+	Kafka kafka.Config
+	// Topic is the topic of session events (CORREX_TOPIC).
+	// default: correx.session-events (config.DefaultTopic)
+	Topic string
+	// Partitions is the topic's partition count when ingest creates it
+	// (CORREX_PARTITIONS).
+	// default: 12 (config.DefaultPartitions)
+	Partitions int
+	// HTTPAddr is the listen address (CORREX_HTTP_ADDR).
+	// default: :8081
+	HTTPAddr string
 	// ProduceTimeout is how long an event may wait for Kafka before the
-	// request answers 503; CORREX_PRODUCE_TIMEOUT, default 10s.
+	// request answers 503 (CORREX_PRODUCE_TIMEOUT).
+	// default: 10s (DefaultProduceTimeout)
 	ProduceTimeout time.Duration
 	// Auth is the bearer-token authentication and the rate limit
-	// (CORREX_AUTH_*, CORREX_RATE_*); POST /v1/events needs events:write.
+	// (CORREX_AUTH_*, CORREX_RATE_*; auth.Config holds their defaults);
+	// POST /v1/events needs events:write.
 	Auth auth.Config
-	// TLS serves HTTPS (CORREX_TLS_*).
+	// TLS serves HTTPS (CORREX_TLS_*; off by default).
 	TLS httpx.TLSConfig
 }
 

@@ -91,7 +91,7 @@ func (e *benchEnv) config(group, instance string) Config {
 	cfg := DefaultConfig()
 	cfg.Kafka = kafka.Config{Brokers: e.brokers, ClientID: "bench"}
 	cfg.Topic, cfg.Group, cfg.InstanceID = topic, group, instance
-	cfg.RedisURL, cfg.HTTPAddr = e.srv.URL(), ":0"
+	cfg.Redis.URL, cfg.HTTPAddr = e.srv.URL(), ":0"
 	cfg.LeaveOnShutdown = false
 	cfg.FlushInterval = 100 * time.Millisecond
 	cfg.SessionTimeout, cfg.RebalanceTimeout = 10*time.Second, 20*time.Second

@@ -8,99 +8,128 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
 // DefaultCacheBytes is the default of Config.CacheBytes: 256 MiB.
 const DefaultCacheBytes = 256 << 20
 
-// Config configures a projector.
+// Config configures a projector. Each setting's doc names its variable
+// and has one "default:" line; DefaultConfig holds the defaults and Bind
+// registers them.
 type Config struct {
-	Kafka        kafka.Config
-	Topic        string // CORREX_TOPIC; default correx.session-events
-	Partitions   int    // CORREX_PARTITIONS, used when the projector creates the topic; default 12
-	Group        string // CORREX_GROUP; default correx-projector
-	InstanceID   string // CORREX_INSTANCE_ID; default the host name; "" for dynamic membership
-	RedisURL     string // CORREX_REDIS_URL; default redis://127.0.0.1:6379/0
-	RedisCluster bool   // CORREX_REDIS_CLUSTER; default false
-	RedisPrefix  string // CORREX_REDIS_PREFIX; default correx
-	// RedisPasswordFile holds the Redis password (CORREX_REDIS_PASSWORD_FILE).
-	RedisPasswordFile string
-	// RedisTLSCAFile is the CA of the Redis server (CORREX_REDIS_TLS_CA_FILE).
-	RedisTLSCAFile string
-	HTTPAddr       string // CORREX_HTTP_ADDR; default :8083 (health and metrics)
+	// Kafka is the brokers (CORREX_KAFKA_BROKERS) and the client's TLS
+	// and SASL settings (off by default).
+	// default: 127.0.0.1:9092 (config.DefaultBroker)
+	Kafka kafka.Config
+	// Topic is the topic of session events (CORREX_TOPIC).
+	// default: correx.session-events (config.DefaultTopic)
+	Topic string
+	// Partitions is the events topic's partition count when the projector
+	// creates it (CORREX_PARTITIONS).
+	// default: 12 (config.DefaultPartitions)
+	Partitions int
+	// Group is the consumer group (CORREX_GROUP).
+	// default: correx-projector
+	Group string
+	// InstanceID is the stable group instance id (CORREX_INSTANCE_ID); ""
+	// for dynamic membership.
+	// default: the host name
+	InstanceID string
+	// Redis is the store's connection and key prefix (CORREX_REDIS_URL,
+	// _CLUSTER, _PREFIX, _PASSWORD_FILE, _TLS_CA_FILE; redisconn.Config
+	// holds their defaults).
+	Redis redisconn.Config
+	// HTTPAddr is the listen address of /healthz, /readyz and /metrics
+	// (CORREX_HTTP_ADDR).
+	// default: :8083
+	HTTPAddr string
 	// TLS serves /healthz, /readyz and /metrics over HTTPS when set
 	// (CORREX_TLS_CERT_FILE, CORREX_TLS_KEY_FILE, CORREX_TLS_CLIENT_CA_FILE).
 	TLS httpx.TLSConfig
 	// FlushInterval is the longest a poll waits for records, so the longest
-	// idle wait of the poll loop; CORREX_FLUSH_INTERVAL, default 250ms. It
-	// does not delay writes: caught up, the projector writes as soon as a
-	// poll leaves nothing more to fold and no write is in flight (group
-	// commit), and a poll returns early when the write in flight completes.
+	// idle wait of the poll loop (CORREX_FLUSH_INTERVAL). It does not delay
+	// writes: caught up, the projector writes as soon as a poll leaves
+	// nothing more to fold and no write is in flight (group commit), and a
+	// poll returns early when the write in flight completes.
+	// default: 250ms
 	FlushInterval time.Duration
 	// MaxFlushInterval is the longest between two writes while catching up
 	// (polls come back full, MaxPollRecords records), unless FlushSize
-	// snapshots are dirty first; CORREX_MAX_FLUSH_INTERVAL, default 2s.
+	// snapshots are dirty first (CORREX_MAX_FLUSH_INTERVAL).
+	// default: 2s
 	MaxFlushInterval time.Duration
-	// FlushSize flushes as soon as this many snapshots are dirty;
-	// CORREX_FLUSH_SIZE, default 20000.
+	// FlushSize flushes as soon as this many snapshots are dirty
+	// (CORREX_FLUSH_SIZE).
+	// default: 20000
 	FlushSize int
-	// CacheSize bounds the cached snapshots; CORREX_CACHE_SIZE, default 100000.
+	// CacheSize bounds the cached snapshots (CORREX_CACHE_SIZE).
+	// default: 100000
 	CacheSize int
 	// CacheBytes bounds the memory of the cached snapshots, estimated per
-	// snapshot as its encoded length plus a fixed 768 bytes (entry.estimate);
-	// CORREX_CACHE_BYTES, default
-	// DefaultCacheBytes (256 MiB); zero means the default. Snapshots not yet
+	// snapshot as its encoded length plus a fixed 768 bytes (entry.estimate)
+	// (CORREX_CACHE_BYTES); zero means the default. Snapshots not yet
 	// stored (about FlushSize of them at most) stay beyond it until written.
+	// default: 268435456 (DefaultCacheBytes, 256 MiB)
 	CacheBytes int
-	// SessionTimeout is the group session timeout; CORREX_SESSION_TIMEOUT,
-	// default 30s.
+	// SessionTimeout is the group session timeout (CORREX_SESSION_TIMEOUT).
+	// default: 30s
 	SessionTimeout time.Duration
 	// LeaveOnShutdown makes a replica with an instance id leave the group
 	// after its final flush on a graceful shutdown (SIGTERM), so its
 	// partitions move at once; static members otherwise keep them until the
 	// session timeout. A crash does not leave: a replacement under the same
-	// instance id takes the partitions back at once.
-	// CORREX_LEAVE_ON_SHUTDOWN, default true.
+	// instance id takes the partitions back at once
+	// (CORREX_LEAVE_ON_SHUTDOWN).
+	// default: true
 	LeaveOnShutdown bool
-	// MaxPollRecords bounds the records folded between two flush decisions;
-	// CORREX_MAX_POLL_RECORDS, default 10000.
+	// MaxPollRecords bounds the records folded between two flush decisions
+	// (CORREX_MAX_POLL_RECORDS).
+	// default: 10000
 	MaxPollRecords int
 	// RebalanceTimeout is how long the group waits for members to finish a
-	// rebalance (flush what they revoke) before dropping them;
-	// CORREX_REBALANCE_TIMEOUT, default 60s.
+	// rebalance (flush what they revoke) before dropping them
+	// (CORREX_REBALANCE_TIMEOUT).
+	// default: 60s
 	RebalanceTimeout time.Duration
 	// Timeouts are the service defaults of the session timeouts
-	// (docs/timeouts.md), used for a kind a session's SessionCreated leaves out:
-	// CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL, _RECOVERY and
-	// _CANCELLATION, Go durations from 1s to 720h; all unset (zero: not
-	// armed) except cancellation, default 5m (fsm.DefaultTimeouts). The
-	// query service takes the same settings to show effective timeouts.
+	// (docs/timeouts.md), used for a kind a session's SessionCreated leaves
+	// out: CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL, _RECOVERY and
+	// _CANCELLATION, Go durations from 1s to 720h. The query service takes
+	// the same settings to show effective timeouts.
+	// default: unset (zero: not armed) except cancellation, 5m (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
 	// DeadlineResync is how often each owned partition's earliest deadline
-	// is read again from Redis, besides what the flushes report; default
-	// 1s. Not a setting: tests shorten it.
+	// is read again from Redis, besides what the flushes report. Not a
+	// setting: tests shorten it.
+	// default: 1s
 	DeadlineResync time.Duration
 	// ChangeFeed produces the change feed (docs/exactly-once.md) to
-	// "<Topic>.changes", created with the events topic's partition count;
-	// CORREX_CHANGE_FEED, default true.
+	// "<Topic>.changes", created with the events topic's partition count
+	// (CORREX_CHANGE_FEED).
+	// default: true
 	ChangeFeed bool
 	// RedisWaitReplicas makes every batch wait until that many Redis
 	// replicas acknowledged it (Redis WAIT) before its checkpoints are
 	// written, so that no checkpoint passes writes a failover could lose
 	// (docs/guarantees.md): on a single server or Sentinel the snapshot
 	// writes wait, on Redis Cluster every master waits for all of the
-	// batch's writes; CORREX_REDIS_WAIT_REPLICAS, default 0 (no wait).
+	// batch's writes (CORREX_REDIS_WAIT_REPLICAS).
+	// default: 0 (no wait)
 	RedisWaitReplicas int
 	// RedisWaitTimeout bounds that wait; a batch not acknowledged in time
-	// waits again (its writes again after a Cluster master changed).
-	// CORREX_REDIS_WAIT_TIMEOUT, default 1s.
+	// waits again (its writes again after a Cluster master changed)
+	// (CORREX_REDIS_WAIT_TIMEOUT).
+	// default: 1s
 	RedisWaitTimeout time.Duration
 	// ShutdownTimeout bounds a graceful stop: once Run's context is done,
 	// the batch in flight and the final flush get this long, then writing
 	// stops and Run returns ErrShutdownTimeout (what was not written is
-	// folded again from the checkpoints); default 30s. Not a setting: tests
-	// shorten it, and the orchestrator's grace period covers it.
+	// folded again from the checkpoints); zero means the default. Not a
+	// setting: tests shorten it, and the orchestrator's grace period
+	// covers it.
+	// default: 30s
 	ShutdownTimeout time.Duration
 }
 
@@ -126,8 +155,7 @@ func DefaultConfig() Config {
 		Partitions:       config.DefaultPartitions,
 		Group:            "correx-projector",
 		InstanceID:       host,
-		RedisURL:         config.DefaultRedisURL,
-		RedisPrefix:      config.DefaultRedisPrefix,
+		Redis:            redisconn.DefaultConfig(),
 		HTTPAddr:         ":8083",
 		FlushInterval:    250 * time.Millisecond,
 		MaxFlushInterval: 2 * time.Second,
@@ -157,11 +185,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions when the topic is created")
 	b.String(&c.Group, "group", "CORREX_GROUP", d.Group, "consumer group")
 	b.String(&c.InstanceID, "instance-id", "CORREX_INSTANCE_ID", d.InstanceID, "stable group instance id (static membership); empty for dynamic membership")
-	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", d.RedisURL, "Redis URL (rediss:// for TLS)")
-	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", d.RedisCluster, "the Redis URL names a Redis Cluster")
-	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.RedisPrefix, "prefix of every Redis key")
-	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", d.RedisPasswordFile, "file holding the Redis password (instead of a password in the URL)")
-	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", d.RedisTLSCAFile, "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
+	c.Redis.Bind(b)
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address for /healthz, /readyz, /metrics")
 	c.TLS.Bind(b)
 	c.Kafka.BindSecurity(b)
@@ -183,11 +207,6 @@ func (c *Config) Bind(b *config.Binder) {
 		"longest wait for those replicas; the batch is retried after it")
 }
 
-// Redis returns the Redis connection settings.
-func (c *Config) Redis() redisconn.Options {
-	return redisconn.Options{URL: c.RedisURL, Cluster: c.RedisCluster, PasswordFile: c.RedisPasswordFile, TLSCAFile: c.RedisTLSCAFile}
-}
-
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
 	var p config.Problems
@@ -207,14 +226,11 @@ func (c *Config) Validate() error {
 	if c.Group == "" {
 		p.Addf("CORREX_GROUP: must not be empty")
 	}
-	for _, s := range c.Redis().Validate() {
+	for _, s := range redisclient.Validate(c.Redis) {
 		p.Addf("%s", s)
 	}
 	for _, s := range c.TLS.Validate() {
 		p.Addf("%s", s)
-	}
-	if c.RedisPrefix == "" {
-		p.Addf("CORREX_REDIS_PREFIX: must not be empty")
 	}
 	if c.FlushInterval <= 0 || c.MaxFlushInterval < c.FlushInterval {
 		p.Addf("CORREX_FLUSH_INTERVAL (%v) must be positive and at most CORREX_MAX_FLUSH_INTERVAL (%v)", c.FlushInterval, c.MaxFlushInterval)

@@ -64,7 +64,7 @@ func TestRedisWaitSettings(t *testing.T) {
 		}
 	}
 	c = DefaultConfig()
-	c.RedisWaitReplicas, c.RedisCluster, c.RedisURL = 1, true, "redis://127.0.0.1:7000?addr=127.0.0.1:7001"
+	c.RedisWaitReplicas, c.Redis.Cluster, c.Redis.URL = 1, true, "redis://127.0.0.1:7000?addr=127.0.0.1:7001"
 	if err := c.Validate(); err != nil {
 		t.Errorf("waiting for replicas on Redis Cluster: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/workload"
 	"github.com/correx/sessions/pkg/fsm"
@@ -93,7 +94,7 @@ func (e *env) store(prefix string) *snapshot.Store {
 
 func (e *env) config(instance string) Config {
 	return Config{Kafka: kafka.Config{Brokers: e.brokers, ClientID: "test-" + instance}, Topic: topic, Partitions: 4,
-		Group: "g", InstanceID: instance, RedisURL: e.srv.URL(), RedisPrefix: "unused", HTTPAddr: ":0",
+		Group: "g", InstanceID: instance, Redis: redisconn.Config{URL: e.srv.URL(), Prefix: "unused"}, HTTPAddr: ":0",
 		FlushInterval: 30 * time.Millisecond, MaxFlushInterval: 200 * time.Millisecond, FlushSize: 40, CacheSize: 300,
 		MaxPollRecords: 100,
 		SessionTimeout: 6 * time.Second, RebalanceTimeout: 8 * time.Second, LeaveOnShutdown: true}

@@ -13,6 +13,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -40,7 +41,7 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.Close()
-	rdb, err := redisconn.Open(redistest.ClusterURL(c.Nodes...), true)
+	rdb, err := redisclient.Open(redisconn.Config{URL: redistest.ClusterURL(c.Nodes...), Cluster: true})
 	if err != nil {
 		t.Fatal(err)
 	}

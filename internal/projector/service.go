@@ -6,12 +6,13 @@ import (
 	"sync"
 
 	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/internal/service/redisstore"
 )
 
 // Serve runs a projector and its health and metrics endpoint until ctx is
 // done, then flushes, writes checkpoints and leaves the group.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) error {
-	store, closeStore, err := rt.OpenStore(cfg.Redis(), cfg.RedisPrefix)
+	store, closeStore, err := redisstore.Open(rt, cfg.Redis)
 	if err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 // projectors rebuild the read model from the log; other programs' keys
 // under the prefix, such as pkg/feed consumers' checkpoints, are kept.
 func Reset(ctx context.Context, cfg Config) (int, error) {
-	store, closeStore, err := service.Runtime{}.OpenStore(cfg.Redis(), cfg.RedisPrefix)
+	store, closeStore, err := redisstore.Open(service.Runtime{}, cfg.Redis)
 	if err != nil {
 		return 0, err
 	}

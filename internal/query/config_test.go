@@ -22,3 +22,14 @@ func TestBindDefaultsAreDefaultConfig(t *testing.T) {
 		t.Fatalf("bound defaults\n %+v\nDefaultConfig\n %+v", got, want)
 	}
 }
+
+// TestEveryConfigFieldIsBound: every exported field of Config is read from
+// a flag and its variable, or is a fixed value Bind sets (not a setting).
+func TestEveryConfigFieldIsBound(t *testing.T) {
+	if unbound := config.Unbound((*query.Config).Bind,
+		"Kafka.Log",   // the service's logger
+		"Timeouts[0]", // fsm.TimeoutNone, a kind with no timeout
+	); len(unbound) > 0 {
+		t.Fatalf("fields of query.Config no flag or variable reaches: %v", unbound)
+	}
+}

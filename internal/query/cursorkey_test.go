@@ -20,7 +20,7 @@ import (
 func TestCursorKeySharedThroughRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := query.DefaultConfig()
-	cfg.RedisURL = srv.URL()
+	cfg.Redis.URL = srv.URL()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a := query.SharedCursorKey(context.Background(), cfg, log)
 	b := query.SharedCursorKey(context.Background(), cfg, log)
@@ -28,7 +28,7 @@ func TestCursorKeySharedThroughRedis(t *testing.T) {
 		t.Fatalf("keys %q and %q: want one shared key of at least 32 bytes", a, b)
 	}
 	other := redistest.Start(t)
-	cfg.RedisURL = other.URL()
+	cfg.Redis.URL = other.URL()
 	if c := query.SharedCursorKey(context.Background(), cfg, log); bytes.Equal(a, c) {
 		t.Fatal("two Redis deployments gave the same key")
 	}
@@ -39,7 +39,7 @@ func TestCursorKeySharedThroughRedis(t *testing.T) {
 		t.Fatalf("a cursor sealed by one process, opened by the other: %v, %v", got, err)
 	}
 	// Redis unreachable: the process draws a key of its own (nil here).
-	cfg.RedisURL = "redis://127.0.0.1:1/0"
+	cfg.Redis.URL = "redis://127.0.0.1:1/0"
 	if k := query.SharedCursorKey(context.Background(), cfg, log); k != nil {
 		t.Fatalf("key %q with Redis unreachable, want none (a key of the process)", k)
 	}

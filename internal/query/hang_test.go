@@ -12,6 +12,7 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -22,7 +23,7 @@ import (
 // too, and the service answers again once Redis resumes.
 func TestHungRedisAnswers503InTime(t *testing.T) {
 	r := redistest.Start(t)
-	rdb, err := redisconn.Open(r.URL(), false)
+	rdb, err := redisclient.Open(redisconn.Config{URL: r.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}

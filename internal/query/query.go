@@ -53,23 +53,30 @@ type Handler struct {
 	topic    string
 	replayer Replayer
 	log      *slog.Logger
-	// Poll is how often a waiting read checks the projector's progress.
-	Poll    time.Duration
-	waits   *waitSlots
-	parts   *partitionCount
-	replays chan struct{}
-	watch   *Watcher
-	guard   *auth.Guard
-	api     http.Handler
+	// poll is how often a waiting read checks the projector's progress
+	// (Options.PollEvery).
+	poll time.Duration
+	// replayLimit bounds a replay or rebuild (Options.ReplayLimit).
+	replayLimit time.Duration
+	waits       *waitSlots
+	parts       *partitionCount
+	replays     chan struct{}
+	watch       *Watcher
+	guard       *auth.Guard
+	api         http.Handler
 }
 
 // Options bound the expensive requests.
 type Options struct {
-	MaxWaiting  int // concurrent reads waiting for a position (default 256)
-	MaxReplays  int // concurrent replays (default 4)
-	Log         *slog.Logger
-	PollEvery   time.Duration // default 20ms
-	ReplayLimit time.Duration // longest a replay may take (default 30s)
+	MaxWaiting int // concurrent reads waiting for a position (default 256)
+	MaxReplays int // concurrent replays (default 4)
+	Log        *slog.Logger
+	// PollEvery is how often a waiting read checks the projector's
+	// progress; default 20ms.
+	PollEvery time.Duration
+	// ReplayLimit is the longest a replay or a rebuild may read the log
+	// (then 503); default 30s.
+	ReplayLimit time.Duration
 	// MaxWaitingPerPrincipal bounds the reads one token (or, without
 	// authentication, one client address) may have waiting at once
 	// (default a quarter of MaxWaiting), so that no caller takes every
@@ -103,6 +110,9 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	if o.PollEvery <= 0 {
 		o.PollEvery = 20 * time.Millisecond
 	}
+	if o.ReplayLimit <= 0 {
+		o.ReplayLimit = 30 * time.Second
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -115,7 +125,7 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	if o.Guard == nil {
 		o.Guard = auth.Open()
 	}
-	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, Poll: o.PollEvery,
+	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, poll: o.PollEvery, replayLimit: o.ReplayLimit,
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
 		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard}
@@ -299,7 +309,7 @@ func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Pos
 		if !time.Now().Before(deadline) {
 			return nil, errNotReached
 		}
-		if err := sleepCtx(ctx, min(h.Poll, time.Until(deadline))); err != nil {
+		if err := sleepCtx(ctx, min(h.poll, time.Until(deadline))); err != nil {
 			return nil, err
 		}
 	}
@@ -612,7 +622,7 @@ func (h *Handler) fromLog(w http.ResponseWriter, r *http.Request, id, what strin
 		h.storeError(w, err)
 		return nil, nil, false
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), h.replayLimit)
 	defer cancel()
 	rebuilt, err = h.replayer.Replay(ctx, stored)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 	"time"
 
@@ -399,6 +400,56 @@ func TestWaitReturnsWhatTheCheckpointCovers(t *testing.T) {
 		_ = json.Unmarshal(body, &got)
 		if got.Version != 3 {
 			t.Fatalf("round %d: answered version %d although the position was reached", round, got.Version)
+		}
+	}
+}
+
+// deadlineReplayer reports the deadline of the context a replay is given.
+type deadlineReplayer struct{ deadline chan time.Duration }
+
+func (d *deadlineReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (*snapshot.Snapshot, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		d.deadline <- -1
+	} else {
+		d.deadline <- time.Until(dl)
+	}
+	return stored, nil
+}
+
+// TestReplayLimitBoundsAReplay: Options.ReplayLimit is the deadline a
+// replay (and a rebuild) gets, 30s when unset.
+func TestReplayLimitBoundsAReplay(t *testing.T) {
+	r := redistest.Start(t)
+	store, err := snapshot.NewStore(r.Client(t), "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		limit, want time.Duration
+	}{{3 * time.Second, 3 * time.Second}, {0, 30 * time.Second}} {
+		f := &fixture{t: t, store: store}
+		f.put("s-1", 0, 1, fsm.SessionCreated)
+		rep := &deadlineReplayer{deadline: make(chan time.Duration, 1)}
+		f.srv = httptest.NewServer(query.NewHandler(store, topic, rep, query.Options{ReplayLimit: tc.limit}))
+		if resp, body := f.get("/v1/sessions/s-1/replay"); resp.StatusCode != 200 {
+			t.Fatalf("replay: %d %s", resp.StatusCode, body)
+		}
+		f.srv.Close()
+		// The deadline was read a moment after it was set: within a second.
+		if got := <-rep.deadline; got > tc.want || got < tc.want-time.Second {
+			t.Errorf("ReplayLimit %v: the replay's deadline was %v away, want %v", tc.limit, got, tc.want)
+		}
+	}
+}
+
+// TestHandlerIsConfiguredByOptions: the handler has no exported field, so
+// that each setting has one place, Options.
+func TestHandlerIsConfiguredByOptions(t *testing.T) {
+	ht := reflect.TypeFor[query.Handler]()
+	for i := range ht.NumField() {
+		if f := ht.Field(i); f.IsExported() {
+			t.Errorf("query.Handler.%s is exported: set it through Options", f.Name)
 		}
 	}
 }

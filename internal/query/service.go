@@ -17,41 +17,51 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/internal/service/redisstore"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
-// Config configures the query service. DefaultConfig holds the defaults;
-// Bind registers them as the flags' and environment variables' defaults.
+// Config configures the query service. Each setting's doc names its
+// variable and has one "default:" line; DefaultConfig holds the defaults
+// and Bind registers them.
 type Config struct {
-	Kafka        kafka.Config // for /replay, /rebuild and the watches
-	Topic        string       // CORREX_TOPIC; default correx.session-events
-	RedisURL     string       // CORREX_REDIS_URL; default redis://127.0.0.1:6379/0
-	RedisCluster bool         // CORREX_REDIS_CLUSTER; default false
-	RedisPrefix  string       // CORREX_REDIS_PREFIX; default correx
-	// RedisPasswordFile holds the Redis password (CORREX_REDIS_PASSWORD_FILE).
-	RedisPasswordFile string
-	// RedisTLSCAFile is the CA of the Redis server (CORREX_REDIS_TLS_CA_FILE).
-	RedisTLSCAFile string
-	HTTPAddr       string // CORREX_HTTP_ADDR; default :8082
+	// Kafka is the brokers (CORREX_KAFKA_BROKERS) and the client's TLS and
+	// SASL settings (off by default), for /replay, /rebuild and the watches; no brokers
+	// turns those off (503).
+	// default: 127.0.0.1:9092 (config.DefaultBroker)
+	Kafka kafka.Config
+	// Topic is the topic of session events (CORREX_TOPIC).
+	// default: correx.session-events (config.DefaultTopic)
+	Topic string
+	// Redis is the read model's connection and key prefix
+	// (CORREX_REDIS_URL, _CLUSTER, _PREFIX, _PASSWORD_FILE, _TLS_CA_FILE;
+	// redisconn.Config holds their defaults).
+	Redis redisconn.Config
+	// HTTPAddr is the listen address (CORREX_HTTP_ADDR).
+	// default: :8082
+	HTTPAddr string
 	// Auth is the bearer-token authentication and the rate limit
-	// (CORREX_AUTH_*, CORREX_RATE_*).
+	// (CORREX_AUTH_*, CORREX_RATE_*; auth.Config holds their defaults).
 	Auth auth.Config
-	// TLS serves HTTPS (CORREX_TLS_*).
+	// TLS serves HTTPS (CORREX_TLS_*; off by default).
 	TLS httpx.TLSConfig
 	// Timeouts are the service defaults of the session timeouts
 	// (CORREX_TIMEOUT_*, the projector's settings): a snapshot's
 	// "timeouts" and "deadline" show the effective values with them.
+	// default: unset (zero) except cancellation, 5m (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
 	// WatchCursorKeyFile holds the secret the watch cursors are sealed
 	// with (CORREX_WATCH_CURSOR_KEY_FILE; at least 16 bytes, surrounding
 	// whitespace ignored). The same file on every replica keeps cursors
 	// valid across restarts and replicas; without it the key is a random
 	// one shared in Redis (sharedCursorKey).
+	// default: none
 	WatchCursorKeyFile string
 	// WatchMaxLifetime ends each watch stream after this long
-	// (CORREX_WATCH_MAX_LIFETIME; default 1h); the client resumes with
-	// its last id.
+	// (CORREX_WATCH_MAX_LIFETIME); the client resumes with its last id.
+	// default: 1h (DefaultWatchMaxLifetime)
 	WatchMaxLifetime time.Duration
 }
 
@@ -91,7 +101,7 @@ func sharedCursorKey(ctx context.Context, cfg Config, log *slog.Logger) []byte {
 			"err", err)
 		return nil
 	}
-	rdb, err := cfg.Redis().Open()
+	rdb, err := redisclient.Open(cfg.Redis)
 	if err != nil {
 		return fallback(err)
 	}
@@ -100,7 +110,7 @@ func sharedCursorKey(ctx context.Context, cfg Config, log *slog.Logger) []byte {
 	defer cancel()
 	fresh := make([]byte, 32)
 	_, _ = rand.Read(fresh) // never fails (crypto/rand)
-	key := cfg.RedisPrefix + ":watch:cursor-key"
+	key := cfg.Redis.Prefix + ":watch:cursor-key"
 	if err := rdb.SetNX(ctx, key, hex.EncodeToString(fresh), cursorKeyTTL).Err(); err != nil {
 		return fallback(err)
 	}
@@ -111,21 +121,15 @@ func sharedCursorKey(ctx context.Context, cfg Config, log *slog.Logger) []byte {
 	return secret
 }
 
-// Redis returns the Redis connection settings.
-func (c *Config) Redis() redisconn.Options {
-	return redisconn.Options{URL: c.RedisURL, Cluster: c.RedisCluster, PasswordFile: c.RedisPasswordFile, TLSCAFile: c.RedisTLSCAFile}
-}
-
 // DefaultConfig returns the service's defaults, apart from authentication
 // and TLS (auth.Config and httpx.TLSConfig bind their own).
 func DefaultConfig() Config {
 	return Config{
-		Kafka:       kafka.Config{Brokers: []string{config.DefaultBroker}, ClientID: "correx-query"},
-		Topic:       config.DefaultTopic,
-		RedisURL:    config.DefaultRedisURL,
-		RedisPrefix: config.DefaultRedisPrefix,
-		HTTPAddr:    ":8082",
-		Timeouts:    fsm.DefaultTimeouts(),
+		Kafka:    kafka.Config{Brokers: []string{config.DefaultBroker}, ClientID: "correx-query"},
+		Topic:    config.DefaultTopic,
+		Redis:    redisconn.DefaultConfig(),
+		HTTPAddr: ":8082",
+		Timeouts: fsm.DefaultTimeouts(),
 
 		WatchMaxLifetime: DefaultWatchMaxLifetime,
 	}
@@ -138,11 +142,7 @@ func (c *Config) Bind(b *config.Binder) {
 	c.Kafka.ClientID = d.Kafka.ClientID
 	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers (for /replay, /rebuild and the watches)")
 	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
-	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", d.RedisURL, "Redis URL (rediss:// for TLS)")
-	b.Bool(&c.RedisCluster, "redis-cluster", "CORREX_REDIS_CLUSTER", d.RedisCluster, "the Redis URL names a Redis Cluster")
-	b.String(&c.RedisPrefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.RedisPrefix, "prefix of every Redis key")
-	b.String(&c.RedisPasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", d.RedisPasswordFile, "file holding the Redis password (instead of a password in the URL)")
-	b.String(&c.RedisTLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", d.RedisTLSCAFile, "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
+	c.Redis.Bind(b)
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address")
 	b.String(&c.WatchCursorKeyFile, "watch-cursor-key-file", "CORREX_WATCH_CURSOR_KEY_FILE", d.WatchCursorKeyFile, "file holding the secret that seals watch cursors (the same on every replica; without it cursors do not survive a restart)")
 	b.Duration(&c.WatchMaxLifetime, "watch-max-lifetime", "CORREX_WATCH_MAX_LIFETIME", d.WatchMaxLifetime, "longest a watch stream lasts before the client must resume")
@@ -158,16 +158,13 @@ func (c *Config) Validate() error {
 	if c.Topic == "" {
 		p.Addf("CORREX_TOPIC: must not be empty")
 	}
-	problems := c.Redis().Validate()
+	problems := redisclient.Validate(c.Redis)
 	if len(c.Kafka.Brokers) > 0 {
 		problems = append(problems, c.Kafka.Validate()...)
 	}
 	problems = append(append(problems, c.Auth.Validate()...), c.TLS.Validate()...)
 	for _, s := range problems {
 		p.Addf("%s", s)
-	}
-	if c.RedisPrefix == "" {
-		p.Addf("CORREX_REDIS_PREFIX: must not be empty")
 	}
 	if c.WatchMaxLifetime <= 0 {
 		p.Addf("CORREX_WATCH_MAX_LIFETIME: must be positive")
@@ -186,7 +183,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		return fmt.Errorf("query: %w", err)
 	}
 	guard.Watch(ctx)
-	store, closeStore, err := rt.OpenStore(cfg.Redis(), cfg.RedisPrefix)
+	store, closeStore, err := redisstore.Open(rt, cfg.Redis)
 	if err != nil {
 		return err
 	}

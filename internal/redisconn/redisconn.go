@@ -1,199 +1,56 @@
-// Package redisconn opens the Redis client the services share, from the
-// CORREX_REDIS_URL setting: redis://[user:password@]host:port/db, rediss://
-// for TLS. With cluster set, the URL names one or more cluster nodes
-// (redis://host:port?addr=host2:port2) and a Redis Cluster client is built.
-//
-// Redis Sentinel: a URL with a master_name parameter names the sentinels
-// and the master they watch, redis://sentinel-1:26379/0?master_name=mymaster
-// &addr=sentinel-2:26379&addr=sentinel-3:26379 (go-redis's failover URL), and
-// a failover client is built: it asks the sentinels for the current master
-// and follows a failover. The URL's user and password are the sentinels';
-// the master's password comes from CORREX_REDIS_PASSWORD_FILE (or the
-// password= parameter), its ACL user from the username= parameter; TLS
-// (rediss://, CORREX_REDIS_TLS_CA_FILE) applies to both.
-//
-// The password may instead come from a file (CORREX_REDIS_PASSWORD_FILE, a
-// mounted Secret), so that it is neither in the URL nor in the environment;
-// the file is read for every new connection, so a rotated password is used
-// without a restart. The user of an ACL (Redis 6+) stays in the URL:
-// rediss://correx@redis:6380/0. A private CA of the server's certificate
-// comes from CORREX_REDIS_TLS_CA_FILE.
+// Package redisconn holds the Redis settings the projector and the query
+// service share, CORREX_REDIS_URL, _CLUSTER, _PREFIX, _PASSWORD_FILE and
+// _TLS_CA_FILE, as one Config block with its flags. It does not import the
+// Redis client: redisclient, below it, opens a client from a Config and
+// documents the URL forms.
 package redisconn
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
-	"net"
 	neturl "net/url"
-	"os"
-	"time"
 
 	"github.com/correx/sessions/internal/config"
-	"github.com/redis/go-redis/v9"
 )
 
-// Options are the Redis settings of a service.
-type Options struct {
-	URL     string // CORREX_REDIS_URL
-	Cluster bool   // CORREX_REDIS_CLUSTER
-	// PasswordFile holds the password (CORREX_REDIS_PASSWORD_FILE); it
-	// replaces a password in the URL.
+// Config is the Redis settings of a service, the CORREX_REDIS_* variables
+// that the projector and the query service share; Bind registers them.
+type Config struct {
+	// URL names the server, the sentinels or the cluster nodes
+	// (CORREX_REDIS_URL, -redis-url; rediss:// for TLS).
+	// default: redis://127.0.0.1:6379/0 (config.DefaultRedisURL)
+	URL string
+	// Cluster makes URL name Redis Cluster nodes (CORREX_REDIS_CLUSTER,
+	// -redis-cluster).
+	// default: false
+	Cluster bool
+	// Prefix begins every key the service reads or writes
+	// (CORREX_REDIS_PREFIX, -redis-prefix).
+	// default: correx (config.DefaultRedisPrefix)
+	Prefix string
+	// PasswordFile holds the password (CORREX_REDIS_PASSWORD_FILE,
+	// -redis-password-file); it replaces a password in the URL.
+	// default: none
 	PasswordFile string
 	// TLSCAFile is a PEM bundle of the CAs that signed the server's
-	// certificate (CORREX_REDIS_TLS_CA_FILE); it needs a rediss:// URL.
+	// certificate (CORREX_REDIS_TLS_CA_FILE, -redis-tls-ca-file); it needs
+	// a rediss:// URL.
+	// default: none (the system's CAs)
 	TLSCAFile string
 }
 
-// Validate reports every problem; it reads the files but does not contact
-// Redis.
-func (o Options) Validate() []string {
-	var out []string
-	if o.URL == "" {
-		return append(out, "CORREX_REDIS_URL: must not be empty")
-	}
-	if o.Cluster && Sentinel(o.URL) {
-		out = append(out, "CORREX_REDIS_URL: a Sentinel URL (master_name) and CORREX_REDIS_CLUSTER exclude each other")
-	}
-	if _, err := o.Open(); err != nil {
-		out = append(out, err.Error())
-	}
-	if o.PasswordFile != "" {
-		if _, err := config.ReadSecretFile(o.PasswordFile); err != nil {
-			out = append(out, "CORREX_REDIS_PASSWORD_FILE: "+err.Error())
-		}
-	}
-	return out
+// DefaultConfig returns the defaults of Config.
+func DefaultConfig() Config {
+	return Config{URL: config.DefaultRedisURL, Prefix: config.DefaultRedisPrefix}
 }
 
-// Open returns a client for url; it does not contact Redis.
-func Open(url string, cluster bool) (redis.UniversalClient, error) {
-	return Options{URL: url, Cluster: cluster}.Open()
-}
-
-// Open returns a client for the options; it does not contact Redis.
-//
-// The client honours the deadlines of the contexts it is given, on the
-// socket and between retries (ContextTimeoutEnabled): without it go-redis
-// waits out its read timeout (3s) and retries (3 times) whatever the
-// context says, and a hung server held a request for 20 s. Calls whose
-// context has no deadline still end after the read and write timeouts.
-func (o Options) Open() (redis.UniversalClient, error) {
-	var tc *tls.Config
-	if o.TLSCAFile != "" {
-		pool, err := loadPool(o.TLSCAFile)
-		if err != nil {
-			return nil, err
-		}
-		tc = &tls.Config{RootCAs: pool}
-	}
-	if o.Cluster {
-		opt, err := redis.ParseClusterURL(o.URL)
-		if err != nil {
-			return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
-		}
-		if err := o.apply(tc, &opt.TLSConfig, opt.Username, &opt.CredentialsProviderContext, &opt.ContextTimeoutEnabled); err != nil {
-			return nil, err
-		}
-		opt.ClusterStateReloadInterval = ClusterReloadInterval
-		cc := redis.NewClusterClient(opt)
-		cc.OnNewNode(func(node *redis.Client) { node.AddHook(reloadOnFailure{cc}) })
-		return cc, nil
-	}
-	if Sentinel(o.URL) {
-		opt, err := redis.ParseFailoverURL(o.URL)
-		if err != nil {
-			return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
-		}
-		if err := o.apply(tc, &opt.TLSConfig, opt.Username, &opt.CredentialsProviderContext, &opt.ContextTimeoutEnabled); err != nil {
-			return nil, err
-		}
-		return redis.NewFailoverClient(opt), nil
-	}
-	opt, err := redis.ParseURL(o.URL)
-	if err != nil {
-		return nil, fmt.Errorf("CORREX_REDIS_URL: %w", err)
-	}
-	if err := o.apply(tc, &opt.TLSConfig, opt.Username, &opt.CredentialsProviderContext, &opt.ContextTimeoutEnabled); err != nil {
-		return nil, err
-	}
-	return redis.NewClient(opt), nil
-}
-
-// apply gives a parsed configuration, of whichever mode, what every mode
-// shares: the CA of the server's certificate, the password file, and
-// context deadlines on the socket.
-func (o Options) apply(ca *tls.Config, parsed **tls.Config, user string,
-	creds *func(context.Context) (string, string, error), contextTimeout *bool) error {
-	var err error
-	if *parsed, err = withCA(*parsed, ca); err != nil {
-		return err
-	}
-	if o.PasswordFile != "" {
-		*creds = credentials(user, o.PasswordFile)
-	}
-	*contextTimeout = true
-	return nil
-}
-
-// ClusterReloadInterval is the longest a Redis Cluster client goes
-// without reading the slot map again (CLUSTER SLOTS) while it is used;
-// go-redis's default is 60 s.
-const ClusterReloadInterval = 5 * time.Second
-
-// reloadOnFailure, a hook of each node's client, makes a cluster client
-// read the slot map again as soon as a node cannot be reached (a dial
-// fails), or a command to it fails other than by the server's answer (the
-// connection dropped, no answer in time) or because the cluster is failing
-// over (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, LOADING). On a node's client it
-// sees every attempt, so the client's own retries of the same command can
-// already go to the new master.
-//
-// go-redis reloads the map by itself only on MOVED and ASK, which a dead
-// master never sends, and every ClusterReloadInterval: without this hook
-// the client kept sending a dead master's slots to it until the periodic
-// reload, although its replica had taken over at once
-// (github.com/redis/go-redis/issues/3979). The reload runs in the
-// background and coalesces requests, so a burst of failures reads the map
-// about every 200 ms, from a random seed or known node.
-type reloadOnFailure struct{ cc *redis.ClusterClient }
-
-func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
-		h.check(err)
-		return conn, err
-	}
-}
-
-func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.check(err)
-		return err
-	}
-}
-
-func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		h.check(err)
-		return err
-	}
-}
-
-func (h reloadOnFailure) check(err error) {
-	if err == nil || errors.Is(err, context.Canceled) {
-		return
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) || redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN") ||
-		redis.HasErrorPrefix(err, "MASTERDOWN") || redis.HasErrorPrefix(err, "LOADING") {
-		// The reload has its own context: the caller's may end first.
-		h.cc.ReloadState(context.Background())
-	}
+// Bind registers the Redis flags and environment variables, with
+// DefaultConfig's values as their defaults.
+func (c *Config) Bind(b *config.Binder) {
+	d := DefaultConfig()
+	b.Secret(&c.URL, "redis-url", "CORREX_REDIS_URL", d.URL, "Redis URL (rediss:// for TLS)")
+	b.Bool(&c.Cluster, "redis-cluster", "CORREX_REDIS_CLUSTER", d.Cluster, "the Redis URL names a Redis Cluster")
+	b.String(&c.Prefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.Prefix, "prefix of every Redis key")
+	b.String(&c.PasswordFile, "redis-password-file", "CORREX_REDIS_PASSWORD_FILE", d.PasswordFile, "file holding the Redis password (instead of a password in the URL)")
+	b.String(&c.TLSCAFile, "redis-tls-ca-file", "CORREX_REDIS_TLS_CA_FILE", d.TLSCAFile, "PEM CA bundle of the Redis server's certificate (rediss:// URLs)")
 }
 
 // Sentinel reports whether url names Redis Sentinels (it has a master_name
@@ -201,41 +58,4 @@ func (h reloadOnFailure) check(err error) {
 func Sentinel(url string) bool {
 	u, err := neturl.Parse(url)
 	return err == nil && u.Query().Has("master_name")
-}
-
-// withCA adds the CA of ca to the TLS configuration parsed from a rediss://
-// URL (which carries the server name); a CA with a redis:// URL is refused,
-// since it would silently connect without TLS.
-func withCA(parsed, ca *tls.Config) (*tls.Config, error) {
-	if ca == nil {
-		return parsed, nil
-	}
-	if parsed == nil {
-		return nil, fmt.Errorf("CORREX_REDIS_TLS_CA_FILE needs a rediss:// CORREX_REDIS_URL (TLS)")
-	}
-	parsed.RootCAs = ca.RootCAs
-	return parsed, nil
-}
-
-func loadPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("CORREX_REDIS_TLS_CA_FILE: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CORREX_REDIS_TLS_CA_FILE: %s holds no PEM certificate", file)
-	}
-	return pool, nil
-}
-
-// credentials reads the password file for every new connection.
-func credentials(user, file string) func(context.Context) (string, string, error) {
-	return func(context.Context) (string, string, error) {
-		p, err := config.ReadSecretFile(file)
-		if err != nil {
-			return "", "", fmt.Errorf("redis password: %w", err)
-		}
-		return user, p, nil
-	}
 }

@@ -6,10 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/correx/sessions/internal/redisconn"
 	correxotel "github.com/correx/sessions/otel"
-	"github.com/correx/sessions/pkg/snapshot"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -44,34 +41,4 @@ func (rt Runtime) KafkaTracing() []kgo.Opt {
 		return nil
 	}
 	return []kgo.Opt{correxotel.KafkaHooks(rt.Telemetry)}
-}
-
-// InstrumentRedis traces and measures a Redis client's calls, when telemetry
-// is on.
-func (rt Runtime) InstrumentRedis(rdb redis.UniversalClient) error {
-	if rt.Telemetry == nil {
-		return nil
-	}
-	return correxotel.InstrumentRedis(rdb, rt.Telemetry)
-}
-
-// OpenStore opens the Redis client the options name, instruments it when
-// telemetry is on, and returns the snapshot store over it under prefix, with
-// the function that closes the client.
-func (rt Runtime) OpenStore(opts redisconn.Options, prefix string) (*snapshot.Store, func(), error) {
-	rdb, err := opts.Open()
-	if err != nil {
-		return nil, nil, err
-	}
-	closeClient := func() { _ = rdb.Close() }
-	if err := rt.InstrumentRedis(rdb); err != nil {
-		closeClient()
-		return nil, nil, err
-	}
-	store, err := snapshot.NewStore(rdb, prefix)
-	if err != nil {
-		closeClient()
-		return nil, nil, err
-	}
-	return store, closeClient, nil
 }

@@ -1,14 +1,18 @@
-package correxotel
+// Package otelredis instruments a go-redis client with the providers of a
+// correxotel.Telemetry. It is apart from correxotel so that a program that
+// does not use Redis (the ingest service) does not link the Redis client.
+package otelredis
 
 import (
 	"errors"
 	"fmt"
 
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 )
 
-// InstrumentRedis adds redisotel's tracing and metrics hooks to rdb, using
+// Instrument adds redisotel's tracing and metrics hooks to rdb, using
 // t's providers (never the globals): a client span per command or pipeline,
 // child of the context the command was given, and the db.client.* metrics,
 // including connection-pool statistics read at each collection.
@@ -17,7 +21,7 @@ import (
 // projector writes whole snapshots, which would make spans large and copy
 // session data into the trace backend. The command name remains the span
 // name. Call it once per client, before the client is shared.
-func InstrumentRedis(rdb redis.UniversalClient, t *Telemetry) error {
+func Instrument(rdb redis.UniversalClient, t *correxotel.Telemetry) error {
 	var errs []error
 	if err := redisotel.InstrumentTracing(rdb,
 		redisotel.WithTracerProvider(t.TracerProvider),

@@ -1,4 +1,4 @@
-package correxotel
+package otelredis_test
 
 import (
 	"context"
@@ -7,16 +7,18 @@ import (
 	"testing"
 
 	"github.com/correx/sessions/internal/redistest"
+	correxotel "github.com/correx/sessions/otel"
+	"github.com/correx/sessions/otel/otelredis"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace"
 )
 
-func TestInstrumentRedis(t *testing.T) {
+func TestInstrument(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
-	tel, rec, reader := NewForTest()
+	tel, rec, reader := correxotel.NewForTest()
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
-	if err := InstrumentRedis(rdb, tel); err != nil {
-		t.Fatalf("InstrumentRedis: %v", err)
+	if err := otelredis.Instrument(rdb, tel); err != nil {
+		t.Fatalf("Instrument: %v", err)
 	}
 
 	ctx, parent := tel.Tracer("correxotel.test").Start(context.Background(), "query")
@@ -52,4 +54,14 @@ func TestInstrumentRedis(t *testing.T) {
 	if names := metricNames(rm); !slices.Contains(names, "db.client.connections.usage") {
 		t.Errorf("redisotel metrics missing db.client.connections.usage; have %q", names)
 	}
+}
+
+func metricNames(rm metricdata.ResourceMetrics) []string {
+	var out []string
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out = append(out, m.Name)
+		}
+	}
+	return out
 }
