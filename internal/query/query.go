@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -347,14 +346,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	state := fsm.StateNone
-	if v := q.Get("state"); v != "" {
-		s, ok := fsm.ParseState(v)
-		if !ok {
-			badRequest(w, "state", stateMessage)
-			return
-		}
-		state = s
+	f, ok := parseSessionFilter(w, r)
+	if !ok {
+		return
 	}
 	limit := DefaultLimit
 	if v := q.Get("limit"); v != "" {
@@ -365,27 +359,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	// prefix narrows the listing to ids that start with it, within the
-	// token's own prefix: a wider one lists the token's sessions, one
-	// outside it lists none.
-	prefix := auth.PrincipalFrom(r.Context()).SessionPrefix()
-	if v := q.Get("prefix"); v != "" {
-		if !fsm.ValidSessionID(v) {
-			badRequest(w, "prefix", "must be "+fsm.SessionIDRule)
-			return
-		}
-		switch {
-		case strings.HasPrefix(v, prefix):
-			prefix = v
-		case !strings.HasPrefix(prefix, v):
-			httpx.WriteJSON(w, http.StatusOK, ListResponse{Sessions: []*snapshot.Snapshot{}})
-			return
-		}
-	}
-	filter, ok := listFilter(w, q)
-	if !ok {
+	if f.none {
+		httpx.WriteJSON(w, http.StatusOK, ListResponse{Sessions: []*snapshot.Snapshot{}})
 		return
 	}
+	state, prefix, filter := f.state, f.prefix, f.store()
 	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
 	defer cancel()
 	body, err := h.listPage(ctx, state, prefix, filter, q.Get("cursor"), limit)
@@ -400,37 +378,6 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
-}
-
-// listFilter reads the repeatable ?label=KEY=VALUE (all must hold) and
-// ?parent=ID of a listing, answering 400 itself when one is malformed.
-func listFilter(w http.ResponseWriter, q url.Values) (snapshot.Filter, bool) {
-	var f snapshot.Filter
-	labels := q["label"]
-	if len(labels) > fsm.MaxLabels {
-		badRequest(w, "label", fmt.Sprintf("at most %d label conditions", fsm.MaxLabels))
-		return f, false
-	}
-	for _, l := range labels {
-		k, v, ok := strings.Cut(l, "=")
-		switch {
-		case !ok || !fsm.ValidLabelKey(k):
-			badRequest(w, "label", "must be KEY=VALUE with KEY matching "+fsm.LabelKeyRule)
-			return f, false
-		case len(v) > fsm.MaxLabelValueBytes:
-			badRequest(w, "label", fmt.Sprintf("value is %d bytes; the limit is %d", len(v), fsm.MaxLabelValueBytes))
-			return f, false
-		}
-		f.Labels = append(f.Labels, fsm.Label{Key: k, Value: v})
-	}
-	if v, ok := q["parent"]; ok {
-		if len(v) != 1 || !fsm.ValidSessionID(v[0]) {
-			badRequest(w, "parent", "must be one session id of "+fsm.SessionIDRule)
-			return f, false
-		}
-		f.Parent = v[0]
-	}
-	return f, true
 }
 
 // Listing reads in chunks: the first of minListChunk sessions, the next

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,9 +33,10 @@ const (
 	DefaultCatchUps               = 4
 	DefaultCatchUpQueue           = 256
 	DefaultWatchMaxLifetime       = time.Hour
-	// MaxWatchLabels bounds the label filters of one watch (a session has
-	// at most 16 labels, so more filters can never all hold).
-	MaxWatchLabels = 16
+	// MaxWatchLabels bounds the label filters of one watch, as of a
+	// listing: a session has at most fsm.MaxLabels labels, so more
+	// filters can never all hold.
+	MaxWatchLabels = fsm.MaxLabels
 	// CatchUpFetchBytes bounds one fetch of a catch-up (all partitions),
 	// and CatchUpPartitionBytes its share of one partition, counted as
 	// the broker stores the batches (compressed: JSON changes take several
@@ -690,88 +690,24 @@ func (w *Watcher) catchUp(ctx context.Context, from, to []int64, each func(*chan
 	return nil
 }
 
-// watchFilter is what a watch asks for. Every field set must hold.
+// watchFilter is what a watch asks for: a listing's filter
+// (sessionFilter), or one session's changes. Every condition set must hold.
 type watchFilter struct {
-	prefix  string // the token's prefix, or a narrower one
-	none    bool   // a prefix outside the token's: nothing passes
+	sessionFilter
 	session string
-	state   string
-	labels  [][2]string
-	parent  string
 }
 
 func (f *watchFilter) match(c *feed.Change) bool {
-	if f.none || !strings.HasPrefix(c.SessionID, f.prefix) ||
-		(f.session != "" && c.SessionID != f.session) ||
-		(f.state != "" && c.To != f.state) ||
-		(f.parent != "" && c.ParentSessionID != f.parent) {
-		return false
-	}
-	for _, l := range f.labels {
-		if v, ok := c.Labels[l[0]]; !ok || v != l[1] {
-			return false
-		}
-	}
-	return true
-}
-
-// parseWatchFilter reads state, label, prefix and parent; it writes the
-// 400 and returns false on a bad one.
-func parseWatchFilter(w http.ResponseWriter, r *http.Request) (watchFilter, bool) {
-	q := r.URL.Query()
-	f := watchFilter{prefix: auth.PrincipalFrom(r.Context()).SessionPrefix()}
-	if v := q.Get("state"); v != "" {
-		s, ok := fsm.ParseState(v)
-		if !ok {
-			badRequest(w, "state", stateMessage)
-			return f, false
-		}
-		f.state = s.String()
-	}
-	labels := q["label"]
-	if len(labels) > MaxWatchLabels {
-		badRequest(w, "label", fmt.Sprintf("at most %d label filters", MaxWatchLabels))
-		return f, false
-	}
-	for _, l := range labels {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || !fsm.ValidLabelKey(k) || len(v) > fsm.MaxLabelValueBytes {
-			badRequest(w, "label", fmt.Sprintf("must be KEY=VALUE, the key of %s, the value at most %d bytes", fsm.LabelKeyRule, fsm.MaxLabelValueBytes))
-			return f, false
-		}
-		f.labels = append(f.labels, [2]string{k, v})
-	}
-	if v := q.Get("parent"); v != "" {
-		if !fsm.ValidSessionID(v) {
-			badRequest(w, "parent", "must be "+fsm.SessionIDRule)
-			return f, false
-		}
-		f.parent = v
-	}
-	// prefix narrows within the token's own prefix, as in listings: a
-	// wider one watches the token's sessions, one outside it none.
-	if v := q.Get("prefix"); v != "" {
-		if !fsm.ValidSessionID(v) {
-			badRequest(w, "prefix", "must be "+fsm.SessionIDRule)
-			return f, false
-		}
-		switch {
-		case strings.HasPrefix(v, f.prefix):
-			f.prefix = v
-		case !strings.HasPrefix(f.prefix, v):
-			f.none = true
-		}
-	}
-	return f, true
+	return (f.session == "" || c.SessionID == f.session) && f.matchChange(c)
 }
 
 // watchAll serves GET /v1/watch.
 func (h *Handler) watchAll(w http.ResponseWriter, r *http.Request) {
-	f, ok := parseWatchFilter(w, r)
+	f, ok := parseSessionFilter(w, r)
 	if !ok {
 		return
 	}
-	h.serveWatch(w, r, f)
+	h.serveWatch(w, r, watchFilter{sessionFilter: f})
 }
 
 // watchSession serves GET /v1/sessions/{id}/watch.
@@ -785,7 +721,7 @@ func (h *Handler) watchSession(w http.ResponseWriter, r *http.Request) {
 		notFound(w)
 		return
 	}
-	h.serveWatch(w, r, watchFilter{prefix: id, session: id})
+	h.serveWatch(w, r, watchFilter{sessionFilter: sessionFilter{prefix: id}, session: id})
 }
 
 // cursorGone answers 410 for a cursor the stream cannot resume from.
