@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -223,10 +224,61 @@ func (d *derived) note(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, out ou
 }
 
 // traceHeaders returns the trace context of src as record headers, or nil.
+// A record whose trace context is one traceparent in the form ingest
+// writes, and no tracestate, gets a copy of it: extracting and injecting
+// it again would write the same bytes (canonicalTraceparent), and this is
+// done for most folded records. Any other goes through the propagator,
+// which validates and normalizes.
 func traceHeaders(src *kgo.Record) []kgo.RecordHeader {
 	if len(src.Headers) == 0 {
 		return nil
 	}
+	if tp, ok := canonicalTraceparent(src.Headers); ok {
+		return []kgo.RecordHeader{{Key: "traceparent", Value: bytes.Clone(tp)}}
+	}
+	return propagatedTraceHeaders(src)
+}
+
+// canonicalTraceparent returns the value of the only traceparent among
+// headers when it is exactly what the W3C propagator writes (version 00,
+// lowercase hex, trace and span ids not all zero, flags 00 or 01) and no
+// tracestate is there.
+func canonicalTraceparent(headers []kgo.RecordHeader) ([]byte, bool) {
+	var tp []byte
+	n := 0
+	for _, h := range headers {
+		switch h.Key {
+		case "tracestate":
+			return nil, false
+		case "traceparent":
+			tp, n = h.Value, n+1
+		}
+	}
+	if n != 1 || len(tp) != 55 || string(tp[:3]) != "00-" || tp[35] != '-' || tp[52] != '-' ||
+		tp[53] != '0' || (tp[54] != '0' && tp[54] != '1') {
+		return nil, false
+	}
+	return tp, lowerHexNotZero(tp[3:35]) && lowerHexNotZero(tp[36:52])
+}
+
+// lowerHexNotZero reports whether b is lowercase hex digits, not all zero.
+func lowerHexNotZero(b []byte) bool {
+	zero := true
+	for _, c := range b {
+		switch {
+		case c == '0':
+		case (c >= '1' && c <= '9') || (c >= 'a' && c <= 'f'):
+			zero = false
+		default:
+			return false
+		}
+	}
+	return !zero
+}
+
+// propagatedTraceHeaders returns the trace context of src as the W3C
+// propagator reads and writes it again, or nil.
+func propagatedTraceHeaders(src *kgo.Record) []kgo.RecordHeader {
 	ctx := correxotel.ExtractRecord(context.Background(), traceContext, src)
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return nil
