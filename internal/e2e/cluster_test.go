@@ -14,6 +14,7 @@ import (
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -101,10 +102,10 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 
 	// Under way: a few seconds of load accepted, and a session on the
 	// failed shard that the query service already serves.
-	waitUntil(t, "load accepted", func() bool { return accepted.Load() >= 2000 })
+	testwait.Until(t, "load accepted", 30*time.Second, func() bool { return accepted.Load() >= 2000 })
 	onShard := victimBuckets(t, c.Nodes[0].Client(t), 5461, 10921)
 	var onVictim string
-	waitUntil(t, "a session of the victim's shard stored", func() bool {
+	testwait.Until(t, "a session of the victim's shard stored", 30*time.Second, func() bool {
 		for i := range sessions {
 			id := prefix + "-" + strconv.FormatUint(seed, 36) + "-" + strconv.Itoa(i)
 			if onShard[snapshot.Bucket(id)] && getStatus(st.QueryURL+"/v1/sessions/"+id) == 200 {
@@ -138,7 +139,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 		// The promoted master has no replica: seconds of load later,
 		// no checkpoint has passed an event that came after the kill.
 		n := accepted.Load()
-		waitUntil(t, "load after the promotion", func() bool {
+		testwait.Until(t, "load after the promotion", 30*time.Second, func() bool {
 			if queryOK == 0 && getStatus(st.QueryURL+"/v1/sessions/"+onVictim) == 200 {
 				queryOK = time.Since(promoted)
 			}
@@ -150,7 +151,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 			}
 		}
 		victim.Restart(t) // with its nodes.conf: it rejoins as the replica of its heir
-		waitUntil(t, "the old master replicating its heir", func() bool {
+		testwait.Until(t, "the old master replicating its heir", 30*time.Second, func() bool {
 			info, err := heir.Client(t).Info(ctx, "replication").Result()
 			return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 		})

@@ -23,6 +23,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -418,7 +419,7 @@ func waitSlots(t *testing.T, c client, ingestURL, queryURL string, tok map[strin
 	}
 	// The flood holds the reader's share of the waiting reads once the
 	// reader's next read is refused at once.
-	waitUntil(t, "the flood holds the reader's waiting reads", func() bool {
+	testwait.Until(t, "the flood holds the reader's waiting reads", 30*time.Second, func() bool {
 		return c.do(http.MethodGet, queryURL+"/v1/sessions/warm:1?minPosition=0:99999999", tok["reader"], "", nil).status == 503
 	})
 	a := c.do(http.MethodPost, ingestURL+"/v1/events", tok["acme"], "application/json", []byte(event("acme:fair", "SessionCreated")))

@@ -23,6 +23,7 @@ import (
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/internal/testwait"
 )
 
 // soakRequests is how many hostile requests TestSoak sends.
@@ -83,7 +84,7 @@ func TestSoak(t *testing.T) {
 	// The query service starts reading the change feed (for watches) once
 	// the projector has created it, in the background: wait for it, so
 	// that its consumer is in the baseline.
-	waitUntil(t, "the change feed read by the query service", func() bool {
+	testwait.Until(t, "the change feed read by the query service", 30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.QueryURL+"/v1/watch", nil)
@@ -454,17 +455,5 @@ func (v *validTraffic) verify(t *testing.T, c client, st *devstack.Stack, token 
 		if a.status != 200 || json.Unmarshal(a.body, &s) != nil || s.State != "COMPLETED" || s.Version != 4 || s.Counters.ToolFailures != 1 {
 			t.Fatalf("%s: %d %s", id, a.status, a.body)
 		}
-	}
-}
-
-// waitUntil waits up to 30 s for cond.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

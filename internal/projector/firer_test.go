@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -442,7 +443,7 @@ func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
 	}
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	e.clock.Advance(10 * time.Second)
-	waitFor(t, "every firing folded", func() bool {
+	testwait.Until(t, "every firing folded", 30*time.Second, func() bool {
 		for i := range sessions {
 			if s := e.get(fmt.Sprintf("storm-%02d", i)); s == nil || s.Counters.Duplicates == 0 {
 				return false

@@ -15,6 +15,7 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -104,7 +105,7 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	e.produce(more)
 	// The batch with the new events is written, and its wait for the
 	// replicas failed: its checkpoints would be written by now.
-	waitFor(t, "a wait for the replicas that failed", func() bool {
+	testwait.Until(t, "a wait for the replicas that failed", 30*time.Second, func() bool {
 		return strings.Contains(logs.String(), snapshot.ErrNotReplicated.Error())
 	})
 	var ids []string

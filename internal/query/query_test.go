@@ -13,6 +13,7 @@ import (
 
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -190,7 +191,7 @@ func TestWaitingReadsAreBounded(t *testing.T) {
 			done <- resp.StatusCode
 		}()
 	}
-	waitUntil(t, "both reads wait", func() bool { return f.h.Waiting() == 2 })
+	testwait.Until(t, "both reads wait", 10*time.Second, func() bool { return f.h.Waiting() == 2 })
 	resp, body := f.get("/v1/sessions/s-1?minPosition=0:99&wait=1s")
 	wantProblem(t, resp, body, 503, "")
 	if resp.Header.Get("Retry-After") == "" {
