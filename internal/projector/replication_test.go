@@ -3,6 +3,7 @@ package projector
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -68,17 +69,10 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	waitCaughtUp := func(st *snapshot.Store) {
 		t.Helper()
 		ends := endOffsets(t, e.brokers)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testwait.UntilSeen(t, "caught up", 60*time.Second, func() (bool, string) {
 			cps, err := st.Checkpoints(ctx, topic)
-			if err == nil && caughtUp(cps, ends) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not caught up: checkpoints %v, ends %v", cps, ends)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return err == nil && caughtUp(cps, ends), fmt.Sprintf("checkpoints %v, ends %v", cps, ends)
+		})
 	}
 
 	waiting := store("w", 1)

@@ -315,14 +315,10 @@ func TestClusterFailover(t *testing.T) {
 			}
 			c.Takeover(t, c.Replicas[1])
 			promoted := time.Now()
-			for {
-				if err := put("after", 3); err == nil {
-					break
-				} else if time.Since(promoted) > 20*time.Second {
-					t.Fatalf("no write 20 s after the replica took over: %v", err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			testwait.UntilSeen(t, "a write after the replica took over", 20*time.Second, func() (bool, string) {
+				err := put("after", 3)
+				return err == nil, fmt.Sprint(err)
+			})
 			t.Logf("writing again %v after the replica took over", time.Since(promoted).Round(time.Millisecond))
 			ids := make([]string, 2*snapshot.Buckets)
 			for i := range ids {
