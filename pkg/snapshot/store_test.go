@@ -301,31 +301,23 @@ func TestWaitReplicatedCluster(t *testing.T) {
 	if !errors.Is(err, snapshot.ErrNotReplicated) || !strings.Contains(err.Error(), c.Nodes[1].Addr) {
 		t.Fatalf("with the replica of %s hung: %v, want ErrNotReplicated naming it", c.Nodes[1].Addr, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.UntilSeen(t, "replication with the replica back", 10*time.Second, func() (bool, string) {
 		next, err := st.WaitReplicated(ctx, mark)
-		if err == nil {
-			mark = next
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the replica is back, and still: %v", err)
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		mark = next
+		return true, ""
+	})
 
 	put(3)
 	c.Nodes[2].Stop()
 	c.Takeover(t, c.Replicas[2])
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	// The client may still try the dead master for a while.
+	testwait.UntilSeen(t, "ErrMastersChanged after a takeover", 10*time.Second, func() (bool, string) {
 		_, err := st.WaitReplicated(ctx, mark)
-		if errors.Is(err, snapshot.ErrMastersChanged) {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("after a takeover: %v, want ErrMastersChanged", err)
-		}
-		time.Sleep(50 * time.Millisecond) // the client may still try the dead master
-	}
+		return errors.Is(err, snapshot.ErrMastersChanged), fmt.Sprint(err)
+	})
 	if mark, err = st.MarkReplication(ctx); err != nil {
 		t.Fatal(err)
 	}
