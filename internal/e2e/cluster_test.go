@@ -163,12 +163,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 	acceptedThen := accepted.Load()
 
 	var foldsAgain, caughtUp time.Duration
-	deadline := since.Add(clusterRecoveryBound)
-	for foldsAgain == 0 || caughtUp == 0 || queryOK == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v after the failover: folds again after %v, checkpoints at the log's end after %v, query 200 after %v (0: not yet); checkpoints %v, log end %v",
-				clusterRecoveryBound, foldsAgain, caughtUp, queryOK, probe.checkpoints(t), ends)
-		}
+	testwait.UntilSeen(t, "the failover's recovery", clusterRecoveryBound, func() (bool, string) {
 		if ends == nil && accepted.Load() > acceptedThen {
 			ends = listEnds()
 		}
@@ -192,8 +187,10 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 		if queryOK == 0 && getStatus(st.QueryURL+"/v1/sessions/"+onVictim) == 200 {
 			queryOK = time.Since(promoted)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return foldsAgain != 0 && caughtUp != 0 && queryOK != 0,
+			fmt.Sprintf("folds again after %v, checkpoints at the log's end after %v, query 200 after %v (0: not yet); checkpoints %v, log end %v",
+				foldsAgain, caughtUp, queryOK, cps, ends)
+	})
 	if wait {
 		t.Logf("seeds %s, waiting for 1 replica: killed, promoted in %v, no checkpoint past the kill while the promoted master had no replica; once the old master replicated it (%v after the promotion) the projector checkpoints events after the kill in %v, every checkpoint reaches the log's end after the failover in %v; the query service answers 200 for %s %v after the promotion",
 			url, promoted.Sub(killed).Round(time.Millisecond), since.Sub(promoted).Round(time.Millisecond), foldsAgain.Round(time.Millisecond),

@@ -354,7 +354,7 @@ func (s *lossStack) restartProjector(t *testing.T) {
 // of, not a wait for a state. It returns the pause, for the schedule.
 func (s *lossStack) pause(rng *rand.Rand, lo, hi int) string {
 	d := time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond
-	time.Sleep(d)
+	time.Sleep(d) // the scenario: the time between two faults
 	return d.String()
 }
 

@@ -153,7 +153,7 @@ func TestWatchSoak(t *testing.T) {
 					return
 				}
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // the scenario: the sampling period
 		}
 	}()
 	before := procStatusBytes(query, "VmRSS:")
