@@ -14,6 +14,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -115,7 +116,7 @@ func TestProjectionServesTheFeed(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 
 	var got struct{ Days []ApprovalDay }
-	if !eventually(func() bool {
+	if !testwait.Eventually(30*time.Second, func() bool {
 		getJSON(t, base+"/approval-times", &got)
 		return reflect.DeepEqual(got.Days, wantApprovals())
 	}) {
@@ -177,17 +178,4 @@ func TestApplyIsIdempotentPerChange(t *testing.T) {
 	if rec.Code != 400 || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Errorf("no label: %d %s", rec.Code, rec.Header().Get("Content-Type"))
 	}
-}
-
-// eventually polls cond every 20 ms, for at most 30 s, and reports whether
-// it held.
-func eventually(cond func() bool) bool {
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }

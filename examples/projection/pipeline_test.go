@@ -15,6 +15,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 )
 
 func send(t *testing.T, ingestURL string, events ...string) {
@@ -82,7 +83,7 @@ func TestProjectionOverThePipeline(t *testing.T) {
 	}
 	want := views{Days: wantApprovals(), Active: wantActive()}
 	var got views
-	if !eventually(func() bool {
+	if !testwait.Eventually(30*time.Second, func() bool {
 		got = views{Active: map[string]map[string]int64{}}
 		getJSON(t, base+"/approval-times", &got)
 		for key := range want.Active {

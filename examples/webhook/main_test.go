@@ -14,6 +14,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -80,17 +81,6 @@ func (r *receiver) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.order)
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // changes returns a session's lifecycle on partition p: transitions, a
@@ -196,7 +186,7 @@ func TestWebhookDeliversEveryTransitionThroughFailuresAndRestart(t *testing.T) {
 	produce(t, prod, all[half:]...)
 	produce(t, prod, all[:half]...) // written again after a projector crash
 	stop = start()
-	eventually(t, "every transition", func() bool { return rcv.count() >= len(want) })
+	testwait.Until(t, "every transition", 30*time.Second, func() bool { return rcv.count() >= len(want) })
 	stop()
 
 	rcv.mu.Lock()

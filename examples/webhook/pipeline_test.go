@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"log/slog"
 	"net/http"
@@ -77,18 +78,18 @@ func TestWebhookOverThePipeline(t *testing.T) {
 	for _, s := range sessions {
 		send(t, st.IngestURL, ev(s, "SessionCreated", 0), ev(s, "SessionStarted", 1), ev(s, "ApprovalRequested", 2))
 	}
-	eventually(t, "the first batch", func() bool { return rcv.count() >= 3*len(sessions) })
+	testwait.Until(t, "the first batch", 30*time.Second, func() bool { return rcv.count() >= 3*len(sessions) })
 	stop()
 	for _, s := range sessions {
 		send(t, st.IngestURL, ev(s, "ApprovalGranted", 5), ev(s, "SessionCompleted", 6), ev(s, "SessionResumed", 7))
 	}
 	stop = start()
-	eventually(t, "every transition", func() bool { return rcv.count() >= 5*len(sessions) })
+	testwait.Until(t, "every transition", 30*time.Second, func() bool { return rcv.count() >= 5*len(sessions) })
 	// The feed holds 6 records per session (the rejections too): wait
 	// until the checkpoints have passed them all, so a posted rejection
 	// would be seen below.
 	rdb := red.Client(t)
-	eventually(t, "the checkpoints at the end of the feed", func() bool {
+	testwait.Until(t, "the checkpoints at the end of the feed", 30*time.Second, func() bool {
 		var sum int64
 		for p := range 3 {
 			n, _ := rdb.HGet(context.Background(), fmt.Sprintf("correx:feed:correx-webhook:%s.changes:%d", st.Topic, p), "~next").Int64()

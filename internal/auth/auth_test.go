@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/auth"
+	"github.com/correx/sessions/internal/testwait"
 )
 
 func mustToken(t *testing.T) string {
@@ -169,17 +170,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestReloadOnSIGHUP sends the test process a real SIGHUP.
 func TestReloadOnSIGHUP(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
@@ -207,13 +197,13 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the reload after SIGHUP", func() bool { return status(tokB) == 200 && status(tokA) == 401 })
+	testwait.Until(t, "the reload after SIGHUP", 5*time.Second, func() bool { return status(tokB) == 200 && status(tokA) == 401 })
 
 	writeTokens(t, path, "not a token file")
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the failed reload's log line", func() bool {
+	testwait.Until(t, "the failed reload's log line", 5*time.Second, func() bool {
 		return strings.Contains(logs.String(), "reload failed; keeping the previous bearer tokens")
 	})
 	if status(tokB) != 200 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/testwait"
 )
 
 func TestReadSecretFile(t *testing.T) {
@@ -108,16 +109,16 @@ func TestFileWatchPolls(t *testing.T) {
 		}}.Start(t.Context())
 	// Nothing to wait for: the watcher must do nothing, so let it poll
 	// several times (every 5 ms) before checking that it did not reload.
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(30 * time.Millisecond) // the scenario: polls that must find nothing to do
 	if n := reloads.Load(); n != 0 {
 		t.Fatalf("%d reloads of an unchanged file", n)
 	}
 	replaceFile(t, p, "v2")
-	waitFor(t, func() bool { return reloads.Load() == 1 })
+	testwait.Until(t, "the changed file reloaded", 5*time.Second, func() bool { return reloads.Load() == 1 })
 	fail.Store(true)
 	replaceFile(t, p, "v3")
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "reload failed; keeping the previous things") })
-	time.Sleep(30 * time.Millisecond) // several polls that must not retry the failed reload
+	testwait.Until(t, "the failed reload logged", 5*time.Second, func() bool { return strings.Contains(logs.String(), "reload failed; keeping the previous things") })
+	time.Sleep(30 * time.Millisecond) // the scenario: several polls that must not retry the failed reload
 	if n := reloads.Load(); n != 2 {
 		t.Fatalf("%d reloads, want 2 (a failed reload is not retried until the file changes)", n)
 	}
@@ -134,16 +135,5 @@ func replaceFile(t *testing.T, p, content string) {
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 )
@@ -176,7 +177,7 @@ func TestKillProjectorUnderLoad(t *testing.T) {
 		// Kill while folding and flushing: once this run of the projector
 		// has written a checkpoint past the last one seen.
 		before := folded()
-		waitFor(t, "the projector writes a checkpoint", func() bool { return folded() > before })
+		testwait.Until(t, "the projector writes a checkpoint", 30*time.Second, func() bool { return folded() > before })
 		killed := make(chan error, 1)
 		go func() { killed <- st.KillProjector() }()
 		select {
@@ -190,18 +191,5 @@ func TestKillProjectorUnderLoad(t *testing.T) {
 		if err := st.StartProjector(); err != nil {
 			t.Fatalf("start %d: %v", i, err)
 		}
-	}
-}
-
-// waitFor polls cond every 20 ms until it holds, failing the test after
-// 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

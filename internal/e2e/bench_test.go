@@ -21,6 +21,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/internal/workload"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -51,7 +52,7 @@ func BenchmarkFreshness(b *testing.B) {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); backgroundLoad(ctx, b, hc, st.IngestURL, 20_000, &sent) }()
-		time.Sleep(time.Second) // let the load settle
+		time.Sleep(time.Second) // the scenario: a pause between load steps, for the load to settle
 		began, before := time.Now(), sent.Load()
 		loaded := freshness(b, hc, st, "loaded", 200)
 		rate := float64(sent.Load()-before) / time.Since(began).Seconds()
@@ -97,7 +98,7 @@ func freshness(b *testing.B, hc *http.Client, st *devstack.Stack, label string, 
 			if time.Since(accepted) > 10*time.Second {
 				b.Fatalf("%s not visible after 10s", id)
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the scenario: a fixed 1 ms sampling period is the latency's resolution
 		}
 	}
 	return out
@@ -247,7 +248,7 @@ func readsUnderWrites(b *testing.B, brokers []string, sessions int, start func(r
 						return
 					}
 				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // the scenario: a fixed sampling period is the catch-up time's resolution
 			}
 		}()
 		loadQ, loadR := readLatencies(b, hc, rdb, queryURL, ids, caughtUp)
@@ -366,19 +367,14 @@ func deleteGroup(b *testing.B, brokers []string) {
 
 func waitHTTPB(b *testing.B, hc *http.Client, u string) {
 	b.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := hc.Get(u); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+	testwait.Until(b, u+" ready", 30*time.Second, func() bool {
+		resp, err := hc.Get(u)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s not ready", u)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }
 
 func pct(ds []time.Duration, q float64) float64 {

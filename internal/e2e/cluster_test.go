@@ -14,6 +14,7 @@ import (
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -101,10 +102,10 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 
 	// Under way: a few seconds of load accepted, and a session on the
 	// failed shard that the query service already serves.
-	waitUntil(t, "load accepted", func() bool { return accepted.Load() >= 2000 })
+	testwait.Until(t, "load accepted", 30*time.Second, func() bool { return accepted.Load() >= 2000 })
 	onShard := victimBuckets(t, c.Nodes[0].Client(t), 5461, 10921)
 	var onVictim string
-	waitUntil(t, "a session of the victim's shard stored", func() bool {
+	testwait.Until(t, "a session of the victim's shard stored", 30*time.Second, func() bool {
 		for i := range sessions {
 			id := prefix + "-" + strconv.FormatUint(seed, 36) + "-" + strconv.Itoa(i)
 			if onShard[snapshot.Bucket(id)] && getStatus(st.QueryURL+"/v1/sessions/"+id) == 200 {
@@ -138,7 +139,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 		// The promoted master has no replica: seconds of load later,
 		// no checkpoint has passed an event that came after the kill.
 		n := accepted.Load()
-		waitUntil(t, "load after the promotion", func() bool {
+		testwait.Until(t, "load after the promotion", 30*time.Second, func() bool {
 			if queryOK == 0 && getStatus(st.QueryURL+"/v1/sessions/"+onVictim) == 200 {
 				queryOK = time.Since(promoted)
 			}
@@ -150,7 +151,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 			}
 		}
 		victim.Restart(t) // with its nodes.conf: it rejoins as the replica of its heir
-		waitUntil(t, "the old master replicating its heir", func() bool {
+		testwait.Until(t, "the old master replicating its heir", 30*time.Second, func() bool {
 			info, err := heir.Client(t).Info(ctx, "replication").Result()
 			return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 		})
@@ -162,12 +163,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 	acceptedThen := accepted.Load()
 
 	var foldsAgain, caughtUp time.Duration
-	deadline := since.Add(clusterRecoveryBound)
-	for foldsAgain == 0 || caughtUp == 0 || queryOK == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v after the failover: folds again after %v, checkpoints at the log's end after %v, query 200 after %v (0: not yet); checkpoints %v, log end %v",
-				clusterRecoveryBound, foldsAgain, caughtUp, queryOK, probe.checkpoints(t), ends)
-		}
+	testwait.UntilSeen(t, "the failover's recovery", clusterRecoveryBound, func() (bool, string) {
 		if ends == nil && accepted.Load() > acceptedThen {
 			ends = listEnds()
 		}
@@ -191,8 +187,10 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 		if queryOK == 0 && getStatus(st.QueryURL+"/v1/sessions/"+onVictim) == 200 {
 			queryOK = time.Since(promoted)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return foldsAgain != 0 && caughtUp != 0 && queryOK != 0,
+			fmt.Sprintf("folds again after %v, checkpoints at the log's end after %v, query 200 after %v (0: not yet); checkpoints %v, log end %v",
+				foldsAgain, caughtUp, queryOK, cps, ends)
+	})
 	if wait {
 		t.Logf("seeds %s, waiting for 1 replica: killed, promoted in %v, no checkpoint past the kill while the promoted master had no replica; once the old master replicated it (%v after the promotion) the projector checkpoints events after the kill in %v, every checkpoint reaches the log's end after the failover in %v; the query service answers 200 for %s %v after the promotion",
 			url, promoted.Sub(killed).Round(time.Millisecond), since.Sub(promoted).Round(time.Millisecond), foldsAgain.Round(time.Millisecond),

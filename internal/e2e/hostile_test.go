@@ -23,6 +23,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -418,7 +419,7 @@ func waitSlots(t *testing.T, c client, ingestURL, queryURL string, tok map[strin
 	}
 	// The flood holds the reader's share of the waiting reads once the
 	// reader's next read is refused at once.
-	waitUntil(t, "the flood holds the reader's waiting reads", func() bool {
+	testwait.Until(t, "the flood holds the reader's waiting reads", 30*time.Second, func() bool {
 		return c.do(http.MethodGet, queryURL+"/v1/sessions/warm:1?minPosition=0:99999999", tok["reader"], "", nil).status == 503
 	})
 	a := c.do(http.MethodPost, ingestURL+"/v1/events", tok["acme"], "application/json", []byte(event("acme:fair", "SessionCreated")))
@@ -468,7 +469,7 @@ func hungRedis(t *testing.T, srv *redistest.Server, queryURL, token string) {
 		t.Errorf("a read with Redis stopped: %d (Retry-After %q) after %v; want 503 with Retry-After within 5s",
 			resp.StatusCode, resp.Header.Get("Retry-After"), took)
 	}
-	time.Sleep(time.Second) // Redis stays stopped a while: the projector keeps trying meanwhile
+	time.Sleep(time.Second) // the scenario: Redis stays stopped a while, and the projector keeps trying meanwhile
 	resume()
 	waitHTTP(t, queryURL+"/readyz", 30*time.Second)
 }
@@ -493,12 +494,9 @@ func (p *process) output() string { return p.out.String() }
 
 func (p *process) waitLog(t testing.TB, s string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.output(), s) {
-		if time.Now().After(deadline) || !p.running() {
-			t.Fatalf("no %q:\n%s", s, p.output())
-		}
-		time.Sleep(20 * time.Millisecond)
+	testwait.Eventually(d, func() bool { return strings.Contains(p.output(), s) || !p.running() })
+	if !strings.Contains(p.output(), s) {
+		t.Fatalf("no %q:\n%s", s, p.output())
 	}
 }
 
@@ -590,21 +588,15 @@ func freeTCPPort(t testing.TB) int {
 
 func waitHTTP(t testing.TB, u string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	hc := &http.Client{Timeout: 5 * time.Second}
-	for {
+	testwait.UntilSeen(t, u+" answering 200", d, func() (bool, string) {
 		resp, err := hc.Get(u)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not 200 within %v (%v)", u, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
 }
 
 // otherProducer is a Kafka producer that is not ingest: it writes what it

@@ -16,6 +16,7 @@ import (
 
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -181,7 +182,7 @@ func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 	steps := []string{"replica paused", s.pause(rng, 800, 1200)}
 	primaryOffset := replOffset(t, s.rdb, "master_repl_offset")
 	s.primary.Stop() // SIGKILL
-	eventually(t, "the replica seeing its primary gone", 10*time.Second, func() (bool, string) {
+	testwait.UntilSeen(t, "the replica seeing its primary gone", 10*time.Second, func() (bool, string) {
 		info, err := rc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:down"), info
 	})
@@ -266,7 +267,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 		rep, err := loadgen.Run(ctx, cfg)
 		loadDone <- loadResult{rep, err}
 	}()
-	eventually(t, "load accepted", 60*time.Second, func() (bool, string) {
+	testwait.UntilSeen(t, "load accepted", 60*time.Second, func() (bool, string) {
 		return accepted.Load() >= lossFaultsFrom, fmt.Sprintf("%d events accepted", accepted.Load())
 	})
 	schedule := faults(t, s, rng)
@@ -353,7 +354,7 @@ func (s *lossStack) restartProjector(t *testing.T) {
 // of, not a wait for a state. It returns the pause, for the schedule.
 func (s *lossStack) pause(rng *rand.Rand, lo, hi int) string {
 	d := time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond
-	time.Sleep(d)
+	time.Sleep(d) // the scenario: the time between two faults
 	return d.String()
 }
 
@@ -375,7 +376,7 @@ func (s *lossStack) caughtUp(t *testing.T) {
 	ends := map[int32]int64{}
 	lo.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	store := s.store(t)
-	eventually(t, "every checkpoint at the log's end and the projector ready", 120*time.Second, func() (bool, string) {
+	testwait.UntilSeen(t, "every checkpoint at the log's end and the projector ready", 120*time.Second, func() (bool, string) {
 		cps, err := store.Checkpoints(ctx, lossTopic)
 		if err != nil {
 			return false, err.Error()
@@ -484,21 +485,4 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 	}
 	t.Logf("exact: %d sessions stored as the fold of what ingest acknowledged, %d snapshot keys, %d answered by the query service as the fold",
 		exist, keys, rep.Verified)
-}
-
-// eventually polls cond until it holds, for at most d; cond returns what
-// it saw, for the failure message.
-func eventually(t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %s", d, what, seen)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -108,17 +109,10 @@ func batch(events ...string) []byte {
 // waitFolded polls the query service until the session is readable.
 func waitFolded(t *testing.T, c client, queryURL, token, id string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.UntilSeen(t, id+" folded", 15*time.Second, func() (bool, string) {
 		a := c.do(http.MethodGet, queryURL+"/v1/sessions/"+id, token, "", nil)
-		if a.status == 200 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never folded: %d %s", id, a.status, a.body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return a.status == 200, fmt.Sprintf("%d %s", a.status, a.body)
+	})
 }
 
 // TestEndpointAuthorization checks every endpoint with no token, a bad

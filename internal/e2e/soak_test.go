@@ -23,6 +23,7 @@ import (
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
+	"github.com/correx/sessions/internal/testwait"
 )
 
 // soakRequests is how many hostile requests TestSoak sends.
@@ -83,7 +84,7 @@ func TestSoak(t *testing.T) {
 	// The query service starts reading the change feed (for watches) once
 	// the projector has created it, in the background: wait for it, so
 	// that its consumer is in the baseline.
-	waitUntil(t, "the change feed read by the query service", func() bool {
+	testwait.Until(t, "the change feed read by the query service", 30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.QueryURL+"/v1/watch", nil)
@@ -174,30 +175,25 @@ func waitReady(t *testing.T, st *devstack.Stack) {
 // steady waits, at most max, until the number of goroutines has not
 // changed for a second.
 func steady(max time.Duration) {
-	deadline := time.Now().Add(max)
 	last, since := runtime.NumGoroutine(), time.Now()
-	for time.Now().Before(deadline) && time.Since(since) < time.Second {
-		time.Sleep(50 * time.Millisecond)
+	testwait.Eventually(max, func() bool {
 		if n := runtime.NumGoroutine(); n != last {
 			last, since = n, time.Now()
 		}
-	}
+		return time.Since(since) >= time.Second
+	})
 }
 
 // settle collects garbage and returns the heap in use and the goroutine
 // count, waiting up to wait for the goroutines to come down to target.
 func settle(target int, wait time.Duration) (uint64, int) {
-	deadline := time.Now().Add(wait)
-	for {
+	testwait.Eventually(wait, func() bool {
 		runtime.GC()
-		n := runtime.NumGoroutine()
-		if n <= target+5 || time.Now().After(deadline) {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			return ms.HeapInuse, n
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return runtime.NumGoroutine() <= target+5
+	})
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse, runtime.NumGoroutine()
 }
 
 // statusCounts counts the answers per kind of request.
@@ -374,9 +370,9 @@ func stall(base string) int {
 	}
 	defer conn.Close()
 	_, _ = io.WriteString(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nX-Slow: a")
-	time.Sleep(20 * time.Millisecond) // slow on purpose: the time between the parts is the attack
+	time.Sleep(20 * time.Millisecond) // the scenario, slow on purpose: the time between the parts is the attack
 	_, _ = io.WriteString(conn, "b")
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the scenario: then the client goes away mid-request
 	return 0
 }
 
@@ -454,17 +450,5 @@ func (v *validTraffic) verify(t *testing.T, c client, st *devstack.Stack, token 
 		if a.status != 200 || json.Unmarshal(a.body, &s) != nil || s.State != "COMPLETED" || s.Version != 4 || s.Counters.ToolFailures != 1 {
 			t.Fatalf("%s: %d %s", id, a.status, a.body)
 		}
-	}
-}
-
-// waitUntil waits up to 30 s for cond.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/internal/testwait"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -84,7 +85,7 @@ func TestLifecycleTelemetry(t *testing.T) {
 	// The read above is answered once the checkpoint passes the last
 	// event; the transition spans are made off the fold path, and the flush
 	// span ends after the checkpoint: wait until they have ended.
-	waitUntil(t, "the transition spans and a flush span linking to them", func() bool {
+	testwait.Until(t, "the transition spans and a flush span linking to them", 30*time.Second, func() bool {
 		n, linked := 0, false
 		for _, s := range rec.Ended() {
 			switch {

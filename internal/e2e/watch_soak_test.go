@@ -17,6 +17,7 @@ import (
 
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -106,7 +107,7 @@ func TestWatchSoak(t *testing.T) {
 	start := map[string]string{}
 	for _, name := range tenants {
 		var w *soakWatch
-		waitUntil(t, "a watch is answered 200", func() bool {
+		testwait.Until(t, "a watch is answered 200", 30*time.Second, func() bool {
 			w = openSoakWatch(queryURL+"/v1/watch", tok[name], "")
 			return w.status == http.StatusOK
 		})
@@ -152,7 +153,7 @@ func TestWatchSoak(t *testing.T) {
 					return
 				}
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // the scenario: the sampling period
 		}
 	}()
 	before := procStatusBytes(query, "VmRSS:")

@@ -12,6 +12,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -129,12 +130,9 @@ func BenchmarkFiringLatency(b *testing.B) {
 		}
 		cl.Close()
 		armedBy := time.Since(t0)
-		for obs.count() < n {
-			if time.Since(t0) > 2*time.Minute {
-				b.Fatalf("%d of %d fired after 2 minutes", obs.count(), n)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testwait.UntilSeen(b, "every deadline fired", 2*time.Minute, func() (bool, string) {
+			return obs.count() >= n, fmt.Sprintf("%d of %d fired", obs.count(), n)
+		})
 		cancel()
 		<-done
 		lags := slices.Clone(obs.lags)

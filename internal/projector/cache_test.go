@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -40,7 +41,7 @@ func TestCacheBytes(t *testing.T) {
 		return cached, pinned
 	}
 	var cached, pinned int
-	if !eventually(10*time.Second, func() bool {
+	if !testwait.Eventually(10*time.Second, func() bool {
 		cached, pinned = measure()
 		return cached-pinned <= cfg.CacheBytes && pinned == 0
 	}) {

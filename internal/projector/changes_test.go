@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -22,7 +23,7 @@ func (e *env) waitSettled(prefix string) {
 	e.t.Helper()
 	var cps map[int32]snapshot.Checkpoint
 	var ends map[int32]int64
-	if !eventually(60*time.Second, func() bool {
+	if !testwait.Eventually(60*time.Second, func() bool {
 		var err error
 		ends = endOffsets(e.t, e.brokers)
 		cps, err = e.store(prefix).Checkpoints(ctx, topic)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -48,7 +49,7 @@ func (e *env) waitRunning(r *running, prefix string, timeout time.Duration) {
 	e.t.Helper()
 	ends := endOffsets(e.t, e.brokers)
 	var cps map[int32]snapshot.Checkpoint
-	if !eventually(timeout, func() bool {
+	if !testwait.Eventually(timeout, func() bool {
 		select {
 		case err := <-r.done:
 			e.t.Fatalf("the projector stopped: %v", err)

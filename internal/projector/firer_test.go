@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,6 +25,7 @@ type manualClock struct {
 type manualTimer struct {
 	c       chan time.Time
 	at      time.Time
+	made    time.Time // the clock's time when the timer was made
 	stopped atomic.Bool
 }
 
@@ -41,7 +43,7 @@ func (c *manualClock) Now() time.Time {
 func (c *manualClock) NewTimer(d time.Duration) Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &manualTimer{c: make(chan time.Time, 1), at: c.now.Add(d)}
+	t := &manualTimer{c: make(chan time.Time, 1), at: c.now.Add(d), made: c.now}
 	if d <= 0 {
 		t.c <- c.now
 		t.stopped.Store(true)
@@ -69,6 +71,20 @@ func (c *manualClock) Advance(d time.Duration) {
 		}
 	}
 	c.timers = kept
+}
+
+// waitingSinceAdvance reports how many timers made since the clock last
+// moved are waiting: a firer waits on one once it has fired what was due.
+func (c *manualClock) waitingSinceAdvance() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if !t.stopped.Load() && t.made.Equal(c.now) {
+			n++
+		}
+	}
+	return n
 }
 
 var clockStart = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -137,7 +153,7 @@ func (e *timeoutEnv) advanceUntil(what string, step time.Duration, cond func() b
 			e.t.Fatalf("timed out waiting for %s (clock at %v)", what, e.clock.Now())
 		}
 		e.clock.Advance(step)
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the scenario: the clock moves a step per 10 ms, and the firers run in between
 	}
 }
 
@@ -240,8 +256,10 @@ func TestMovedOnIsNeverTimedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(deadline.Sub(clockStart) + time.Second) // past the stale deadline, before the re-armed one
-	e.waitCaughtUp(e.prefix, 30*time.Second)
-	time.Sleep(200 * time.Millisecond) // let a (wrong) firing of the old deadline show up, if any
+	// A (wrong) firing of the old deadline happens before its partition's
+	// firer waits again: once every firer waits, anything fired is folded
+	// by the next catch-up.
+	testwait.Until(t, "every partition's firer waiting again", 30*time.Second, func() bool { return e.clock.waitingSinceAdvance() >= 4 })
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	s = e.get("quiet")
 	if s.State != fsm.StateActive || s.Counters.SupersededTimeouts != 1 {
@@ -295,7 +313,7 @@ func TestDeadlinesSurviveCrashes(t *testing.T) {
 			// Real time between the steps of the test clock, so that the
 			// crash points fall at different moments of the firing.
 			e.clock.Advance(250 * time.Millisecond)
-			time.Sleep(15 * time.Millisecond)
+			time.Sleep(15 * time.Millisecond) // the scenario: the crash falls somewhere in the firing
 		}
 		select {
 		case err := <-r.done:
@@ -442,7 +460,7 @@ func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
 	}
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	e.clock.Advance(10 * time.Second)
-	waitFor(t, "every firing folded", func() bool {
+	testwait.Until(t, "every firing folded", 30*time.Second, func() bool {
 		for i := range sessions {
 			if s := e.get(fmt.Sprintf("storm-%02d", i)); s == nil || s.Counters.Duplicates == 0 {
 				return false

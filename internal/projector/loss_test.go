@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -160,7 +161,7 @@ func TestRedisLostAtEveryStep(t *testing.T) {
 					t.Fatalf("%d restarts for %d steps", run, len(c.steps))
 				}
 				r := e.start(cfg, prefix, l.hook)
-				if !eventually(30*time.Second, func() bool { return l.killedRun() || l.done() }) {
+				if !testwait.Eventually(30*time.Second, func() bool { return l.killedRun() || l.done() }) {
 					t.Fatalf("step %d of %d not reached", l.i, len(c.steps))
 				}
 				if l.takeKill() {

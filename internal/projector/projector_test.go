@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"sort"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/internal/workload"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -161,7 +163,7 @@ func (e *env) waitCaughtUp(prefix string, timeout time.Duration) {
 	e.t.Helper()
 	ends := endOffsets(e.t, e.brokers)
 	var cps map[int32]snapshot.Checkpoint
-	if !eventually(timeout, func() bool {
+	if !testwait.Eventually(timeout, func() bool {
 		var err error
 		cps, err = e.store(prefix).Checkpoints(ctx, topic)
 		return err == nil && caughtUp(cps, ends)
@@ -429,19 +431,19 @@ func TestRebalanceAndZombie(t *testing.T) {
 		return false
 	})
 	b := e.start(e.config("b"), "rb", nil)
-	waitFor(t, "the zombie to own partitions", func() bool { return z.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
+	testwait.Until(t, "the zombie to own partitions", 30*time.Second, func() bool { return z.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
 	e.produce(events[third : 2*third])
-	waitFor(t, "the zombie to freeze", frozen.Load)
+	testwait.Until(t, "the zombie to freeze", 30*time.Second, frozen.Load)
 	// b leaves: the rebalance waits for the frozen member, then drops it
 	// after the rebalance timeout and gives everything to a.
 	if err := b.halt(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a to own every partition", func() bool { return a.p.assigned.Load() == 4 })
+	testwait.Until(t, "a to own every partition", 30*time.Second, func() bool { return a.p.assigned.Load() == 4 })
 	e.produce(events[2*third:])
 	e.waitCaughtUp("rb", 60*time.Second)
 	close(freeze) // the zombie wakes up and writes what it folded
-	waitFor(t, "the zombie to write", func() bool { return zombieWrites.Load() > 0 })
+	testwait.Until(t, "the zombie to write", 30*time.Second, func() bool { return zombieWrites.Load() > 0 })
 	if err := z.halt(); err != nil && !errors.Is(err, context.Canceled) {
 		t.Logf("zombie: %v", err)
 	}
@@ -474,26 +476,6 @@ func (e *env) dumpQuiet(st *snapshot.Store) map[string][]byte {
 		}
 		cursor = page.Next
 	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if !eventually(30*time.Second, cond) {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
-// eventually polls cond every 20 ms until it holds, for at most timeout,
-// and reports whether it held.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
@@ -541,7 +523,7 @@ func TestRebuildAfterRedisEmptiedWhileIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitCaughtUp("idle", 30*time.Second) // no new event: only the check can notice
-	waitFor(t, "every snapshot rebuilt", func() bool { return len(e.dumpQuiet(e.store("idle"))) == len(want) })
+	testwait.Until(t, "every snapshot rebuilt", 30*time.Second, func() bool { return len(e.dumpQuiet(e.store("idle"))) == len(want) })
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
@@ -556,12 +538,12 @@ func TestGracefulShutdownLeavesTheGroup(t *testing.T) {
 	e.produce(workloadEvents(8, 50))
 	a := e.start(e.config("a"), "leave", nil)
 	b := e.start(e.config("b"), "leave", nil)
-	waitFor(t, "both members to own partitions", func() bool { return a.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
+	testwait.Until(t, "both members to own partitions", 30*time.Second, func() bool { return a.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
 	start := time.Now()
 	if err := b.halt(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a to own every partition", func() bool { return a.p.assigned.Load() == 4 })
+	testwait.Until(t, "a to own every partition", 30*time.Second, func() bool { return a.p.assigned.Load() == 4 })
 	if d := time.Since(start); d >= e.config("a").SessionTimeout {
 		t.Fatalf("partitions moved after %v, not before the %v session timeout", d, e.config("a").SessionTimeout)
 	}
@@ -591,12 +573,16 @@ func TestRebuildAfterRedisEmptiedUnderLoad(t *testing.T) {
 	}
 	e.produce(events[half:])
 	e.waitCaughtUp("load", 60*time.Second)
-	time.Sleep(time.Second) // let a last idle check pass
+	want := e.reference("ref")
+	// An idle check may still find a lost checkpoint and rebuild: wait for
+	// the fold to equal the reference (assertSame says how it differs if
+	// it never does).
+	testwait.Eventually(30*time.Second, func() bool { return maps.EqualFunc(want, e.dumpQuiet(e.store("load")), bytes.Equal) })
 	e.waitCaughtUp("load", 30*time.Second)
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
-	e.assertSame(e.reference("ref"), e.dump("load"))
+	e.assertSame(want, e.dump("load"))
 }
 
 // TestRebuildDiscardsWhatFollowedTheLoss checks the rebuild step itself: it
@@ -694,10 +680,14 @@ func TestRedisWentBackInTime(t *testing.T) {
 	}
 	e.produce(events[2*third:])
 	e.waitCaughtUp("back", 60*time.Second)
-	time.Sleep(time.Second) // let an idle check pass too
+	want := e.reference("ref")
+	// An idle check may still find a lost checkpoint and rebuild: wait for
+	// the fold to equal the reference (assertSame says how it differs if
+	// it never does).
+	testwait.Eventually(30*time.Second, func() bool { return maps.EqualFunc(want, e.dumpQuiet(e.store("back")), bytes.Equal) })
 	e.waitCaughtUp("back", 30*time.Second)
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
-	e.assertSame(e.reference("ref"), e.dump("back"))
+	e.assertSame(want, e.dump("back"))
 }

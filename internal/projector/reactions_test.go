@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -52,13 +53,13 @@ func TestReplacementLinking(t *testing.T) {
 		}
 		return s
 	}
-	waitFor(t, "s-ok linked", func() bool { s := get("s-ok"); return s != nil && s.Replacement.Status == fsm.ReplacementStatusLinked })
+	testwait.Until(t, "s-ok linked", 30*time.Second, func() bool { s := get("s-ok"); return s != nil && s.Replacement.Status == fsm.ReplacementStatusLinked })
 	// s-second names p-failed once s-ok is its successor.
 	at := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
 	e.produce([]fsm.Event{fsm.NewEvent(fsm.EventID{0x5e, 0xff, 1}, "s-second", fsm.SessionCreated, at, fsm.Fields{PredecessorSessionID: "p-failed"})})
 	want := map[string]string{"s-notfailed": "invalid_replacement", "s-second": "invalid_replacement", "s-orphan": ReasonUnknownPredecessor}
 	for id, reason := range want {
-		waitFor(t, id+" refused", func() bool { s := get(id); return s != nil && s.Replacement.Status == fsm.ReplacementStatusRefused })
+		testwait.Until(t, id+" refused", 30*time.Second, func() bool { s := get(id); return s != nil && s.Replacement.Status == fsm.ReplacementStatusRefused })
 		if s := get(id); s.Replacement.Reason != reason {
 			t.Errorf("%s refused for %q, want %q", id, s.Replacement.Reason, reason)
 		}

@@ -3,6 +3,7 @@ package projector
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -67,17 +69,10 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	waitCaughtUp := func(st *snapshot.Store) {
 		t.Helper()
 		ends := endOffsets(t, e.brokers)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testwait.UntilSeen(t, "caught up", 60*time.Second, func() (bool, string) {
 			cps, err := st.Checkpoints(ctx, topic)
-			if err == nil && caughtUp(cps, ends) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not caught up: checkpoints %v, ends %v", cps, ends)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return err == nil && caughtUp(cps, ends), fmt.Sprintf("checkpoints %v, ends %v", cps, ends)
+		})
 	}
 
 	waiting := store("w", 1)
@@ -104,7 +99,7 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 	e.produce(more)
 	// The batch with the new events is written, and its wait for the
 	// replicas failed: its checkpoints would be written by now.
-	waitFor(t, "a wait for the replicas that failed", func() bool {
+	testwait.Until(t, "a wait for the replicas that failed", 30*time.Second, func() bool {
 		return strings.Contains(logs.String(), snapshot.ErrNotReplicated.Error())
 	})
 	var ids []string

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,7 +48,7 @@ func TestAnotherProducerCannotSuppressATimeout(t *testing.T) {
 		}
 		return true
 	}
-	if !eventually(15*time.Second, cancelling) {
+	if !testwait.Eventually(15*time.Second, cancelling) {
 		fired := e.firedRecords()
 		for i := range sessions {
 			sid := fmt.Sprintf("sup-%d", i)

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/correx/sessions/internal/testwait"
 )
 
 // TestShutdownDuringRedisOutage stops a projector gracefully while Redis
@@ -53,7 +55,7 @@ func TestShutdownDuringRedisOutage(t *testing.T) {
 			}
 			defer restore()
 			e.produce(events[half:])
-			waitFor(t, "a write retried against the unreachable Redis", func() bool {
+			testwait.Until(t, "a write retried against the unreachable Redis", 30*time.Second, func() bool {
 				return strings.Contains(logs.String(), "level=WARN")
 			})
 			cancel()

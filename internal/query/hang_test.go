@@ -14,6 +14,7 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -81,7 +82,7 @@ func TestHungRedisAnswers503InTime(t *testing.T) {
 	}
 
 	resume()
-	waitUntil(t, "reads answer after SIGCONT", func() bool {
+	testwait.Until(t, "reads answer after SIGCONT", 10*time.Second, func() bool {
 		resp, _ := f.get("/v1/sessions/s-1")
 		return resp.StatusCode == http.StatusOK
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -233,7 +234,7 @@ func TestMinPositionPartitionMustExist(t *testing.T) {
 	if _, err := adm.CreatePartitions(ctx, 4, topic); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "15:0 answers 504 after the topic grew to 16 partitions (the position is not reached)", func() bool {
+	testwait.Until(t, "15:0 answers 504 after the topic grew to 16 partitions (the position is not reached)", 10*time.Second, func() bool {
 		resp, _ := f.get("/v1/sessions/s-1?minPosition=15:0")
 		return resp.StatusCode == http.StatusGatewayTimeout
 	})

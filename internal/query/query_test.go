@@ -13,6 +13,7 @@ import (
 
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -63,10 +64,7 @@ func (f *fixture) put(id string, p int32, first int64, types ...fsm.EventType) *
 // writes happens during a wait.
 func whenWaiting(h *query.Handler, n int, do func()) {
 	go func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for h.Waiting() < n && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		testwait.Eventually(10*time.Second, func() bool { return h.Waiting() >= n })
 		do()
 	}()
 }
@@ -190,7 +188,7 @@ func TestWaitingReadsAreBounded(t *testing.T) {
 			done <- resp.StatusCode
 		}()
 	}
-	waitUntil(t, "both reads wait", func() bool { return f.h.Waiting() == 2 })
+	testwait.Until(t, "both reads wait", 10*time.Second, func() bool { return f.h.Waiting() == 2 })
 	resp, body := f.get("/v1/sessions/s-1?minPosition=0:99&wait=1s")
 	wantProblem(t, resp, body, 503, "")
 	if resp.Header.Get("Retry-After") == "" {
@@ -383,7 +381,7 @@ func TestWaitReturnsWhatTheCheckpointCovers(t *testing.T) {
 			defer close(done)
 			// A different delay each round, so that the writes land at
 			// different points of the waiting read's loop.
-			time.Sleep(time.Duration(round%7) * time.Millisecond)
+			time.Sleep(time.Duration(round%7) * time.Millisecond) // the scenario: the race's timing
 			// The newer snapshot first, then a checkpoint past it (another
 			// session's later event moved it), as the projector writes them.
 			f.put(id, 2, base, fsm.SessionCreated, fsm.SessionStarted, fsm.SessionPaused) // at 2:base+2, version 3

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/query"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,7 +49,7 @@ func TestWatchCatchUpAlwaysProgresses(t *testing.T) {
 	}
 	f.produce(chg("acme:1", 1, 30000, "ACTIVE"), chg("acme:2", 2, 30001, "ACTIVE"))
 	// Resume once the reader has read it all: the catch-ups read it all.
-	waitUntil(t, "the reader has read the feed", func() bool { return f.watcher.Offered() == 20003 })
+	testwait.Until(t, "the reader has read the feed", 10*time.Second, func() bool { return f.watcher.Offered() == 20003 })
 	got := map[string]bool{}
 	first, resumes := last, 0
 	for len(got) < 2 {
@@ -104,7 +105,7 @@ func TestWatchEndsWhenItsTokenIsRevoked(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "acme's token is refused", func() bool {
+	testwait.Until(t, "acme's token is refused", 10*time.Second, func() bool {
 		resp := f.request("/v1/sessions/acme:1", f.tokens["acme"])
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusUnauthorized

@@ -22,6 +22,7 @@ import (
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -54,7 +55,7 @@ type watchFixture struct {
 func newWatchFixture(t *testing.T, o query.WatchOptions, tokens ...string) *watchFixture {
 	t.Helper()
 	f := newWatchFixtureOn(t, kfake.SeedTopics(watchParts, topic, feed.Topic(topic)), o, tokens...)
-	waitUntil(t, "the watcher reads the feed", f.watcher.Ready)
+	testwait.Until(t, "the watcher reads the feed", 10*time.Second, f.watcher.Ready)
 	return f
 }
 
@@ -121,18 +122,6 @@ func newWatchFixtureOn(t *testing.T, seed kfake.Opt, o query.WatchOptions, token
 	t.Cleanup(f.prod.Close)
 	f.adm = kadm.NewClient(f.prod)
 	return f
-}
-
-// waitUntil polls cond until it holds, failing after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 var changeAt = time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
@@ -618,7 +607,7 @@ func TestWatchLimitPerToken(t *testing.T) {
 	}
 	f.open("/v1/watch", f.tokens["beta"])
 	a1.resp.Body.Close()
-	waitUntil(t, "the closed watch's slot is free", func() bool {
+	testwait.Until(t, "the closed watch's slot is free", 10*time.Second, func() bool {
 		resp := f.request("/v1/watch", f.tokens["acme"])
 		defer resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
@@ -646,7 +635,7 @@ func TestWatchCutsSlowConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
-	waitUntil(t, "the watch is subscribed", func() bool { return f.watcher.Subscribers() == 1 })
+	testwait.Until(t, "the watch is subscribed", 10*time.Second, func() bool { return f.watcher.Subscribers() == 1 })
 	labels := map[string]string{}
 	for i := range 16 {
 		labels[fmt.Sprintf("k%02d", i)] = strings.Repeat("v", 256)
@@ -658,7 +647,7 @@ func TestWatchCutsSlowConsumer(t *testing.T) {
 		cs = append(cs, c)
 	}
 	f.produce(cs...)
-	waitUntil(t, "the slow watch is cut", func() bool { return f.watcher.Cuts() == 1 && f.watcher.Subscribers() == 0 })
+	testwait.Until(t, "the slow watch is cut", 10*time.Second, func() bool { return f.watcher.Cuts() == 1 && f.watcher.Subscribers() == 0 })
 	s := &sseStream{t: t, resp: resp, events: make(chan sseEvent, 4096)}
 	go s.read()
 	got := map[string]bool{}
@@ -710,7 +699,7 @@ func TestWatchShutdownEndsStreams(t *testing.T) {
 	for _, p := range []string{"/v1/watch", "/v1/watch?state=ACTIVE", "/v1/watch?cursor=" + f.watcher.EncodeCursor([]int64{0, 0, 0})} {
 		streams = append(streams, f.open(p, ""))
 	}
-	waitUntil(t, "every watch is subscribed", func() bool { return f.watcher.Subscribers() == len(streams) })
+	testwait.Until(t, "every watch is subscribed", 10*time.Second, func() bool { return f.watcher.Subscribers() == len(streams) })
 	f.stop()
 	select {
 	case err := <-f.ran:
@@ -803,7 +792,7 @@ func TestWatchWaitsQuietlyForTheFeed(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-ran })
-	waitUntil(t, "three attempts to read the feed", func() bool {
+	testwait.Until(t, "three attempts to read the feed", 10*time.Second, func() bool {
 		return logs.count("DEBUG watch: the change feed is not readable yet") >= 3
 	})
 	if n := logs.warnings(); n > 1 {
@@ -817,7 +806,7 @@ func TestWatchWaitsQuietlyForTheFeed(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), watchParts, 1, nil, feed.Topic(topic)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the watcher reads the feed", w.Ready)
+	testwait.Until(t, "the watcher reads the feed", 10*time.Second, w.Ready)
 	if logs.count("INFO watch: reading the change feed") != 1 {
 		t.Fatalf("no record that the watcher reads the feed: %v", logs.seen)
 	}

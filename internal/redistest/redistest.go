@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/correx/sessions/internal/testwait"
 )
 
 const installHint = "install it with `sudo apt-get install -y redis-server` (or run `make deps`)"
@@ -364,7 +366,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	waitFor(t, "cluster_state:ok on every node", func() (bool, string) { return c.ok(c.Nodes, 0) })
+	testwait.UntilSeen(t, "cluster_state:ok on every node", 30*time.Second, func() (bool, string) { return c.ok(c.Nodes, 0) })
 	return c
 }
 
@@ -410,7 +412,7 @@ func StartClusterWithReplicas(t testing.TB, n int) *Cluster {
 		clients[i] = s.Client(t)
 	}
 	known := fmt.Sprintf("cluster_known_nodes:%d", len(all))
-	waitFor(t, "every node knows every other", func() (bool, string) {
+	testwait.UntilSeen(t, "every node knows every other", 30*time.Second, func() (bool, string) {
 		for i, s := range all {
 			info, err := clients[i].ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, known) {
@@ -426,12 +428,12 @@ func StartClusterWithReplicas(t testing.TB, n int) *Cluster {
 		}
 		// A replica may not have heard of its master's slots yet; it
 		// answers an error until it has, so try again until then.
-		waitFor(t, "CLUSTER REPLICATE on "+r.Addr, func() (bool, string) {
+		testwait.UntilSeen(t, "CLUSTER REPLICATE on "+r.Addr, 30*time.Second, func() (bool, string) {
 			err := clients[n+i].Do(ctx, "CLUSTER", "REPLICATE", id).Err()
 			return err == nil, fmt.Sprint(err)
 		})
 	}
-	waitFor(t, "the cluster with its replicas", func() (bool, string) { return c.ok(all, 2) })
+	testwait.UntilSeen(t, "the cluster with its replicas", 30*time.Second, func() (bool, string) { return c.ok(all, 2) })
 	return c
 }
 
@@ -446,7 +448,7 @@ func (c *Cluster) Takeover(t testing.TB, replica *Server) {
 	if err := rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
 		t.Fatalf("redistest: CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr, err)
 	}
-	waitFor(t, replica.Addr+" serving its slots on every running node", func() (bool, string) {
+	testwait.UntilSeen(t, replica.Addr+" serving its slots on every running node", 30*time.Second, func() (bool, string) {
 		if seen, ok := c.servedBy(replica); !ok {
 			nodes, err := rc.ClusterNodes(ctx).Result()
 			return false, fmt.Sprintf("%s; %s says: %v %s", seen, replica.Addr, err, nodes)
@@ -518,21 +520,4 @@ func (c *Cluster) ok(nodes []*Server, perShard int) (bool, string) {
 		}
 	}
 	return true, ""
-}
-
-// waitFor polls cond until it holds, for at most 30 s; cond returns what
-// it saw, for the failure message.
-func waitFor(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: waiting for %s: %s", what, seen)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -173,7 +174,7 @@ func TestWatchResumes(t *testing.T) {
 	// A watch without a cursor starts at the end: write once it is open
 	// (the watch answers 503 until the query service reads the feed, and
 	// the client retries).
-	waitFor(t, "the watch opens", func() bool { return cut.streams.Load() > 0 })
+	testwait.Until(t, "the watch opens", 20*time.Second, func() bool { return cut.streams.Load() > 0 })
 	const n = 10
 	var want []string
 	for i := range n {
@@ -335,17 +336,4 @@ func TestWatchPipeline(t *testing.T) {
 		}
 	}
 	t.Logf("%d changes over %d streams", len(got), cut.streams.Load())
-}
-
-// waitFor polls cond every 10 ms until it holds, failing the test after
-// 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

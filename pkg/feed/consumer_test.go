@@ -10,6 +10,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -140,18 +141,6 @@ func (r *recorder) check(t *testing.T, want []feed.Change) {
 	}
 }
 
-// eventually waits for cond, failing the test after 20 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // run starts c.Run in a goroutine; stop cancels it and returns its error.
 func run(t *testing.T, c *feed.Consumer, handle func(context.Context, feed.Change) error) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -191,7 +180,7 @@ func TestConsumerDeliversEachChangeOnceThroughRewritesAndRestart(t *testing.T) {
 
 	rec := &recorder{}
 	stop := run(t, e.consumer(t), rec.handle)
-	eventually(t, "the first part", func() bool { return rec.count() >= len(first) })
+	testwait.Until(t, "the first part", 20*time.Second, func() bool { return rec.count() >= len(first) })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -203,13 +192,13 @@ func TestConsumerDeliversEachChangeOnceThroughRewritesAndRestart(t *testing.T) {
 	e.produce(t, c[6:]...)
 	stop = run(t, e.consumer(t), rec.handle)
 	all := interleave(a, b, c, d)
-	eventually(t, "every change", func() bool { return rec.count() >= len(all) })
+	testwait.Until(t, "every change", 20*time.Second, func() bool { return rec.count() >= len(all) })
 	// A duplicate after the last change must not arrive either: write one
 	// more, then a fresh change behind it, and wait for the fresh one.
 	e.produce(t, d[7])
 	fresh := sessionChanges("e", 2, 100, 1, 1)
 	e.produce(t, fresh...)
-	eventually(t, "the fresh change", func() bool { return rec.count() >= len(all)+1 })
+	testwait.Until(t, "the fresh change", 20*time.Second, func() bool { return rec.count() >= len(all)+1 })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -236,7 +225,7 @@ func TestConsumerHandlerErrorStopsAndTheChangeComesAgain(t *testing.T) {
 		t.Fatalf("Run = %v, want a HandlerError of the change at offset 3 wrapping boom", err)
 	}
 	stop := run(t, e.consumer(t), rec.handle)
-	eventually(t, "every change", func() bool { return rec.count() >= len(all) })
+	testwait.Until(t, "every change", 20*time.Second, func() bool { return rec.count() >= len(all) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +241,7 @@ func TestConsumerStartAtLatest(t *testing.T) {
 	c := e.consumer(t, feed.StartAt(feed.Latest))
 	rec := &recorder{}
 	stop := run(t, c, rec.handle)
-	eventually(t, "the checkpoint at the end", func() bool {
+	testwait.Until(t, "the checkpoint at the end", 20*time.Second, func() bool {
 		n, err := e.rdb.HGet(context.Background(), c.CheckpointKey(0), "~next").Int()
 		return err == nil && n == 3
 	})
@@ -262,7 +251,7 @@ func TestConsumerStartAtLatest(t *testing.T) {
 	fresh := sessionChanges("new", 0, 10, 1, 2)
 	e.produce(t, fresh...)
 	stop = run(t, e.consumer(t, feed.StartAt(feed.Latest)), rec.handle)
-	eventually(t, "the new changes", func() bool { return rec.count() >= 2 })
+	testwait.Until(t, "the new changes", 20*time.Second, func() bool { return rec.count() >= 2 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +266,7 @@ func TestConsumerFilter(t *testing.T) {
 	rec := &recorder{}
 	c := e.consumer(t, feed.Filter(func(c *feed.Change) bool { return c.To == "ACTIVE" }))
 	stop := run(t, c, rec.handle)
-	eventually(t, "the checkpoint past the last change", func() bool {
+	testwait.Until(t, "the checkpoint past the last change", 20*time.Second, func() bool {
 		n, err := e.rdb.HGet(context.Background(), c.CheckpointKey(0), "~next").Int()
 		return err == nil && n == len(all)
 	})
@@ -324,7 +313,7 @@ func TestConsumersShareTheGroup(t *testing.T) {
 	stop1 := run(t, e.consumer(t), rec.handle)
 	stop2 := run(t, e.consumer(t), rec.handle)
 	e.produce(t, all...)
-	eventually(t, "every change", func() bool { return rec.count() >= len(all) })
+	testwait.Until(t, "every change", 20*time.Second, func() bool { return rec.count() >= len(all) })
 	if err := errors.Join(stop1(), stop2()); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -245,7 +246,7 @@ func TestWaitReplicas(t *testing.T) {
 	if !errors.Is(err, snapshot.ErrNotReplicated) {
 		t.Fatalf("with the replica hung: %v, want ErrNotReplicated", err)
 	}
-	if !eventually(10*time.Second, func() bool { err = put(3); return err == nil }) {
+	if !testwait.Eventually(10*time.Second, func() bool { err = put(3); return err == nil }) {
 		t.Fatalf("the replica is back, and still: %v", err)
 	}
 	if err := st.WaitReplicas(1, 0); err == nil {
@@ -300,31 +301,23 @@ func TestWaitReplicatedCluster(t *testing.T) {
 	if !errors.Is(err, snapshot.ErrNotReplicated) || !strings.Contains(err.Error(), c.Nodes[1].Addr) {
 		t.Fatalf("with the replica of %s hung: %v, want ErrNotReplicated naming it", c.Nodes[1].Addr, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.UntilSeen(t, "replication with the replica back", 10*time.Second, func() (bool, string) {
 		next, err := st.WaitReplicated(ctx, mark)
-		if err == nil {
-			mark = next
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the replica is back, and still: %v", err)
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		mark = next
+		return true, ""
+	})
 
 	put(3)
 	c.Nodes[2].Stop()
 	c.Takeover(t, c.Replicas[2])
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	// The client may still try the dead master for a while.
+	testwait.UntilSeen(t, "ErrMastersChanged after a takeover", 10*time.Second, func() (bool, string) {
 		_, err := st.WaitReplicated(ctx, mark)
-		if errors.Is(err, snapshot.ErrMastersChanged) {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("after a takeover: %v, want ErrMastersChanged", err)
-		}
-		time.Sleep(50 * time.Millisecond) // the client may still try the dead master
-	}
+		return errors.Is(err, snapshot.ErrMastersChanged), fmt.Sprint(err)
+	})
 	if mark, err = st.MarkReplication(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -333,19 +326,6 @@ func TestWaitReplicatedCluster(t *testing.T) {
 		!strings.Contains(err.Error(), c.Replicas[2].Addr) {
 		t.Fatalf("with a promoted master and no replica: %v, want ErrNotReplicated naming %s", err, c.Replicas[2].Addr)
 	}
-}
-
-// eventually polls cond every 20 ms until it holds, for at most timeout,
-// and reports whether it held.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 // TestResetDeletesOnlyTheStoresKeys fills every kind of key the store

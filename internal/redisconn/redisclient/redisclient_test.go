@@ -13,6 +13,7 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/internal/tlstest"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -251,7 +252,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	master.Stop()
 	began := time.Now()
-	if !eventually(20*time.Second, func() bool { err = put("after", 2); return err == nil }) {
+	if !testwait.Eventually(20*time.Second, func() bool { err = put("after", 2); return err == nil }) {
 		t.Fatalf("no write through the sentinels 20 s after the master died: %v", err)
 	}
 	t.Logf("writing again %v after the master was killed", time.Since(began).Round(time.Millisecond))
@@ -259,19 +260,6 @@ func TestSentinelFailover(t *testing.T) {
 	if err != nil || got[0] == nil || got[1] == nil {
 		t.Fatalf("after the failover: %v, %v", got, err)
 	}
-}
-
-// eventually polls cond every 20 ms until it holds, for at most timeout,
-// and reports whether it held.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 // TestClusterFailover writes through the store to a Redis Cluster whose
@@ -327,14 +315,10 @@ func TestClusterFailover(t *testing.T) {
 			}
 			c.Takeover(t, c.Replicas[1])
 			promoted := time.Now()
-			for {
-				if err := put("after", 3); err == nil {
-					break
-				} else if time.Since(promoted) > 20*time.Second {
-					t.Fatalf("no write 20 s after the replica took over: %v", err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			testwait.UntilSeen(t, "a write after the replica took over", 20*time.Second, func() (bool, string) {
+				err := put("after", 3)
+				return err == nil, fmt.Sprint(err)
+			})
 			t.Logf("writing again %v after the replica took over", time.Since(promoted).Round(time.Millisecond))
 			ids := make([]string, 2*snapshot.Buckets)
 			for i := range ids {
