@@ -31,7 +31,10 @@
 //     before its first record is folded (startCheckpoints). And the
 //     rebuild is stored before anything is deleted: the checkpoint is put
 //     back to 0 with a mark (the log's end when the rebuild began), then
-//     the partition's snapshots and deadlines are deleted, then it is
+//     the partition's snapshots and deadlines are deleted, then the reset
+//     is read back (Redis emptied or sent back to a copy without it in the
+//     meantime would leave no checkpoint, or an older one over the deleted
+//     snapshots: the reset and the deletes are done again), then it is
 //     folded from 0. A restart anywhere in a rebuild thus folds from 0,
 //     never from an older checkpoint over deleted snapshots; a checkpoint
 //     still at 0 with the mark means the deletes may be unfinished, and

@@ -148,6 +148,8 @@ func TestRedisLostAtEveryStep(t *testing.T) {
 		{"back in time, killed after the rebuild's deletes", []lossStep{save, back(crashAfterCheckpoint, 2), kill(crashRebuildDeleted, 1)}},
 		{"back in time, killed in the rebuild's first batch", []lossStep{save, back(crashAfterCheckpoint, 2), kill(crashAfterCheckpoint, 1)}},
 		{"back in time, killed, emptied after the restart", []lossStep{save, back(crashAfterCheckpoint, 2), kill(crashAfterPut, 1), flush(crashAfterPut, 2)}},
+		{"emptied, back in time between the rebuild's reset and its deletes, killed", []lossStep{save, flush(crashAfterCheckpoint, 1), back(crashRebuildReset, 1), kill(crashAfterPut, 1)}},
+		{"emptied, back in time after the rebuild's deletes, killed", []lossStep{save, flush(crashAfterCheckpoint, 1), back(crashRebuildDeleted, 1), kill(crashAfterPut, 1)}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -674,7 +674,7 @@ func TestRedisWentBackInTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range saved {
-		if err := e.rdb.Restore(ctx, k, 0, v).Err(); err != nil {
+		if err := e.rdb.RestoreReplace(ctx, k, 0, v).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -164,8 +164,10 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 //   - A partition whose checkpoint is still 0 with a rebuild mark was
 //     being rebuilt, and its deletes may not have finished (the owner
 //     stopped between snapshot.Store.ResetCheckpoint and the deletes):
-//     they are done again. Once its checkpoint passed 0 they had finished,
-//     since a rebuild folds only after them.
+//     they are done again, and the checkpoint is read once more after
+//     them (the whole start is read again if it changed meanwhile). Once
+//     its checkpoint passed 0 they had finished, since a rebuild folds
+//     only after them.
 func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, error) {
 	cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
 	if err != nil {
@@ -187,6 +189,7 @@ func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int3
 			return nil, err
 		}
 	}
+	var deleted []snapshot.Checkpoint
 	for _, id := range ids {
 		cp, ok := cps[id]
 		if !ok {
@@ -201,6 +204,19 @@ func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int3
 				return nil, err
 			}
 			p.log.Info("deleted the snapshots of a partition whose rebuild had not folded anything", "partition", id, "snapshots", n)
+			deleted = append(deleted, cp)
+		}
+	}
+	if len(deleted) > 0 {
+		// As in rebuild: the reset must still stand after the deletes.
+		now, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+		if err != nil {
+			return nil, err
+		}
+		for _, was := range deleted {
+			if cp, ok := now[was.Partition]; !ok || cp.Offset != 0 || cp.RebuildUntil != was.RebuildUntil {
+				return nil, fmt.Errorf("the checkpoint of partition %d changed while its snapshots were deleted (Redis emptied or gone back in time): reading it again", was.Partition)
+			}
 		}
 	}
 	return cps, nil
@@ -296,22 +312,54 @@ func (p *Projector) rebuild(part *partState) {
 	// polled before the rebuild is folded, and it folds again from 0.
 	p.rebuiltNow[part.id] = true
 	part.next = -1
-	if err := retry(p.flush.ctx, p.log, "starting the partition's rebuild", func(ctx context.Context) error {
-		return p.store.ResetCheckpoint(ctx, p.cfg.Topic, part.id, part.rebuildUntil, time.Now())
-	}); err != nil {
-		return // stopping: nothing was deleted, and the stored checkpoint stands
-	}
-	if p.crash.at(crashRebuildReset) {
-		return
-	}
-	if !p.deletePartition(part.id) {
-		return // stopping: the next owner deletes again (checkpoint 0, marked)
-	}
-	if p.crash.at(crashRebuildDeleted) {
-		return
+	for round := 0; ; round++ {
+		if err := retry(p.flush.ctx, p.log, "starting the partition's rebuild", func(ctx context.Context) error {
+			return p.store.ResetCheckpoint(ctx, p.cfg.Topic, part.id, part.rebuildUntil, time.Now())
+		}); err != nil {
+			return // stopping: the stored checkpoint is the reset, or what stood before it
+		}
+		if p.crash.at(crashRebuildReset) {
+			return
+		}
+		if !p.deletePartition(part.id) {
+			return // stopping: the next owner deletes again (checkpoint 0, marked)
+		}
+		if p.crash.at(crashRebuildDeleted) {
+			return
+		}
+		// The reset must still stand once the deletes are done: Redis
+		// emptied, or gone back to a copy from before the reset (a
+		// failover to a replica the reset had not reached), would leave
+		// no checkpoint, or an older one over the deleted snapshots.
+		stands, err := p.resetStands(part)
+		if err != nil {
+			return // stopping
+		}
+		if stands {
+			break
+		}
+		p.log.Warn("Redis lost the rebuild's reset while the partition's snapshots were deleted: starting the rebuild again",
+			"partition", part.id, "round", round+1)
 	}
 	part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
 	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
+}
+
+// resetStands reports whether the partition's stored checkpoint is still
+// the rebuild's reset (offset 0, marked up to part.rebuildUntil), reading
+// it until Redis answers or the flush context ends.
+func (p *Projector) resetStands(part *partState) (bool, error) {
+	var cps map[int32]snapshot.Checkpoint
+	err := retry(p.flush.ctx, p.log, "reading the partition's checkpoint after the rebuild's deletes", func(ctx context.Context) error {
+		var err error
+		cps, err = p.store.Checkpoints(ctx, p.cfg.Topic)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	cp, ok := cps[part.id]
+	return ok && cp.Offset == 0 && cp.RebuildUntil == part.rebuildUntil, nil
 }
 
 // deletePartition deletes a rebuilt partition's snapshots and armed
