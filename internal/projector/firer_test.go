@@ -423,6 +423,36 @@ func TestCrashBetweenSnapshotsAndDeadlines(t *testing.T) {
 // the table rejects in CREATED (so it leaves the session at that version).
 // With system set it also carries the header the projector and the firer
 // set on what they produce.
+// idleSessions creates n sessions named by format (with their index) at
+// clockStart-1s with a 5 s inactivity timeout, starts a projector and waits
+// until it folded them; it returns the projector and the creation time.
+func (e *timeoutEnv) idleSessions(format string, n int) (*running, time.Time) {
+	at := clockStart.Add(-time.Second)
+	var events []fsm.Event
+	for i := range n {
+		events = append(events, e.event(fmt.Sprintf(format, i), fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 5*time.Second)))
+	}
+	e.produce(events)
+	r := e.start(nil)
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	return r, at
+}
+
+// forgeTimeouts writes straight to the topic, for each of the n sessions
+// idleSessions made, a record with the id the firer will use for its
+// inactivity timeout (takesTheFirersID), with the system's header or not.
+func (e *timeoutEnv) forgeTimeouts(format string, n int, at time.Time, system bool) {
+	e.t.Helper()
+	cl := e.client()
+	defer cl.Close()
+	for i := range n {
+		sid := fmt.Sprintf(format, i)
+		if err := cl.ProduceSync(ctx, takesTheFirersID(sid, fsm.TimeoutInactivity, e.get(sid).Version, at.Add(time.Millisecond), system)).FirstErr(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 func takesTheFirersID(sid string, kind fsm.TimeoutKind, version uint64, at time.Time, system bool) *kgo.Record {
 	e := fsm.NewEvent(TimeoutEventID(sid, kind, version), sid, fsm.SessionCompleted, at, fsm.Fields{})
 	r := &kgo.Record{Topic: topic, Key: []byte(sid), Value: fsm.AppendRecord(nil, &e)}
@@ -441,23 +471,9 @@ func takesTheFirersID(sid string, kind fsm.TimeoutKind, version uint64, at time.
 func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
 	e := newTimeoutEnv(t)
 	const sessions = 20
-	at := clockStart.Add(-time.Second)
-	var events []fsm.Event
-	for i := range sessions {
-		events = append(events, e.event(fmt.Sprintf("storm-%02d", i), fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 5*time.Second)))
-	}
-	e.produce(events)
-	r := e.start(nil)
+	r, at := e.idleSessions("storm-%02d", sessions)
 	defer r.halt()
-	e.waitCaughtUp(e.prefix, 30*time.Second)
-	cl := e.client()
-	defer cl.Close()
-	for i := range sessions {
-		sid := fmt.Sprintf("storm-%02d", i)
-		if err := cl.ProduceSync(ctx, takesTheFirersID(sid, fsm.TimeoutInactivity, e.get(sid).Version, at.Add(time.Millisecond), true)).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.forgeTimeouts("storm-%02d", sessions, at, true)
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	e.clock.Advance(10 * time.Second)
 	testwait.Until(t, "every firing folded", 30*time.Second, func() bool {

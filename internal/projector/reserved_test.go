@@ -20,24 +20,9 @@ import (
 func TestAnotherProducerCannotSuppressATimeout(t *testing.T) {
 	e := newTimeoutEnv(t)
 	const sessions = 8
-	at := clockStart.Add(-time.Second)
-	var events []fsm.Event
-	for i := range sessions {
-		events = append(events, e.event(fmt.Sprintf("sup-%d", i), fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 5*time.Second)))
-	}
-	e.produce(events)
-	r := e.start(nil)
+	r, at := e.idleSessions("sup-%d", sessions)
 	defer r.halt()
-	e.waitCaughtUp(e.prefix, 30*time.Second)
-	cl := e.client()
-	defer cl.Close()
-	for i := range sessions {
-		sid := fmt.Sprintf("sup-%d", i)
-		s := e.get(sid)
-		if err := cl.ProduceSync(ctx, takesTheFirersID(sid, fsm.TimeoutInactivity, s.Version, at.Add(time.Millisecond), false)).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.forgeTimeouts("sup-%d", sessions, at, false)
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	e.clock.Advance(10 * time.Second) // past every deadline, long before the cancellation timeout
 	cancelling := func() bool {
