@@ -114,35 +114,25 @@ type WatchOptions struct {
 }
 
 func (o *WatchOptions) withDefaults() {
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = DefaultHeartbeat
-	}
-	if o.Queue <= 0 {
-		o.Queue = DefaultWatchQueue
-	}
-	if o.MaxWatches <= 0 {
-		o.MaxWatches = DefaultMaxWatches
-	}
-	if o.MaxWatchesPerPrincipal <= 0 {
-		o.MaxWatchesPerPrincipal = DefaultMaxWatchesPerPrincipal
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = DefaultWatchWriteTimeout
-	}
-	if o.CatchUpTimeout <= 0 {
-		o.CatchUpTimeout = DefaultCatchUpTimeout
-	}
-	if o.CatchUps <= 0 {
-		o.CatchUps = DefaultCatchUps
-	}
-	if o.CatchUpQueue <= 0 {
-		o.CatchUpQueue = DefaultCatchUpQueue
-	}
-	if o.MaxLifetime <= 0 {
-		o.MaxLifetime = DefaultWatchMaxLifetime
-	}
+	orDefault(&o.Heartbeat, DefaultHeartbeat)
+	orDefault(&o.Queue, DefaultWatchQueue)
+	orDefault(&o.MaxWatches, DefaultMaxWatches)
+	orDefault(&o.MaxWatchesPerPrincipal, DefaultMaxWatchesPerPrincipal)
+	orDefault(&o.WriteTimeout, DefaultWatchWriteTimeout)
+	orDefault(&o.CatchUpTimeout, DefaultCatchUpTimeout)
+	orDefault(&o.CatchUps, DefaultCatchUps)
+	orDefault(&o.CatchUpQueue, DefaultCatchUpQueue)
+	orDefault(&o.MaxLifetime, DefaultWatchMaxLifetime)
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+}
+
+// orDefault sets *v to d when it is zero or negative: an option left out
+// (or nonsensical) takes its default.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }
 
