@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and `make run` need and are missing: redis-server
-# and redis-cli (Debian package redis-server), and chromium (Debian package
+# and redis-cli (Debian package redis-server), python3 for the Python
+# client example's test, and chromium (Debian package
 # chromium) for the console's browser tests. Uses apt-get directly as root,
 # through sudo when it works without a password, and otherwise prints the
 # exact command to run.
@@ -11,6 +12,10 @@ missing=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   packages+=(redis-server)
   missing+=("redis-server/redis-cli")
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+  packages+=(python3)
+  missing+=(python3)
 fi
 if [ "${CORREX_SKIP_BROWSER:-}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
   packages+=(chromium)
