@@ -14,6 +14,7 @@ import (
 
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
 )
@@ -45,7 +46,7 @@ func ev(session, typ string, m int, payload string) string {
 // folded by the projector.
 func TestProjectionOverThePipeline(t *testing.T) {
 	red := redistest.Start(t)
-	st, err := devstack.Start(context.Background(), devstack.Options{RedisURL: red.URL(), Partitions: 3,
+	st, err := devstack.Start(context.Background(), devstack.Options{Redis: redisconn.Config{URL: red.URL()}, Partitions: 3,
 		Log:       slog.New(slog.DiscardHandler),
 		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond }})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
 	"log/slog"
@@ -42,7 +43,7 @@ func ev(session, typ string, minute int) string {
 // transition is posted at least once, in order per session; the rejection is not.
 func TestWebhookOverThePipeline(t *testing.T) {
 	red := redistest.Start(t)
-	st, err := devstack.Start(context.Background(), devstack.Options{RedisURL: red.URL(), Partitions: 3,
+	st, err := devstack.Start(context.Background(), devstack.Options{Redis: redisconn.Config{URL: red.URL()}, Partitions: 3,
 		Log:       slog.New(slog.DiscardHandler),
 		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond }})
 	if err != nil {

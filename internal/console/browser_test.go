@@ -28,6 +28,7 @@ import (
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
 	"github.com/correx/sessions/pkg/fsm"
@@ -106,7 +107,7 @@ func startStack(t *testing.T, authCfg *auth.Config) *devstack.Stack {
 	t.Helper()
 	srv := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{
-		RedisURL: srv.URL(), Partitions: 3, Log: quietLog(), Auth: authCfg,
+		Redis: redisconn.Config{URL: srv.URL()}, Partitions: 3, Log: quietLog(), Auth: authCfg,
 		Projector: func(c *projector.Config) {
 			c.FlushInterval = 20 * time.Millisecond
 			// The workload's events happened long ago, so the default

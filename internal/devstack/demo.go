@@ -18,6 +18,7 @@ import (
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/query"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
 )
 
@@ -27,8 +28,8 @@ import (
 // variables' defaults.
 type Config struct {
 	// Options: Brokers (CORREX_KAFKA_BROKERS; default the embedded broker),
-	// RedisURL (CORREX_REDIS_URL; default the embedded Redis), Topic,
-	// Partitions, Prefix (as the services), DataDir (-data-dir; default
+	// Redis.URL (CORREX_REDIS_URL; default the embedded Redis) and
+	// Redis.Prefix (CORREX_REDIS_PREFIX), Topic, Partitions (as the services), DataDir (-data-dir; default
 	// .devstack/kafka), KafkaPort (9092) and the services' addresses
 	// (127.0.0.1:8081-8083).
 	Options
@@ -43,7 +44,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Options: Options{
-			Topic: config.DefaultTopic, Partitions: config.DefaultPartitions, Prefix: config.DefaultRedisPrefix,
+			Topic: config.DefaultTopic, Partitions: config.DefaultPartitions, Redis: redisconn.Config{Prefix: config.DefaultRedisPrefix},
 			DataDir: ".devstack/kafka", KafkaPort: 9092,
 			IngestAddr: "127.0.0.1:8081", QueryAddr: "127.0.0.1:8082", ProjectorAddr: "127.0.0.1:8083",
 		},
@@ -55,10 +56,10 @@ func DefaultConfig() Config {
 func (c *Config) Bind(b *config.Binder) {
 	d := DefaultConfig()
 	b.Strings(&c.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Brokers, "an external Kafka instead of the embedded broker")
-	b.Secret(&c.RedisURL, "redis-url", "CORREX_REDIS_URL", d.RedisURL, "an external Redis instead of the embedded one")
+	b.Secret(&c.Redis.URL, "redis-url", "CORREX_REDIS_URL", d.Redis.URL, "an external Redis instead of the embedded one")
 	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
 	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions of the topic")
-	b.String(&c.Prefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.Prefix, "prefix of every Redis key")
+	b.String(&c.Redis.Prefix, "redis-prefix", "CORREX_REDIS_PREFIX", d.Redis.Prefix, "prefix of every Redis key")
 	b.String(&c.DataDir, "data-dir", "", d.DataDir, "where the embedded broker keeps its log (empty: memory)")
 	b.Int(&c.KafkaPort, "kafka-port", "", d.KafkaPort, "port of the embedded broker on 127.0.0.1")
 	b.String(&c.IngestAddr, "ingest-addr", "", d.IngestAddr, "ingest listen address")

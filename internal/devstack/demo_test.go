@@ -21,7 +21,7 @@ func TestDemoTimeoutFires(t *testing.T) {
 	var errs bytes.Buffer
 	out := &watchBuffer{want: "timed out: CANCELLING", found: cancel}
 	c := DefaultConfig()
-	c.DataDir, c.KafkaPort, c.RedisURL, c.Progress = t.TempDir(), 0, srv.URL(), time.Second
+	c.DataDir, c.KafkaPort, c.Redis.URL, c.Progress = t.TempDir(), 0, srv.URL(), time.Second
 	c.IngestAddr, c.QueryAddr, c.ProjectorAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	err := Run(ctx, c, nil, func(string) string { return "" }, out, &errs)
 	if err != nil {

@@ -50,12 +50,10 @@ type Options struct {
 	KafkaPort int
 	// DataDir persists the embedded broker's log; empty keeps it in memory.
 	DataDir string
-	// RedisURL of an external Redis; empty starts an embedded miniredis.
-	RedisURL     string
-	RedisCluster bool
-	// RedisPasswordFile and RedisTLSCAFile go with an external Redis
-	// (CORREX_REDIS_PASSWORD_FILE, CORREX_REDIS_TLS_CA_FILE).
-	RedisPasswordFile, RedisTLSCAFile string
+	// Redis is the Redis block the projector and the query service share
+	// (redisconn.Config, CORREX_REDIS_*), used as it is: an empty URL starts
+	// an embedded miniredis, an empty Prefix is config.DefaultRedisPrefix.
+	Redis redisconn.Config
 	// KafkaSecurity holds the TLS and SASL settings of an external Kafka;
 	// its Brokers and ClientID are ignored.
 	KafkaSecurity kafka.Config
@@ -67,7 +65,7 @@ type Options struct {
 	TLS httpx.TLSConfig
 	// Addresses of the services (":0" or "" picks free ports).
 	IngestAddr, QueryAddr, ProjectorAddr string
-	Topic, Prefix, Group                 string
+	Topic, Group                         string
 	Partitions                           int
 	// Projector adjusts the projector's configuration (tests shorten
 	// intervals).
@@ -130,8 +128,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Stack{Topic: orDefault(o.Topic, config.DefaultTopic), Prefix: orDefault(o.Prefix, config.DefaultRedisPrefix),
-		Brokers: o.Brokers, RedisURL: o.RedisURL}
+	s := &Stack{Topic: orDefault(o.Topic, config.DefaultTopic), Prefix: orDefault(o.Redis.Prefix, config.DefaultRedisPrefix),
+		Brokers: o.Brokers, RedisURL: o.Redis.URL}
 	if o.Partitions == 0 {
 		o.Partitions = config.DefaultPartitions
 	}
@@ -219,8 +217,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// shorter group timeouts, so that tests that stop members see
 	// rebalances quickly; and a shorter longest poll wait (FlushInterval).
 	// One Redis block for the projector and the query service.
-	rcfg := redisconn.Config{URL: s.RedisURL, Cluster: o.RedisCluster, Prefix: s.Prefix,
-		PasswordFile: o.RedisPasswordFile, TLSCAFile: o.RedisTLSCAFile}
+	rcfg := o.Redis
+	rcfg.URL, rcfg.Prefix = s.RedisURL, s.Prefix
 	pcfg := projector.DefaultConfig()
 	pcfg.Kafka = withClientID(kcfg, pcfg.Kafka.ClientID)
 	pcfg.Topic, pcfg.Partitions, pcfg.Group = s.Topic, o.Partitions, orDefault(o.Group, pcfg.Group)

@@ -20,6 +20,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/internal/workload"
@@ -38,7 +39,7 @@ import (
 // Run it once: go test -run='^$' -bench=Freshness -benchtime=1x ./internal/e2e.
 func BenchmarkFreshness(b *testing.B) {
 	srv := redistest.Start(b)
-	st, err := devstack.Start(context.Background(), devstack.Options{RedisURL: srv.URL(), Partitions: 12, Log: quietLog()})
+	st, err := devstack.Start(context.Background(), devstack.Options{Redis: redisconn.Config{URL: srv.URL()}, Partitions: 12, Log: quietLog()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 	b.Run("in-process", func(b *testing.B) {
 		c := kafkatest.Start(b)
 		readsUnderWrites(b, c.ListenAddrs(), sessions, func(redisURL string) (string, func()) {
-			st, err := devstack.Start(context.Background(), devstack.Options{Brokers: c.ListenAddrs(), RedisURL: redisURL,
+			st, err := devstack.Start(context.Background(), devstack.Options{Brokers: c.ListenAddrs(), Redis: redisconn.Config{URL: redisURL},
 				Partitions: 12, Log: quietLog()})
 			if err != nil {
 				b.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -65,7 +66,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 		seeds = []*redistest.Server{victim, c.Nodes[0], c.Nodes[2]}
 	}
 	url := redistest.ClusterURL(seeds...)
-	st, err := devstack.Start(ctx, devstack.Options{RedisURL: url, RedisCluster: true, Partitions: 6, Log: quietLog(),
+	st, err := devstack.Start(ctx, devstack.Options{Redis: redisconn.Config{URL: url, Cluster: true}, Partitions: 6, Log: quietLog(),
 		Projector: func(c *projector.Config) {
 			c.FlushInterval = 50 * time.Millisecond
 			if wait {

@@ -12,6 +12,7 @@ import (
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
@@ -33,7 +34,7 @@ func TestBrokerLeaderMoves(t *testing.T) {
 	const partitions = 6
 	broker := kafkatest.Start(t, kfake.NumBrokers(3), kfake.DefaultNumPartitions(partitions))
 	srv := redistest.Start(t)
-	st, err := devstack.Start(context.Background(), devstack.Options{Brokers: broker.ListenAddrs(), RedisURL: srv.URL(),
+	st, err := devstack.Start(context.Background(), devstack.Options{Brokers: broker.ListenAddrs(), Redis: redisconn.Config{URL: srv.URL()},
 		Partitions: partitions, Log: quietLog(),
 		Projector: func(c *projector.Config) { c.FlushInterval = 50 * time.Millisecond }})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
 	"github.com/correx/sessions/internal/testwait"
@@ -123,7 +124,7 @@ func TestEndpointAuthorization(t *testing.T) {
 	f := securitytest.Write(t)
 	srv := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{
-		RedisURL: srv.URL(), Partitions: 3, Log: quietLog(),
+		Redis: redisconn.Config{URL: srv.URL()}, Partitions: 3, Log: quietLog(),
 		Auth:      &auth.Config{TokensFile: f.Env["CORREX_AUTH_TOKENS_FILE"]},
 		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond },
 	})
@@ -364,7 +365,7 @@ func TestSecureStack(t *testing.T) {
 			TLSCertFile: env["CORREX_KAFKA_TLS_CERT_FILE"], TLSKeyFile: env["CORREX_KAFKA_TLS_KEY_FILE"],
 			SASLMechanism: env["CORREX_KAFKA_SASL_MECHANISM"], SASLUsername: env["CORREX_KAFKA_SASL_USERNAME"],
 			SASLPasswordFile: env["CORREX_KAFKA_SASL_PASSWORD_FILE"]},
-		RedisURL: "rediss://correx@" + rs.Addr + "/0", RedisPasswordFile: env["CORREX_REDIS_PASSWORD_FILE"], RedisTLSCAFile: env["CORREX_REDIS_TLS_CA_FILE"],
+		Redis:     redisconn.Config{URL: "rediss://correx@" + rs.Addr + "/0", PasswordFile: env["CORREX_REDIS_PASSWORD_FILE"], TLSCAFile: env["CORREX_REDIS_TLS_CA_FILE"]},
 		Auth:      &auth.Config{TokensFile: env["CORREX_AUTH_TOKENS_FILE"], RateLimit: 100, RateBurst: 100},
 		TLS:       httpxTLS(env),
 		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond },

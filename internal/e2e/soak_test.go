@@ -21,6 +21,7 @@ import (
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/securitytest"
 	"github.com/correx/sessions/internal/testwait"
@@ -46,7 +47,7 @@ func TestSoak(t *testing.T) {
 	f := securitytest.Write(t)
 	srv := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{
-		RedisURL: srv.URL(), Partitions: 6, Log: quietLog(),
+		Redis: redisconn.Config{URL: srv.URL()}, Partitions: 6, Log: quietLog(),
 		// The hostile token ("writer") goes over this; the valid traffic
 		// ("admin" writes, "reader" reads) stays under it.
 		Auth:      &auth.Config{TokensFile: f.Env["CORREX_AUTH_TOKENS_FILE"], RateLimit: 300, RateBurst: 100},

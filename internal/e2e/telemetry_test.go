@@ -13,6 +13,7 @@ import (
 
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/internal/testwait"
@@ -33,7 +34,7 @@ func TestLifecycleTelemetry(t *testing.T) {
 	tel, rec, reader := correxotel.NewForTest()
 	srv := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{
-		RedisURL: srv.URL(), Partitions: 3, Log: quietLog(),
+		Redis: redisconn.Config{URL: srv.URL()}, Partitions: 3, Log: quietLog(),
 		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond },
 		Runtime: func(name string) service.Runtime {
 			return service.Runtime{Log: quietLog(), Telemetry: tel, Metrics: tel.MetricsHandler(),

@@ -18,6 +18,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/fsm"
@@ -31,7 +32,7 @@ func startStack(t testing.TB, partitions int) *devstack.Stack {
 	srv := redistest.Start(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	st, err := devstack.Start(context.Background(), devstack.Options{
-		RedisURL: srv.URL(), Partitions: partitions, Log: log,
+		Redis: redisconn.Config{URL: srv.URL()}, Partitions: partitions, Log: log,
 		Projector: func(c *projector.Config) { c.FlushInterval = 50 * time.Millisecond },
 	})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/pkg/client"
 )
 
@@ -125,7 +126,7 @@ func run(ctx context.Context, cfg config) (*Stack, error) {
 		return nil, fmt.Errorf("testkit: WithFlushInterval(%v): want a positive interval", cfg.flushInterval)
 	}
 	s := &Stack{http: &http.Client{Timeout: 30 * time.Second}}
-	o := devstack.Options{RedisURL: cfg.redisURL, Partitions: cfg.partitions, Log: cfg.log, KillableProjector: true,
+	o := devstack.Options{Redis: redisconn.Config{URL: cfg.redisURL}, Partitions: cfg.partitions, Log: cfg.log, KillableProjector: true,
 		Projector: func(c *projector.Config) {
 			c.FlushInterval = cfg.flushInterval
 			c.MaxFlushInterval = max(c.MaxFlushInterval, cfg.flushInterval)
