@@ -7,26 +7,34 @@ import (
 // Config is the authentication and rate-limit settings of ingest and query.
 type Config struct {
 	// TokensFile is the hashed token file (CORREX_AUTH_TOKENS_FILE).
+	// default: none (required unless Disabled)
 	TokensFile string
-	// Disabled turns authentication off (CORREX_AUTH_DISABLED; default
-	// false). Without a token file a service refuses to start unless this
-	// is set.
+	// Disabled turns authentication off (CORREX_AUTH_DISABLED). Without a
+	// token file a service refuses to start unless this is set.
+	// default: false
 	Disabled bool
 	// RateLimit is the requests per second allowed per token, or per client
-	// address when authentication is disabled (CORREX_RATE_LIMIT; default
-	// 200; 0 turns the limit off).
+	// address when authentication is disabled (CORREX_RATE_LIMIT; 0 turns
+	// the limit off).
+	// default: 200
 	RateLimit float64
 	// RateBurst is how many requests a token may make at once
-	// (CORREX_RATE_BURST; default 400).
+	// (CORREX_RATE_BURST).
+	// default: 400
 	RateBurst int
 }
 
-// Bind registers the settings.
+// DefaultConfig returns the defaults of Config.
+func DefaultConfig() Config { return Config{RateLimit: 200, RateBurst: 400} }
+
+// Bind registers the settings, with DefaultConfig's values as their
+// defaults.
 func (c *Config) Bind(b *config.Binder) {
-	b.String(&c.TokensFile, "auth-tokens-file", "CORREX_AUTH_TOKENS_FILE", "", "file of hashed bearer tokens (see cmd/tokens); required unless -auth-disabled")
-	b.Bool(&c.Disabled, "auth-disabled", "CORREX_AUTH_DISABLED", false, "serve the API without authentication (only behind a gateway or network policy that authenticates)")
-	b.Float(&c.RateLimit, "rate-limit", "CORREX_RATE_LIMIT", 200, "API requests per second per token (per client address without authentication); 0: no limit")
-	b.Int(&c.RateBurst, "rate-burst", "CORREX_RATE_BURST", 400, "API requests a token may make at once")
+	d := DefaultConfig()
+	b.String(&c.TokensFile, "auth-tokens-file", "CORREX_AUTH_TOKENS_FILE", d.TokensFile, "file of hashed bearer tokens (see cmd/tokens); required unless -auth-disabled")
+	b.Bool(&c.Disabled, "auth-disabled", "CORREX_AUTH_DISABLED", d.Disabled, "serve the API without authentication (only behind a gateway or network policy that authenticates)")
+	b.Float(&c.RateLimit, "rate-limit", "CORREX_RATE_LIMIT", d.RateLimit, "API requests per second per token (per client address without authentication); 0: no limit")
+	b.Int(&c.RateBurst, "rate-burst", "CORREX_RATE_BURST", d.RateBurst, "API requests a token may make at once")
 }
 
 // Validate reports every problem; it reads the token file.

@@ -20,6 +20,9 @@ func TestEverySettingHasOneDefaultLine(t *testing.T) {
 		{"../projector/config.go", "Config"},
 		{"../query/service.go", "Config"},
 		{"../redisconn/redisconn.go", "Config"},
+		{"../kafka/kafka.go", "Config"},
+		{"../auth/config.go", "Config"},
+		{"../httpx/tls.go", "TLSConfig"},
 	} {
 		f, err := parser.ParseFile(token.NewFileSet(), c.file, nil, parser.ParseComments)
 		if err != nil {

@@ -20,16 +20,24 @@ import (
 // of clients that offered none, while probes and Prometheus reach /healthz,
 // /readyz and /metrics without one.
 type TLSConfig struct {
-	CertFile     string // CORREX_TLS_CERT_FILE: PEM certificate chain
-	KeyFile      string // CORREX_TLS_KEY_FILE: its PEM key
-	ClientCAFile string // CORREX_TLS_CLIENT_CA_FILE: PEM CAs of client certificates
+	// CertFile is the PEM certificate chain (CORREX_TLS_CERT_FILE).
+	// default: none (plain HTTP)
+	CertFile string
+	// KeyFile is its PEM key (CORREX_TLS_KEY_FILE).
+	// default: none
+	KeyFile string
+	// ClientCAFile holds the PEM CAs of client certificates
+	// (CORREX_TLS_CLIENT_CA_FILE).
+	// default: none (no client certificates asked for)
+	ClientCAFile string
 }
 
-// Bind registers the settings.
+// Bind registers the settings; each default is the zero value.
 func (c *TLSConfig) Bind(b *config.Binder) {
-	b.String(&c.CertFile, "tls-cert-file", "CORREX_TLS_CERT_FILE", "", "PEM certificate to serve HTTPS with (empty: plain HTTP)")
-	b.String(&c.KeyFile, "tls-key-file", "CORREX_TLS_KEY_FILE", "", "PEM key of the HTTPS certificate")
-	b.String(&c.ClientCAFile, "tls-client-ca-file", "CORREX_TLS_CLIENT_CA_FILE", "", "PEM CA bundle of client certificates: /v1/ then requires a verified client certificate (mutual TLS)")
+	var d TLSConfig
+	b.String(&c.CertFile, "tls-cert-file", "CORREX_TLS_CERT_FILE", d.CertFile, "PEM certificate to serve HTTPS with (empty: plain HTTP)")
+	b.String(&c.KeyFile, "tls-key-file", "CORREX_TLS_KEY_FILE", d.KeyFile, "PEM key of the HTTPS certificate")
+	b.String(&c.ClientCAFile, "tls-client-ca-file", "CORREX_TLS_CLIENT_CA_FILE", d.ClientCAFile, "PEM CA bundle of client certificates: /v1/ then requires a verified client certificate (mutual TLS)")
 }
 
 // Enabled reports whether HTTPS is configured.

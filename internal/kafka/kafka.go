@@ -30,31 +30,42 @@ import (
 // Config is what every service needs to reach Kafka. The zero value of the
 // security settings is plaintext without SASL.
 type Config struct {
-	Brokers  []string // CORREX_KAFKA_BROKERS
-	ClientID string   // the service's name
+	// Brokers are the bootstrap brokers (CORREX_KAFKA_BROKERS), bound by
+	// each service with its own usage text.
+	// default: 127.0.0.1:9092 (config.DefaultBroker, in each service's DefaultConfig)
+	Brokers []string
+	// ClientID names the service to the brokers; not a setting.
+	// default: the service's name (correx-ingest, correx-projector, correx-query)
+	ClientID string
 
-	// TLS dials the brokers over TLS (CORREX_KAFKA_TLS; default false).
+	// TLS dials the brokers over TLS (CORREX_KAFKA_TLS).
+	// default: false
 	TLS bool
 	// TLSCAFile is a PEM bundle of the CAs that signed the brokers'
-	// certificates (CORREX_KAFKA_TLS_CA_FILE); empty: the system roots.
+	// certificates (CORREX_KAFKA_TLS_CA_FILE).
+	// default: none (the system roots)
 	TLSCAFile string
 	// TLSCertFile and TLSKeyFile are a client certificate for brokers that
 	// require mutual TLS (CORREX_KAFKA_TLS_CERT_FILE,
 	// CORREX_KAFKA_TLS_KEY_FILE); both or neither. They are read at every
 	// handshake, so a renewed certificate is used without a restart.
+	// default: none
 	TLSCertFile, TLSKeyFile string
 	// SASLMechanism is "", PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 	// (CORREX_KAFKA_SASL_MECHANISM). PLAIN needs TLS.
+	// default: none (no SASL)
 	SASLMechanism string
 	// SASLUsername is the SASL user (CORREX_KAFKA_SASL_USERNAME).
+	// default: none
 	SASLUsername string
 	// SASLPasswordFile holds the SASL password (CORREX_KAFKA_SASL_PASSWORD_FILE).
 	// It is read at every authentication, so a rotated password is picked
 	// up by the next connection; the password is never in the environment.
+	// default: none
 	SASLPasswordFile string
 
-	// Log receives the client's authentication failures (default
-	// slog.Default()); not a setting.
+	// Log receives the client's authentication failures; not a setting.
+	// default: slog.Default()
 	Log *slog.Logger
 }
 
@@ -68,13 +79,14 @@ const (
 // BindSecurity registers the TLS and SASL settings (every service binds
 // them; the brokers are bound by each service with its own usage text).
 func (c *Config) BindSecurity(b *config.Binder) {
-	b.Bool(&c.TLS, "kafka-tls", "CORREX_KAFKA_TLS", false, "connect to the Kafka brokers over TLS")
-	b.String(&c.TLSCAFile, "kafka-tls-ca-file", "CORREX_KAFKA_TLS_CA_FILE", "", "PEM CA bundle of the brokers' certificates (empty: system roots)")
-	b.String(&c.TLSCertFile, "kafka-tls-cert-file", "CORREX_KAFKA_TLS_CERT_FILE", "", "PEM client certificate for brokers that require mutual TLS")
-	b.String(&c.TLSKeyFile, "kafka-tls-key-file", "CORREX_KAFKA_TLS_KEY_FILE", "", "PEM key of the client certificate")
-	b.String(&c.SASLMechanism, "kafka-sasl-mechanism", "CORREX_KAFKA_SASL_MECHANISM", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
-	b.String(&c.SASLUsername, "kafka-sasl-username", "CORREX_KAFKA_SASL_USERNAME", "", "SASL user name")
-	b.String(&c.SASLPasswordFile, "kafka-sasl-password-file", "CORREX_KAFKA_SASL_PASSWORD_FILE", "", "file holding the SASL password")
+	var d Config // every security setting's default is its zero value
+	b.Bool(&c.TLS, "kafka-tls", "CORREX_KAFKA_TLS", d.TLS, "connect to the Kafka brokers over TLS")
+	b.String(&c.TLSCAFile, "kafka-tls-ca-file", "CORREX_KAFKA_TLS_CA_FILE", d.TLSCAFile, "PEM CA bundle of the brokers' certificates (empty: system roots)")
+	b.String(&c.TLSCertFile, "kafka-tls-cert-file", "CORREX_KAFKA_TLS_CERT_FILE", d.TLSCertFile, "PEM client certificate for brokers that require mutual TLS")
+	b.String(&c.TLSKeyFile, "kafka-tls-key-file", "CORREX_KAFKA_TLS_KEY_FILE", d.TLSKeyFile, "PEM key of the client certificate")
+	b.String(&c.SASLMechanism, "kafka-sasl-mechanism", "CORREX_KAFKA_SASL_MECHANISM", d.SASLMechanism, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: no SASL)")
+	b.String(&c.SASLUsername, "kafka-sasl-username", "CORREX_KAFKA_SASL_USERNAME", d.SASLUsername, "SASL user name")
+	b.String(&c.SASLPasswordFile, "kafka-sasl-password-file", "CORREX_KAFKA_SASL_PASSWORD_FILE", d.SASLPasswordFile, "file holding the SASL password")
 }
 
 // Validate reports every problem with the settings. It reads the

@@ -133,7 +133,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-const defaultShutdownTimeout = 30 * time.Second
+// Defaults that a zero value in an in-process Config also falls back to.
+const (
+	defaultShutdownTimeout = 30 * time.Second
+	defaultDeadlineResync  = time.Second
+)
 
 // shutdownTimeout is ShutdownTimeout, or its default when unset.
 func (c Config) shutdownTimeout() time.Duration {
@@ -167,7 +171,7 @@ func DefaultConfig() Config {
 		MaxPollRecords:   10000,
 		RebalanceTimeout: 60 * time.Second,
 		Timeouts:         fsm.DefaultTimeouts(),
-		DeadlineResync:   time.Second,
+		DeadlineResync:   defaultDeadlineResync,
 		ChangeFeed:       true,
 		RedisWaitTimeout: time.Second,
 		ShutdownTimeout:  defaultShutdownTimeout,

@@ -82,7 +82,7 @@ func newFirer(cfg Config, store *snapshot.Store, clock Clock, obs Observer, log 
 	f := &firer{store: store, topic: cfg.Topic, clock: clock, resync: cfg.DeadlineResync, log: log, crash: crash,
 		batch: 1000, cl: cl, ctx: ctx, parts: map[int32]*partFirer{}, obs: nopTimeoutObserver{}}
 	if f.resync <= 0 {
-		f.resync = time.Second
+		f.resync = defaultDeadlineResync
 	}
 	if o, ok := obs.(timeoutObserver); ok {
 		f.obs = o
