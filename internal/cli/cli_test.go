@@ -226,6 +226,10 @@ func TestCommands(t *testing.T) {
 		golden(t, "usage_bad_id", run(t, "", "pause", "a b"))
 	})
 	step("top", func(t *testing.T) { testTop(t, st, env) })
+	step("README examples", func(t *testing.T) {
+		readmeExamples(t, map[string]string{"CORREX_INGEST_URL": st.IngestURL, "CORREX_QUERY_URL": st.QueryURL,
+			"CORREX_TOKEN": st.Tokens.Admin})
+	})
 }
 
 // testWatch watches a beacon session until a change arrives, to learn a
