@@ -93,15 +93,29 @@ func testTop(t *testing.T, st *testkit.Stack, env map[string]string) {
 		return countOf(b, "AWAITING_APPROVAL") != before && countOf(b, "AWAITING_APPROVAL") != "", b
 	})
 
-	if _, err := ptmx.Write([]byte("q")); err != nil {
+	quitWith(t, ptmx, "q", exited)
+
+	// Again, quitting with Ctrl-C: in raw mode it is a byte, not a signal.
+	go func() {
+		exited <- Main(ctx, []string{"top", "--interval", "200ms"},
+			Env{Stdin: tty, Stdout: tty, Stderr: tty, Getenv: func(k string) string { return env[k] }})
+	}()
+	drawn := len(sc.frames())
+	testwait.Until(t, "top to draw again", 30*time.Second, func() bool { return len(sc.frames()) > drawn+1 })
+	quitWith(t, ptmx, "\x03", exited)
+}
+
+func quitWith(t *testing.T, ptmx io.Writer, key string, exited <-chan int) {
+	t.Helper()
+	if _, err := ptmx.Write([]byte(key)); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case code := <-exited:
 		if code != ExitOK {
-			t.Fatalf("top exited %d", code)
+			t.Fatalf("top exited %d after %q", code, key)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("top did not quit on q")
+		t.Fatalf("top did not quit on %q", key)
 	}
 }
