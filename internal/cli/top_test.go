@@ -93,6 +93,7 @@ func testTop(t *testing.T, st *testkit.Stack, env map[string]string) {
 		return countOf(b, "AWAITING_APPROVAL") != before && countOf(b, "AWAITING_APPROVAL") != "", b
 	})
 
+	t.Logf("the board:\n%s", strings.ReplaceAll(last(), "\r\n", "\n"))
 	quitWith(t, ptmx, "q", exited)
 
 	// Again, quitting with Ctrl-C: in raw mode it is a byte, not a signal.
