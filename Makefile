@@ -17,8 +17,9 @@ help: ## list the targets
 deps: ## install what the tests need (redis-server, chromium) when it is missing
 	@scripts/deps.sh
 
-build: ## compile every package and binary
+build: ## compile every package and binary, and the command line into bin/correx
 	$(GO) build ./...
+	$(GO) build -o bin/correx ./cmd/correx
 
 test: deps unit fuzz test-helm ## unit and component tests (race detector), every fuzz target for FUZZTIME, the Helm chart
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,14 +11,30 @@ import (
 	"testing"
 
 	"github.com/correx/sessions/internal/auth"
+	"github.com/correx/sessions/internal/cli"
 )
+
+// runTokens runs the command as main does and returns its error output when
+// it exits non-zero.
+func runTokens(args []string, stdin io.Reader, stdout, stderr *bytes.Buffer) error {
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	var errOut bytes.Buffer
+	code := run(args, cli.Env{Stdin: stdin, Stdout: stdout, Stderr: &errOut, Getenv: func(string) string { return "" }})
+	stderr.Write(errOut.Bytes())
+	if code != 0 {
+		return fmt.Errorf("exit %d: %s", code, errOut.String())
+	}
+	return nil
+}
 
 // TestNewThenAuthenticate issues a token, appends its line to a file, and
 // checks that the file authenticates the token with the asked scopes and
 // prefix, while the file holds no trace of the token itself.
 func TestNewThenAuthenticate(t *testing.T) {
 	var out bytes.Buffer
-	if err := run([]string{"new", "-scopes", "events:write,sessions:read", "-prefix", "acme:", "-name", "acme-app"}, nil, &out, &out); err != nil {
+	if err := runTokens([]string{"new", "-scopes", "events:write,sessions:read", "-prefix", "acme:", "-name", "acme-app"}, nil, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	tok := regexp.MustCompile(`(?m)^  (cxs_\S+)$`).FindStringSubmatch(out.String())
@@ -42,14 +60,14 @@ func TestNewThenAuthenticate(t *testing.T) {
 	}
 
 	var hashed bytes.Buffer
-	if err := run([]string{"hash"}, strings.NewReader(tok[1]+"\n"), &hashed, &hashed); err != nil {
+	if err := runTokens([]string{"hash"}, strings.NewReader(tok[1]+"\n"), &hashed, &hashed); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(line[1], strings.TrimSpace(hashed.String())+" ") {
 		t.Fatalf("hash %q does not start the line %q", hashed.String(), line[1])
 	}
 	var listed bytes.Buffer
-	if err := run([]string{"check", path}, nil, &listed, &listed); err != nil {
+	if err := runTokens([]string{"check", path}, nil, &listed, &listed); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(listed.String(), "1 token(s)") || !strings.Contains(listed.String(), "acme-app") {
@@ -62,18 +80,18 @@ func TestRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "usage"},
-		{[]string{"new"}, "-scopes is required"},
+		{nil, "tokens needs a command"},
+		{[]string{"new"}, "--scopes is required"},
 		{[]string{"new", "-scopes", "write"}, `unknown scope "write"`},
 		{[]string{"new", "-scopes", "admin", "-prefix", "a b"}, "prefix"},
-		{[]string{"new", "-scopes", "admin", "stray"}, "unexpected"},
-		{[]string{"check"}, "usage"},
+		{[]string{"new", "-scopes", "admin", "stray"}, "takes no arguments"},
+		{[]string{"check"}, "takes FILE"},
 		{[]string{"check", "/nonexistent/tokens"}, "/nonexistent/tokens"},
 		{[]string{"frobnicate"}, "unknown command"},
 	}
 	for _, tc := range tests {
 		var out bytes.Buffer
-		err := run(tc.args, nil, &out, &out)
+		err := runTokens(tc.args, nil, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
 		}
@@ -81,7 +99,7 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%q: a token was printed although the command failed", tc.args)
 		}
 	}
-	if err := run([]string{"hash"}, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
+	if err := runTokens([]string{"hash"}, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 		t.Error("hash of nothing")
 	}
 }

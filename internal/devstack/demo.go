@@ -179,6 +179,8 @@ Try:
   # sessions by label; every change as it happens (Server-Sent Events; Ctrl-C ends it)
   curl -s '%s/v1/sessions?label=team=demo&prefix=demo:quiet'
   curl -N %s/v1/watch
+  # or the command line, which defaults to these ports: go install ./cmd/correx
+  correx ls --prefix demo: --limit 10; correx watch; correx top
 
 Ctrl-C stops it. Settings: %s
 `, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL,

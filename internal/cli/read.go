@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/correx/sessions/pkg/client"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/spf13/cobra"
+)
+
+// snapshotTable lists snapshots, one a row.
+func (s *settings) snapshotTable(snaps []client.Snapshot) *table {
+	t := &table{header: []string{"SESSION", "STATE", "VERSION", "EVENTS", "GOAL", "LABELS"}}
+	if s.wide() {
+		t.header = append(t.header, "PARENT", "POSITION", "CREATED", "UPDATED")
+	}
+	for i := range snaps {
+		sn := &snaps[i]
+		row := []string{sn.SessionID, sn.State, strconv.FormatUint(sn.Version, 10), strconv.FormatUint(sn.Counters.Events, 10),
+			orDash(clip(sn.Goal, 40)), labelsText(sn.Labels)}
+		if s.wide() {
+			row = append(row, ptrOrDash(sn.ParentSessionID), sn.Position.String(), timeText(sn.CreatedAt), timeText(sn.UpdatedAt))
+		}
+		t.add(row...)
+	}
+	return t
+}
+
+func getCommand(s *settings) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Print a session's snapshot",
+		Example: `  correx get demo:1
+  correx get demo:1 -o json`,
+		Args: exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := s.client()
+			if err != nil {
+				return err
+			}
+			snap, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if ok, err := s.writeData(snap); ok {
+				return err
+			}
+			return s.snapshotTable([]client.Snapshot{*snap}).write(s.env.Stdout)
+		},
+	}
+}
+
+// filterFlags are the filters a listing and a watch share (the query
+// service parses both alike).
+type filterFlags struct {
+	state, prefix, parent string
+	labels                []string
+}
+
+func (f *filterFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.state, "state", "", "only sessions in this state (a watch: changes to it)")
+	fl.StringVar(&f.prefix, "prefix", "", "only session ids that start with this")
+	fl.StringArrayVarP(&f.labels, "label", "l", nil, "only sessions with this label, KEY=VALUE (repeatable; all must hold)")
+	fl.StringVar(&f.parent, "parent", "", "only the children of this session")
+	_ = cmd.RegisterFlagCompletionFunc("state", stateCompletion)
+}
+
+func stateCompletion(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	var out []string
+	for _, st := range fsm.States() {
+		out = append(out, st.String())
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// parse checks the filters as the service would, so that a typo is a
+// usage error before any request.
+func (f *filterFlags) parse() (state string, labels map[string]string, err error) {
+	if f.state != "" {
+		st, ok := fsm.ParseState(strings.ToUpper(f.state))
+		if !ok {
+			return "", nil, usagef("--state %q: want one of %s", f.state, strings.Join(stateNames(), ", "))
+		}
+		state = st.String()
+	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || !fsm.ValidLabelKey(k) {
+			return "", nil, usagef("--label %q: want KEY=VALUE with KEY matching %s", l, fsm.LabelKeyRule)
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[k] = v
+	}
+	return state, labels, nil
+}
+
+func stateNames() []string {
+	var out []string
+	for _, st := range fsm.States() {
+		out = append(out, st.String())
+	}
+	return out
+}
+
+func listCommand(s *settings) *cobra.Command {
+	var (
+		f        filterFlags
+		limit    int
+		pageSize int
+		cursor   string
+	)
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List sessions, filtered by state, id prefix, labels and parent",
+		Example: `  correx ls --state ACTIVE
+  correx ls --prefix demo: --label team=demo --limit 20
+  correx ls --parent demo:1 -o wide`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			state, labels, err := f.parse()
+			if err != nil {
+				return err
+			}
+			if limit < 0 || pageSize < 0 || pageSize > 1000 {
+				return usagef("--limit must be at least 0 and --page-size 0-1000")
+			}
+			c, err := s.client()
+			if err != nil {
+				return err
+			}
+			snaps := []client.Snapshot{}
+			for page, err := range c.List(cmd.Context(), client.ListOptions{State: state, Prefix: f.prefix, Labels: labels,
+				Parent: f.parent, Limit: pageSize, Cursor: cursor}) {
+				if err != nil {
+					return err
+				}
+				snaps = append(snaps, page.Sessions...)
+				if limit > 0 && len(snaps) >= limit {
+					snaps = snaps[:limit]
+					break
+				}
+			}
+			// The service's order is stable but not meaningful: by id
+			// reads better and is the same on every run.
+			slices.SortFunc(snaps, func(a, b client.Snapshot) int { return strings.Compare(a.SessionID, b.SessionID) })
+			if ok, err := s.writeData(snaps); ok {
+				return err
+			}
+			return s.snapshotTable(snaps).write(s.env.Stdout)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many sessions (0: every one)")
+	cmd.Flags().IntVar(&pageSize, "page-size", 0, "sessions per request, 1-1000 (0: the service's, 100)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "resume a listing at this cursor")
+	return cmd
+}
+
+func statsCommand(s *settings) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats",
+		Short: "Print the sessions per state and, for an admin token, each partition's progress",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := s.client()
+			if err != nil {
+				return err
+			}
+			st, err := c.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if ok, err := s.writeData(st); ok {
+				return err
+			}
+			t := &table{header: []string{"STATE", "SESSIONS"}}
+			for _, name := range stateNames() {
+				t.add(name, strconv.FormatInt(st.Sessions.ByState[name], 10))
+			}
+			// A state a newer service adds is shown too.
+			for _, name := range slices.Sorted(maps.Keys(st.Sessions.ByState)) {
+				if !slices.Contains(stateNames(), name) {
+					t.add(name, strconv.FormatInt(st.Sessions.ByState[name], 10))
+				}
+			}
+			t.add("TOTAL", strconv.FormatInt(st.Sessions.Total, 10))
+			if err := t.write(s.env.Stdout); err != nil {
+				return err
+			}
+			if len(st.Partitions) == 0 {
+				return nil
+			}
+			p := &table{header: []string{"PARTITION", "CHECKPOINT", "HIGH WATERMARK", "LAG"}}
+			if s.wide() {
+				p.header = append(p.header, "CHECKPOINT AT")
+			}
+			for _, ps := range st.Partitions {
+				row := []string{strconv.Itoa(int(ps.Partition)), strconv.FormatInt(ps.Checkpoint, 10), intOrDash(ps.HighWatermark), intOrDash(ps.Lag)}
+				if s.wide() {
+					at := "-"
+					if ps.CheckpointAt != nil {
+						at = timeText(*ps.CheckpointAt)
+					}
+					row = append(row, at)
+				}
+				p.add(row...)
+			}
+			fmt.Fprintln(s.env.Stdout)
+			return p.write(s.env.Stdout)
+		},
+	}
+}
+
+func intOrDash(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*p, 10)
+}
+
+func replayCommand(s *settings) *cobra.Command {
+	return &cobra.Command{
+		Use:   "replay ID",
+		Short: "Rebuild a session from the log and compare it with the stored snapshot (admin; exit 4 when they differ)",
+		Args:  exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := s.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.Replay(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			written, err := s.writeData(r)
+			if !written {
+				t := &table{header: []string{"SESSION", "STATE", "VERSION", "STORED POSITION", "MATCHES STORED"}}
+				t.add(args[0], r.Snapshot.State, strconv.FormatUint(r.Snapshot.Version, 10), r.StoredPosition.String(), yesNo(r.MatchesStored))
+				err = t.write(s.env.Stdout)
+			}
+			if err == nil && !r.MatchesStored {
+				return rejectedError{"the log rebuilds " + args[0] + " differently from its stored snapshot; `correx rebuild " + args[0] + "` stores the log's"}
+			}
+			return err
+		},
+	}
+}
+
+func rebuildCommand(s *settings) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rebuild ID",
+		Short: "Rebuild a session from the log and store it when the stored snapshot differs (admin)",
+		Args:  exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := s.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.Rebuild(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if ok, err := s.writeData(r); ok {
+				return err
+			}
+			t := &table{header: []string{"SESSION", "STATE", "VERSION", "DIFFERED", "REPLACED"}}
+			t.add(args[0], r.Snapshot.State, strconv.FormatUint(r.Snapshot.Version, 10), yesNo(r.Differed), yesNo(r.Replaced))
+			return t.write(s.env.Stdout)
+		},
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

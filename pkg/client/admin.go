@@ -1,0 +1,146 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+// Stats is the query service's GET /v1/stats: sessions per state and, for
+// an admin token without a session-id prefix, each partition's progress.
+type Stats struct {
+	Topic string `json:"topic"`
+	// Prefix is the token's session-id prefix; the counts are then of its
+	// sessions alone, and Partitions is empty.
+	Prefix   string `json:"prefix,omitempty"`
+	Sessions struct {
+		Total int64 `json:"total"`
+		// ByState has every state, zero counts included.
+		ByState map[string]int64 `json:"byState"`
+	} `json:"sessions"`
+	// Partitions is empty for a token without the admin scope.
+	Partitions []PartitionStats `json:"partitions,omitempty"`
+}
+
+// PartitionStats is one partition's progress as the projector last wrote
+// its checkpoint.
+type PartitionStats struct {
+	Partition     int32      `json:"partition"`
+	Checkpoint    int64      `json:"checkpoint"`
+	CheckpointAt  *time.Time `json:"checkpointAt"`
+	HighWatermark *int64     `json:"highWatermark"`
+	// Lag is the high watermark minus the checkpoint when the checkpoint
+	// was written; nil when unknown.
+	Lag *int64 `json:"lag"`
+}
+
+// Replay is GET /v1/sessions/{id}/replay: the session rebuilt from the
+// Kafka log up to its stored position, and whether it equals the stored
+// snapshot.
+type Replay struct {
+	Snapshot       *Snapshot `json:"snapshot"`
+	MatchesStored  bool      `json:"matchesStored"`
+	StoredPosition Position  `json:"storedPosition"`
+}
+
+// Rebuild is POST /v1/sessions/{id}/rebuild: the replay, stored when it
+// differed from the stored snapshot.
+type Rebuild struct {
+	Snapshot *Snapshot `json:"snapshot"`
+	// Differed: the stored snapshot differed from the log's.
+	Differed bool `json:"differed"`
+	// Replaced: the rebuilt snapshot was stored (false when it equalled the
+	// stored one, or the projector stored a later one meanwhile).
+	Replaced bool `json:"replaced"`
+}
+
+// Stats reads the sessions per state and the partitions' progress. Errors
+// are Get's: a *StatusError for a refusal, a *ReadError otherwise.
+func (c *Client) Stats(ctx context.Context) (*Stats, error) {
+	var s Stats
+	if err := c.readJSON(ctx, http.MethodGet, "stats", "", c.query.JoinPath("v1", "stats"), &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Replay rebuilds a session from the log and compares it with the stored
+// snapshot; nothing is stored (scope admin). An unknown session matches
+// ErrNotFound.
+func (c *Client) Replay(ctx context.Context, sessionID string) (*Replay, error) {
+	if !fsm.ValidSessionID(sessionID) {
+		return nil, fmt.Errorf("client: replay: %w", sessionIDError(sessionID))
+	}
+	var r Replay
+	if err := c.readJSON(ctx, http.MethodGet, "replay", sessionID, c.query.JoinPath("v1", "sessions", sessionID, "replay"), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Rebuild rebuilds a session from the log and stores it when the stored
+// snapshot differed (scope admin; fenced against the projector, see the
+// README's HTTP API). A log that does not rebuild the session is a
+// *StatusError with status 409. Sending it again is safe: a second rebuild
+// finds nothing different.
+func (c *Client) Rebuild(ctx context.Context, sessionID string) (*Rebuild, error) {
+	if !fsm.ValidSessionID(sessionID) {
+		return nil, fmt.Errorf("client: rebuild: %w", sessionIDError(sessionID))
+	}
+	var r Rebuild
+	if err := c.readJSON(ctx, http.MethodPost, "rebuild", sessionID, c.query.JoinPath("v1", "sessions", sessionID, "rebuild"), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// readJSON asks the query service with the read retries (retryRead) and
+// decodes a 200's body into v.
+func (c *Client) readJSON(ctx context.Context, method, op, sessionID string, u *url.URL, v any) error {
+	for attempt := 1; ; attempt++ {
+		err := c.queryJSON(ctx, method, op, u, v)
+		if err == nil {
+			return nil
+		}
+		if !c.retryRead(ctx, err, attempt) {
+			return readError(ctx, op, sessionID, attempt, err)
+		}
+	}
+}
+
+func (c *Client) queryJSON(ctx context.Context, method, op string, u *url.URL, v any) error {
+	if method == http.MethodGet {
+		return c.getJSON(ctx, op, u, 0, v)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.retry.reqTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, method, u.String(), nil)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", op, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	c.setHeaders(req)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes*8))
+	if err != nil {
+		return fmt.Errorf("client: %s: reading the answer: %w", op, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_, se := statusError(op, resp, body)
+		return se
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("client: %s: decoding the answer: %w", op, err)
+	}
+	return nil
+}
