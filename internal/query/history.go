@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/correx/sessions/internal/httpx"
@@ -124,11 +125,12 @@ type foldKey struct {
 // recently used first out, within a number and historyCacheBytes. Safe for
 // concurrent use.
 type foldCache struct {
-	mu    sync.Mutex
-	max   int
-	bytes int
-	order *list.List // of *foldEntry, most recent first
-	byKey map[foldKey]*list.Element
+	refolds atomic.Int64 // pages that did not find their state (tests)
+	mu      sync.Mutex
+	max     int
+	bytes   int
+	order   *list.List // of *foldEntry, most recent first
+	byKey   map[foldKey]*list.Element
 }
 
 type foldEntry struct {
@@ -188,8 +190,8 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	limit := DefaultHistoryLimit
-	if v := q.Get("limit"); v != "" || q.Has("limit") {
-		n, err := strconv.Atoi(v)
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
 		if err != nil || n < 1 || n > MaxHistoryLimit {
 			badRequest(w, "limit", fmt.Sprintf("must be an integer from 1 to %d", MaxHistoryLimit))
 			return
@@ -278,6 +280,7 @@ func (h *Handler) historyPage(ctx context.Context, lr LogReader, stored *snapsho
 			ok = snapshot.Decode(b, &s) == nil
 		}
 		if !ok {
+			h.folds.refolds.Add(1)
 			s = snapshot.Snapshot{}
 			err := lr.Scan(ctx, id, p, after.first, after.next-1, func(e *fsm.Event, pos snapshot.Position) bool {
 				s.Fold(&red, e, pos)

@@ -157,13 +157,14 @@ func newHistoryFixture(t *testing.T) *historyFixture {
 }
 
 // server serves the query API over the fixture, with o.
-func (f *historyFixture) server(o query.Options) *httptest.Server {
+func (f *historyFixture) server(o query.Options) (*httptest.Server, *query.Handler) {
 	f.t.Helper()
 	o.Guard, o.Log = f.guard, f.quiet
 	replayer := &query.KafkaReplayer{Kafka: kafka.Config{Brokers: f.brokers, ClientID: "history-test"}, Topic: topic}
-	srv := httptest.NewServer(query.NewHandler(f.store, topic, replayer, o))
+	h := query.NewHandler(f.store, topic, replayer, o)
+	srv := httptest.NewServer(h)
 	f.t.Cleanup(srv.Close)
-	return srv
+	return srv, h
 }
 
 func (f *historyFixture) get(srv *httptest.Server, role, id string, q url.Values) (int, []byte) {
@@ -223,10 +224,11 @@ func encoded(t *testing.T, v any) string {
 // time, and in one page: every event of the session appears once, in the
 // log's order, with the fold's outcome (applied, rejected, duplicate,
 // superseded; the other sessions' events between them left out), and the
-// last page's next is null.
+// last page's next is null. Each page continues from the fold state the
+// previous one left: none folds the session again from its start.
 func TestHistoryPages(t *testing.T) {
 	f := newHistoryFixture(t)
-	srv := f.server(query.Options{})
+	srv, h := f.server(query.Options{})
 	id := "acme:h-1"
 	var got []wire.HistoryEntry
 	after, pages := "", 0
@@ -248,6 +250,9 @@ func TestHistoryPages(t *testing.T) {
 	if pages != (len(f.want[id])+2)/3 {
 		t.Errorf("%d pages for %d entries, 3 a page", pages, len(got))
 	}
+	if n := h.HistoryRefolds(); n != 0 {
+		t.Errorf("%d pages folded the session again from its start", n)
+	}
 	whole := f.page(srv, id, "", 0)
 	if whole.Next != nil || encoded(t, whole.History) != encoded(t, f.want[id]) {
 		t.Fatalf("one page: next %v, %d entries", whole.Next, len(whole.History))
@@ -261,8 +266,8 @@ func TestHistoryPages(t *testing.T) {
 func TestHistoryCursorWithoutTheCachedFold(t *testing.T) {
 	f := newHistoryFixture(t)
 	key := []byte("a secret of at least sixteen bytes")
-	a := f.server(query.Options{CursorKey: key})
-	b := f.server(query.Options{CursorKey: key, HistoryCache: -1})
+	a, _ := f.server(query.Options{CursorKey: key})
+	b, hb := f.server(query.Options{CursorKey: key, HistoryCache: -1})
 	id := "acme:h-2"
 	first := f.page(a, id, "", 7)
 	if first.Next == nil {
@@ -273,7 +278,10 @@ func TestHistoryCursorWithoutTheCachedFold(t *testing.T) {
 		encoded(t, fromA.History) != encoded(t, f.want[id][7:14]) {
 		t.Fatalf("second page\nfrom the caching replica %s\nfrom the other %s", encoded(t, fromA.History), encoded(t, fromB.History))
 	}
-	other := f.server(query.Options{CursorKey: []byte("another secret of sixteen bytes")})
+	if n := hb.HistoryRefolds(); n != 1 {
+		t.Errorf("the replica without the state folded again %d times, want 1", n)
+	}
+	other, _ := f.server(query.Options{CursorKey: []byte("another secret of sixteen bytes")})
 	status, body := f.get(other, "reader", id, url.Values{"after": {*first.Next}})
 	assertProblem(t, status, body, http.StatusBadRequest, "after")
 }
@@ -282,7 +290,7 @@ func TestHistoryCursorWithoutTheCachedFold(t *testing.T) {
 // session and another tenant's are the same 404, and only GET is allowed.
 func TestHistoryRefusals(t *testing.T) {
 	f := newHistoryFixture(t)
-	srv := f.server(query.Options{})
+	srv, _ := f.server(query.Options{})
 	p := f.page(srv, "acme:h-2", "", 5)
 	cursorOfH2 := *p.Next
 	altered := []byte(cursorOfH2)
@@ -342,7 +350,7 @@ func assertProblem(t *testing.T, status int, body []byte, wantStatus int, field 
 func TestReplayAndRebuildCounted(t *testing.T) {
 	f := newHistoryFixture(t)
 	tel, _, reader := correxotel.NewForTest()
-	srv := f.server(query.Options{Meter: tel.MeterProvider})
+	srv, _ := f.server(query.Options{Meter: tel.MeterProvider})
 	id := "acme:h-1"
 	replay := func() {
 		if s, body := f.request(http.MethodGet, srv, "admin", "/v1/sessions/"+id+"/replay"); s != http.StatusOK {
