@@ -50,14 +50,19 @@ var errCursorForeign = errors.New("a cursor this service cannot resume from")
 // cursorSealer seals and opens cursors; safe for concurrent use.
 type cursorSealer struct{ aead cipher.AEAD }
 
-// newCursorSealer derives the cursor key from secret, or draws one at
+// newCursorSealer derives the watch cursor key from secret, or draws one at
 // random when secret is empty.
-func newCursorSealer(secret []byte) cursorSealer {
+func newCursorSealer(secret []byte) cursorSealer { return newSealer(cursorKeyLabel, secret) }
+
+// newSealer derives a key for the use label names from secret (so that one
+// secret seals watch and history cursors with different keys), or draws one
+// at random when secret is empty.
+func newSealer(label string, secret []byte) cursorSealer {
 	var key [32]byte
 	if len(secret) == 0 {
 		_, _ = rand.Read(key[:]) // never fails (crypto/rand)
 	} else {
-		key = sha256.Sum256(append([]byte(cursorKeyLabel), secret...))
+		key = sha256.Sum256(append([]byte(label), secret...))
 	}
 	block, err := aes.NewCipher(key[:])
 	if err != nil {
@@ -124,4 +129,32 @@ func (w *Watcher) DecodeCursor(s string) ([]int64, error) {
 		out[i] = int64(o)
 	}
 	return out, nil
+}
+
+// seal returns base64url( version | nonce | seal(plain) ), the version
+// byte as the additional data.
+func (c cursorSealer) seal(version byte, plain []byte) string {
+	b := make([]byte, 1+cursorNonce, 1+cursorNonce+len(plain)+c.aead.Overhead())
+	b[0] = version
+	_, _ = rand.Read(b[1 : 1+cursorNonce])
+	b = c.aead.Seal(b, b[1:1+cursorNonce], plain, b[:1])
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// open returns what seal sealed with version: snapshot.ErrBadCursor for a
+// string that is no such cursor, errCursorForeign for one sealed with
+// another key or altered.
+func (c cursorSealer) open(version byte, s string, maxChars int) ([]byte, error) {
+	if len(s) == 0 || len(s) > maxChars {
+		return nil, snapshot.ErrBadCursor
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 1+cursorNonce+c.aead.Overhead()+1 || b[0] != version {
+		return nil, snapshot.ErrBadCursor
+	}
+	plain, err := c.aead.Open(nil, b[1:1+cursorNonce], b[1+cursorNonce:], b[:1])
+	if err != nil {
+		return nil, errCursorForeign
+	}
+	return plain, nil
 }

@@ -49,3 +49,7 @@ func (w *Watcher) Offered() int64 {
 
 // SharedCursorKey exposes sharedCursorKey to the tests.
 var SharedCursorKey = sharedCursorKey
+
+// HistoryRefolds is the number of history pages that did not find the fold
+// state of their cursor kept, and folded the session again from its start.
+func (h *Handler) HistoryRefolds() int64 { return h.folds.refolds.Load() }

@@ -1,9 +1,12 @@
 // Package query serves the read model over HTTP: a session's snapshot (with
-// ETag and read-your-writes waits), listings by state, statistics, and a
+// ETag and read-your-writes waits), listings by state, statistics, a
 // replay that rebuilds a session from the Kafka log to check the stored
-// snapshot, and watches: Server-Sent Events streams of the change feed
-// (watch.go; Watcher's comment argues how they stay gap-free and bounded).
-// Only the replay and the watches touch Kafka.
+// snapshot, a session's whole history read from the log in pages (history.go
+// argues its cursor), and watches: Server-Sent Events streams of the change
+// feed (watch.go; Watcher's comment argues how they stay gap-free and
+// bounded). Only the replay, the rebuild, the history and the watches touch
+// Kafka. Metrics: correx.query.replays by outcome (match, mismatch) and
+// correx.query.rebuilds by outcome (match, replaced, kept).
 package query
 
 import (
@@ -22,6 +25,7 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Limits of the API.
@@ -63,6 +67,11 @@ type Handler struct {
 	watch       *Watcher
 	guard       *auth.Guard
 	api         http.Handler
+	// histCursors seals the history's cursors, folds keeps the fold
+	// states where history pages ended (history.go).
+	histCursors cursorSealer
+	folds       *foldCache
+	metrics     *metrics
 }
 
 // Options bound the expensive requests.
@@ -95,6 +104,17 @@ type Options struct {
 	Guard *auth.Guard
 	// Watch serves the watches; nil answers them 503 (no Kafka).
 	Watch *Watcher
+	// CursorKey is the secret the history's cursors are sealed with,
+	// under a key of their own (Serve passes the watch cursors' secret);
+	// empty draws a key at random, valid in this process only.
+	CursorKey []byte
+	// HistoryCache is how many fold states the history keeps for the next
+	// pages (default DefaultHistoryCache; negative keeps none, and every
+	// page after the first folds the session again from its start).
+	HistoryCache int
+	// Meter records the service's metrics (correx.query.*); nil records
+	// none.
+	Meter metric.MeterProvider
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -124,17 +144,22 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	if o.Guard == nil {
 		o.Guard = auth.Open()
 	}
+	if o.HistoryCache == 0 {
+		o.HistoryCache = DefaultHistoryCache
+	}
 	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, poll: o.PollEvery, replayLimit: o.ReplayLimit,
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
-		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard}
-	// Scopes: sessions:read for reads, listings and the counts of
+		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard,
+		histCursors: newSealer(historyKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log)}
+	// Scopes: sessions:read for reads, histories, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a
 	// session-id prefix sees only the sessions under it.
 	mux := http.NewServeMux()
 	mux.Handle("/v1/sessions/{id}", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.getSession)))
 	mux.Handle("/v1/sessions/{id}/replay", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.replay)))
+	mux.Handle("/v1/sessions/{id}/history", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.history)))
 	mux.Handle("/v1/sessions/{id}/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchSession)))
 	mux.Handle("/v1/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchAll)))
 	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.rebuild)))
@@ -540,8 +565,9 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	httpx.WriteJSON(w, http.StatusOK, ReplayResponse{Snapshot: rebuilt, Stored: stored.Position,
-		MatchesStored: bytes.Equal(rebuilt.AppendBinary(nil), stored.AppendBinary(nil))})
+	match := bytes.Equal(rebuilt.AppendBinary(nil), stored.AppendBinary(nil))
+	h.metrics.replayed(r.Context(), match)
+	httpx.WriteJSON(w, http.StatusOK, ReplayResponse{Snapshot: rebuilt, Stored: stored.Position, MatchesStored: match})
 }
 
 // fromLog reads the stored snapshot of id and folds the session again from

@@ -80,5 +80,6 @@ func (h *Handler) rebuild(w http.ResponseWriter, r *http.Request) {
 		h.log.Warn("rebuilt a session whose stored snapshot differed from the log", "session", id,
 			"position", rebuilt.Position.String(), "replaced", resp.Replaced)
 	}
+	h.metrics.rebuilt(r.Context(), resp)
 	httpx.WriteJSON(w, http.StatusOK, resp)
 }

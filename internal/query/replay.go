@@ -14,34 +14,61 @@ import (
 // KafkaReplayer rebuilds sessions by reading their partition directly (no
 // consumer group) from the session's first offset to its stored position,
 // folding the session's records with snapshot.Fold, the projector's rule.
+// It reads a session's history the same way (LogReader).
 type KafkaReplayer struct {
 	Kafka kafka.Config
 	Topic string
 	Opts  []kgo.Opt // extra client options (telemetry)
 }
 
+// LogReader reads one session's records from the log. A Replayer that is
+// also a LogReader (KafkaReplayer) serves the history; the handler answers
+// it 503 otherwise.
+type LogReader interface {
+	// Scan calls fn with each record of session id in partition p from
+	// offset from to offset end (both included), in order, decoded as the
+	// projector decodes them: another session's records, and those the
+	// projector sets aside, are skipped. fn returns false to stop early.
+	Scan(ctx context.Context, id string, p int32, from, end int64, fn func(e *fsm.Event, pos snapshot.Position) bool) error
+}
+
 // Replay implements Replayer.
 func (k *KafkaReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (*snapshot.Snapshot, error) {
-	p, end := stored.Position.Partition, stored.Position.Offset
-	opts := append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.Topic: {p: kgo.NewOffset().At(stored.FirstOffset)}})}, k.Opts...)
-	cl, err := kafka.NewClient(k.Kafka, opts...)
+	var s snapshot.Snapshot
+	var r fsm.Reducer
+	err := k.Scan(ctx, stored.ID, stored.Position.Partition, stored.FirstOffset, stored.Position.Offset,
+		func(e *fsm.Event, pos snapshot.Position) bool {
+			s.Fold(&r, e, pos)
+			return true
+		})
 	if err != nil {
 		return nil, err
 	}
+	return &s, nil
+}
+
+// Scan implements LogReader.
+func (k *KafkaReplayer) Scan(ctx context.Context, id string, p int32, from, end int64, fn func(e *fsm.Event, pos snapshot.Position) bool) error {
+	if from > end {
+		return nil
+	}
+	opts := append([]kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.Topic: {p: kgo.NewOffset().At(from)}})}, k.Opts...)
+	cl, err := kafka.NewClient(k.Kafka, opts...)
+	if err != nil {
+		return err
+	}
 	defer cl.Close()
-	var s snapshot.Snapshot
-	var r fsm.Reducer
 	var e fsm.Event
 	for {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("replay stopped before offset %d: %w", end, cl.Explain(err))
+			return fmt.Errorf("reading the log stopped before offset %d: %w", end, cl.Explain(err))
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
 		if ferr != nil {
-			return nil, cl.Explain(ferr)
+			return cl.Explain(ferr)
 		}
 		done := false
 		fetches.EachRecord(func(rec *kgo.Record) {
@@ -49,16 +76,18 @@ func (k *KafkaReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (
 				done = true
 				return
 			}
-			if string(rec.Key) != stored.ID || kafka.DecodeEvent(rec, &e) != nil || e.SessionID != stored.ID {
+			if rec.Offset == end {
+				done = true
+			}
+			if string(rec.Key) != id || kafka.DecodeEvent(rec, &e) != nil || e.SessionID != id {
 				return // another session's record, or one the projector set aside
 			}
-			s.Fold(&r, &e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset})
-			if rec.Offset == end {
+			if !fn(&e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset}) {
 				done = true
 			}
 		})
 		if done {
-			return &s, nil
+			return nil
 		}
 	}
 }

@@ -28,7 +28,7 @@ import (
 // and Bind registers them.
 type Config struct {
 	// Kafka is the brokers (CORREX_KAFKA_BROKERS) and the client's TLS and
-	// SASL settings (off by default), for /replay, /rebuild and the watches; no brokers
+	// SASL settings (off by default), for /replay, /rebuild, /history and the watches; no brokers
 	// turns those off (503).
 	// default: 127.0.0.1:9092 (config.DefaultBroker)
 	Kafka kafka.Config
@@ -52,7 +52,8 @@ type Config struct {
 	// "timeouts" and "deadline" show the effective values with them.
 	// default: unset (zero) except cancellation, 5m (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
-	// WatchCursorKeyFile holds the secret the watch cursors are sealed
+	// WatchCursorKeyFile holds the secret the watch cursors (and, under
+	// a key derived apart, the history's cursors) are sealed
 	// with (CORREX_WATCH_CURSOR_KEY_FILE; at least 16 bytes, surrounding
 	// whitespace ignored). The same file on every replica keeps cursors
 	// valid across restarts and replicas; without it the key is a random
@@ -190,6 +191,9 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	defer closeStore()
 	store = store.WithTimeoutDefaults(cfg.Timeouts)
 	opts := Options{Log: rt.Logger(), Guard: guard}
+	if rt.Telemetry != nil {
+		opts.Meter = rt.Telemetry.MeterProvider
+	}
 	var replayer Replayer
 	if len(cfg.Kafka.Brokers) > 0 {
 		if cfg.Kafka.Log == nil {
@@ -211,6 +215,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		if key == nil {
 			key = sharedCursorKey(ctx, cfg, rt.Logger())
 		}
+		opts.CursorKey = key // the history's cursors, under a key of their own
 		opts.Watch = NewWatcher(cfg.Kafka, cfg.Topic, WatchOptions{Log: rt.Logger(), Opts: rt.KafkaOpts,
 			MaxLifetime: cfg.WatchMaxLifetime, CursorKey: key})
 		wctx, stopWatching := context.WithCancel(ctx)

@@ -50,7 +50,9 @@
 // Get reads a snapshot (ErrNotFound for an unknown session; MinPosition to
 // read your writes), AwaitState waits until a session reaches a state (one
 // the projector derives included, such as a child's cancellation), List
-// pages through a listing as an iterator, and Watch streams the change feed,
+// pages through a listing as an iterator, History reads a page of a
+// session's whole history (every event with its version, position and
+// outcome; HistoryPages iterates over the pages), and Watch streams the change feed,
 // resuming with its last cursor after a dropped connection; its OnConnect
 // says when a stream is established, so that what is sent after it is
 // delivered.
@@ -73,6 +75,6 @@
 // Every option's default is in its doc comment.
 //
 // The client bounds what it reads from a service: an ingest answer at 4 MiB,
-// a query answer (a snapshot, a listing page) at 32 MiB, a line of the watch
+// a query answer (a snapshot, a listing or history page) at 32 MiB, a line of the watch
 // stream at 1 MiB.
 package client

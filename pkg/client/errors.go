@@ -75,7 +75,7 @@ func (e *ValidationError) Error() string {
 // StatusError is an answer other than success from a service, with its
 // problem+json members when the body had them.
 type StatusError struct {
-	Op     string // "send", "get", "list", "watch" (pkg/testkit adds its own)
+	Op     string // "send", "get", "list", "history", "watch" (pkg/testkit adds its own)
 	Status int
 	Type   string // the problem type URI
 	Title  string

@@ -73,4 +73,32 @@ func TestREADMETryIt(t *testing.T) {
 		t.Errorf("the block shows the first answer as %q, and it is %s", shown, lines[0])
 	}
 	t.Logf("%s", out)
+
+	// The history line, as pasted, pages the session's events.
+	var history string
+	for l := range strings.SplitSeq(rest, "\n") {
+		if strings.Contains(l, "/history") {
+			history = l
+		}
+	}
+	if history == "" {
+		t.Fatal("the block has no /history line")
+	}
+	history = strings.NewReplacer("localhost:8082", strings.TrimPrefix(st.QueryURL, "http://")).Replace(history)
+	hout, err := exec.CommandContext(ctxFor(t), "bash", "-e", "-o", "pipefail", "-c", history).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the history line failed: %v\n%s", err, hout)
+	}
+	var page struct {
+		History []struct {
+			Version int    `json:"version"`
+			Type    string `json:"type"`
+			Outcome string `json:"outcome"`
+		} `json:"history"`
+		Next *string `json:"next"`
+	}
+	if err := json.Unmarshal(hout, &page); err != nil || len(page.History) != 3 || page.Next == nil ||
+		page.History[0].Type != "SessionCreated" || page.History[2].Version != 3 || page.History[2].Outcome != "applied" {
+		t.Errorf("the history line answered %s (%v), want the first 3 of the session's 4 events and a next cursor", hout, err)
+	}
 }

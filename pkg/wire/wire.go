@@ -1,9 +1,10 @@
 // Package wire holds the shapes correx-sessions puts on the wire for its
 // readers: Change, the change feed's record (the value of each record of
 // "<events topic>.changes" and the data of each change of the query
-// service's watch stream), with its JSON encoding and decoding, and
-// Position, where an event sits in the events topic, with the "P:O" form
-// the HTTP API writes and reads.
+// service's watch stream), with its JSON encoding and decoding;
+// HistoryPage and HistoryEntry, a page of a session's history as the query
+// service answers it; and Position, where an event sits in the events
+// topic, with the "P:O" form the HTTP API writes and reads.
 //
 // It imports nothing but the standard library, so that a program that only
 // reads those shapes (pkg/client, which speaks HTTP) links no Kafka or

@@ -1,0 +1,63 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// metrics are the query service's counters (DESIGN 11.9, replay
+// reconstruction): correx.query.replays by outcome, match when the replay
+// equals the stored snapshot and mismatch otherwise, and
+// correx.query.rebuilds by outcome, match when the stored snapshot equalled
+// the log, replaced when it did not and the rebuilt one was stored, kept
+// when it did not and the projector had stored a later one meanwhile.
+type metrics struct {
+	replays  metric.Int64Counter
+	rebuilds metric.Int64Counter
+	outcome  map[string]metric.AddOption
+}
+
+func newMetrics(mp metric.MeterProvider, log *slog.Logger) *metrics {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/correx/sessions/query")
+	replays, e1 := m.Int64Counter("correx.query.replays", metric.WithUnit("{replay}"),
+		metric.WithDescription("Replays of a session from the log, by outcome: match or mismatch with the stored snapshot."))
+	rebuilds, e2 := m.Int64Counter("correx.query.rebuilds", metric.WithUnit("{rebuild}"),
+		metric.WithDescription("Rebuilds of a session from the log, by outcome: match (nothing to repair), replaced, kept (the projector had stored a later snapshot)."))
+	if err := errors.Join(e1, e2); err != nil {
+		// The SDK returns a working instrument with its error (a name it
+		// warns about); the counters still count.
+		log.Warn("query metrics", "err", err)
+	}
+	o := &metrics{replays: replays, rebuilds: rebuilds, outcome: map[string]metric.AddOption{}}
+	for _, v := range []string{"match", "mismatch", "replaced", "kept"} {
+		o.outcome[v] = metric.WithAttributeSet(attribute.NewSet(attribute.String("correx.outcome", v)))
+	}
+	return o
+}
+
+func (m *metrics) replayed(ctx context.Context, match bool) {
+	v := "mismatch"
+	if match {
+		v = "match"
+	}
+	m.replays.Add(ctx, 1, m.outcome[v])
+}
+
+func (m *metrics) rebuilt(ctx context.Context, r RebuildResponse) {
+	v := "match"
+	switch {
+	case r.Differed && r.Replaced:
+		v = "replaced"
+	case r.Differed:
+		v = "kept"
+	}
+	m.rebuilds.Add(ctx, 1, m.outcome[v])
+}
