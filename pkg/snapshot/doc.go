@@ -7,7 +7,10 @@
 // Store is the read model's store and nothing more: its methods are the
 // contract that pkg/snapshot/snapshottest states and checks (snapshots,
 // fenced writes, listings, counts, checkpoints, Reset), plus the Redis
-// setup (Ping, WaitReplicas, WithTimeoutDefaults). What the projector keeps beside the snapshots (a parent's children,
+// setup (Ping, WaitReplicas, WithTimeoutDefaults); TestStoreSurface holds
+// it there. Its users take interfaces of their own, subsets of the
+// contract, so that another store that passes snapshottest could serve
+// them. What the projector keeps beside the snapshots (a parent's children,
 // the change feed's outbox, armed deadlines, a lost partition's deletion
 // and rebuild mark, the replication wait on Redis Cluster) is its own
 // storage, internal/projector/projstore, which embeds this Store. The key

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -35,6 +37,29 @@ func TestStoreContract(t *testing.T) {
 				return st
 			})
 		})
+	}
+}
+
+// TestStoreSurface holds the public store to its contract: the exported
+// methods of *snapshot.Store are those of snapshottest.Store, which Run
+// checks, and the Redis store's setup, nothing more. What the projector
+// keeps beside the snapshots is internal/projector/projstore's.
+func TestStoreSurface(t *testing.T) {
+	setup := []string{"Ping", "WaitReplicas", "WithTimeoutDefaults"}
+	contract := reflect.TypeFor[snapshottest.Store]()
+	var want []string
+	for i := range contract.NumMethod() {
+		want = append(want, contract.Method(i).Name)
+	}
+	want = append(want, setup...)
+	slices.Sort(want)
+	store := reflect.TypeFor[*snapshot.Store]()
+	var got []string
+	for i := range store.NumMethod() {
+		got = append(got, store.Method(i).Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("exported methods of *snapshot.Store:\n got %v\nwant %v (snapshottest.Store and %v)", got, want, setup)
 	}
 }
 
