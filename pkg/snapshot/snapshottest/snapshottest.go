@@ -60,7 +60,8 @@ import (
 // Store is what the contract exercises: the methods of the public
 // *snapshot.Store, each documented there, less its Redis setup (Ping,
 // WaitReplicas, WithTimeoutDefaults). The services take smaller interfaces
-// of their own, each a subset of this one.
+// of their own (query.Store, projector.Store), over some of these methods
+// and Ping.
 type Store interface {
 	// Snapshots.
 	Get(ctx context.Context, sessionID string) (*snapshot.Snapshot, error)
