@@ -13,6 +13,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/workload"
 	correxotel "github.com/correx/sessions/otel"
@@ -108,7 +109,7 @@ func (e *benchEnv) catchUp(b *testing.B, prefix, group string, opts ...Option) t
 // catchUpWith is catchUp with a configuration.
 func (e *benchEnv) catchUpWith(b *testing.B, prefix string, cfg Config, opts ...Option) time.Duration {
 	b.Helper()
-	st, err := snapshot.NewStore(e.rdb, prefix)
+	st, err := projstore.New(e.rdb, prefix)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func BenchmarkRecovery(b *testing.B) {
 	}
 	e := newBenchEnv(b, sessions)
 	e.catchUp(b, "r", "gr")
-	st, _ := snapshot.NewStore(e.rdb, "r")
+	st, _ := projstore.New(e.rdb, "r")
 	for b.Loop() {
 		extra := workload.New(99, workload.Options{}).Interleave(workload.New(99, workload.Options{}).Sessions("extra-"+strconv.FormatInt(time.Now().UnixNano(), 36), 500, time.Now()))
 		cl, _ := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))

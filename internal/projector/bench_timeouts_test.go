@@ -11,10 +11,10 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
-	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -58,7 +58,7 @@ type latencyObserver struct {
 	lags []time.Duration
 }
 
-func (o *latencyObserver) TimeoutFired(d snapshot.ArmedDeadline, _ time.Duration, _ *kgo.Record) func(error) {
+func (o *latencyObserver) TimeoutFired(d projstore.ArmedDeadline, _ time.Duration, _ *kgo.Record) func(error) {
 	return func(err error) {
 		if err == nil {
 			lag := time.Since(d.Due())
@@ -101,7 +101,7 @@ func BenchmarkFiringLatency(b *testing.B) {
 		}
 		obs := &latencyObserver{}
 		cfg := e.config("lat", "bench-lat")
-		st, err := snapshot.NewStore(e.rdb, "lat")
+		st, err := projstore.New(e.rdb, "lat")
 		if err != nil {
 			b.Fatal(err)
 		}

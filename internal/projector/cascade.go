@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,7 +32,7 @@ const (
 // its parent, a session that enters CANCELLING, FAILED or CANCELLED
 // cancels its children, and a child that ends leaves its parent's index.
 //
-// Children are known from the index in Redis (snapshot.Store.AddChildren,
+// Children are known from the index in Redis (projstore.Store.AddChildren,
 // ChildrenPages): a child's creation adds it before the child's parent is
 // read, and a parent's end is stored (its snapshot) before its children are
 // read, so whichever of the two comes second sees the other, across
@@ -41,7 +42,7 @@ const (
 // entered CANCELLING, or FAILED or CANCELLED when it did not pass through
 // CANCELLING: the event itself, or the parent's transition into that state),
 // which its fold sees as a duplicate. A child that ends (a terminal state)
-// is removed from the index (snapshot.Store.RemoveChildren), so the index
+// is removed from the index (projstore.Store.RemoveChildren), so the index
 // holds the children a parent's end may still have to reach.
 type family struct {
 	parent string                // a child's creation: the parent it names
@@ -98,8 +99,8 @@ func familyOf(e *fsm.Event, s *snapshot.Snapshot, out outcome) *family {
 // checkpoints, and retries Redis until ctx ends. Everything it does is
 // idempotent, so a batch written again after a crash does it all again
 // (see reach).
-func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flushJob, emit func(*kgo.Record)) error {
-	var links, left []snapshot.ChildLink
+func (d *derived) cascade(ctx context.Context, store Store, job *flushJob, emit func(*kgo.Record)) error {
+	var links, left []projstore.ChildLink
 	var born, ended []*change
 	for _, fb := range job.changes {
 		for i := range fb.changes {
@@ -107,13 +108,13 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 			switch {
 			case ch.fam == nil:
 			case ch.fam.parent != "":
-				links = append(links, snapshot.ChildLink{Parent: ch.fam.parent, Child: ch.session})
+				links = append(links, projstore.ChildLink{Parent: ch.fam.parent, Child: ch.session})
 				if ch.fam.policy != fsm.ParentCloseAbandon {
 					born = append(born, ch)
 				}
 			default:
 				if ch.fam.leaves != "" {
-					left = append(left, snapshot.ChildLink{Parent: ch.fam.leaves, Child: ch.session})
+					left = append(left, projstore.ChildLink{Parent: ch.fam.leaves, Child: ch.session})
 				}
 				if ch.fam.ended {
 					ended = append(ended, ch)
@@ -179,7 +180,7 @@ func (d *derived) cascade(ctx context.Context, store *snapshot.Store, job *flush
 // folded is CANCELLING and is skipped; one whose cancellation is still in
 // the log gets the same event again (same id), a duplicate. It is bounded:
 // one pass over the index, which holds no ended child, in the same pages.
-func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*change, emit func(*kgo.Record)) error {
+func (d *derived) reach(ctx context.Context, store Store, ended []*change, emit func(*kgo.Record)) error {
 	type scan struct {
 		parent *change
 		cursor string
@@ -198,15 +199,15 @@ func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*cha
 		return nil
 	}
 	for len(ended) > 0 || len(more) > 0 {
-		var from []snapshot.ChildrenCursor
+		var from []projstore.ChildrenCursor
 		var who []*change
 		for len(from) < cascadeParents && len(more) > 0 {
 			sc := more[len(more)-1]
 			more = more[:len(more)-1]
-			from, who = append(from, snapshot.ChildrenCursor{Parent: sc.parent.session, Cursor: sc.cursor}), append(who, sc.parent)
+			from, who = append(from, projstore.ChildrenCursor{Parent: sc.parent.session, Cursor: sc.cursor}), append(who, sc.parent)
 		}
 		for len(from) < cascadeParents && len(ended) > 0 {
-			from, who = append(from, snapshot.ChildrenCursor{Parent: ended[0].session}), append(who, ended[0])
+			from, who = append(from, projstore.ChildrenCursor{Parent: ended[0].session}), append(who, ended[0])
 			ended = ended[1:]
 		}
 		var pages [][]string
@@ -238,7 +239,7 @@ func (d *derived) reach(ctx context.Context, store *snapshot.Store, ended []*cha
 // (by its own cancellation, or already by this one) nor ended, not
 // abandoned, and still naming that parent. Sending one to a child that
 // is CANCELLING or ended would only record a rejection.
-func (d *derived) cancelPage(ctx context.Context, store *snapshot.Store, kids []string, of []*change, emit func(*kgo.Record)) error {
+func (d *derived) cancelPage(ctx context.Context, store Store, kids []string, of []*change, emit func(*kgo.Record)) error {
 	if d.pageRead != nil {
 		d.pageRead(len(kids))
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
@@ -151,7 +152,7 @@ func (e *env) indexed(prefix, parent string) map[string]bool {
 	out := map[string]bool{}
 	cursor := ""
 	for {
-		kids, next, err := e.store(prefix).ChildrenPages(ctx, []snapshot.ChildrenCursor{{Parent: parent, Cursor: cursor}}, 1000)
+		kids, next, err := e.store(prefix).ChildrenPages(ctx, []projstore.ChildrenCursor{{Parent: parent, Cursor: cursor}}, 1000)
 		if err != nil {
 			e.t.Fatal(err)
 		}

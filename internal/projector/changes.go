@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/projector/projstore"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
@@ -319,17 +320,17 @@ func (d *derived) drop(id int32) {
 
 // persist stores the batch's outcomes in the outbox, retrying until ctx
 // ends. It runs before the batch's snapshots are stored.
-func (d *derived) persist(ctx context.Context, store *snapshot.Store, topic string, job *flushJob) error {
+func (d *derived) persist(ctx context.Context, store Store, topic string, job *flushJob) error {
 	if len(job.changes) == 0 {
 		return nil
 	}
-	batches := make([]snapshot.OutboxBatch, 0, len(job.changes))
+	batches := make([]projstore.OutboxBatch, 0, len(job.changes))
 	for _, fb := range job.changes {
 		var data []byte
 		for _, ch := range fb.changes {
 			data = appendOutcome(data, ch.source, ch.out)
 		}
-		batches = append(batches, snapshot.OutboxBatch{Partition: fb.partition, Last: fb.changes[len(fb.changes)-1].source,
+		batches = append(batches, projstore.OutboxBatch{Partition: fb.partition, Last: fb.changes[len(fb.changes)-1].source,
 			Data: data, Below: fb.below})
 	}
 	return retry(ctx, d.log, "writing the outbox of the change feed and derived events", func(ctx context.Context) error {
@@ -423,7 +424,7 @@ type outboxRead map[int32]map[int64]outcome
 // read returns the outbox outcomes of the given partitions at or after
 // each one's start offset (its checkpoint). Called on assignment, before
 // the partitions fold anything.
-func (d *derived) read(ctx context.Context, store *snapshot.Store, topic string, starts map[int32]int64) (outboxRead, error) {
+func (d *derived) read(ctx context.Context, store Store, topic string, starts map[int32]int64) (outboxRead, error) {
 	if len(starts) == 0 {
 		return nil, nil
 	}

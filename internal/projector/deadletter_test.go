@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -244,7 +245,7 @@ func TestRecordConstructorsTakeTheirTopic(t *testing.T) {
 			return deadLetterRecord(topic, &kgo.Record{Topic: "events", Key: []byte("s-1"), Value: []byte("{")}, ReasonUndecodable, "bad")
 		}},
 		{"timeout", func(topic string) *kgo.Record {
-			return timeoutRecord(topic, snapshot.ArmedDeadline{SessionID: "s-1", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 2})
+			return timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "s-1", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 2})
 		}},
 		{"cancellation of a child", func(topic string) *kgo.Record {
 			return cancelRecord(topic, "c-1", "s-1", fsm.EventID{2}, at, fsm.CancelGraceful, nil)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/fsm"
-	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // deadlinesOf returns, by partition, the deadline entry of every snapshot
@@ -13,14 +13,14 @@ import (
 // service defaults) at its version, or a disarm when it is terminal or has
 // nothing armed. Called by the fold goroutine when the batch is built, so
 // it reads each snapshot as the batch stores it.
-func deadlinesOf(refs []*entry, defaults fsm.Timeouts) map[int32][]snapshot.ArmedDeadline {
+func deadlinesOf(refs []*entry, defaults fsm.Timeouts) map[int32][]projstore.ArmedDeadline {
 	if len(refs) == 0 {
 		return nil
 	}
-	out := map[int32][]snapshot.ArmedDeadline{}
+	out := map[int32][]projstore.ArmedDeadline{}
 	for _, en := range refs {
 		s := &en.snap
-		d := snapshot.ArmedDeadline{SessionID: s.ID, Version: s.Version}
+		d := projstore.ArmedDeadline{SessionID: s.ID, Version: s.Version}
 		if next, ok := fsm.NextDeadline(&s.Session, defaults); ok {
 			d.Kind, d.At = next.Kind, next.At
 		}

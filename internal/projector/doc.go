@@ -39,7 +39,7 @@
 //     never from an older checkpoint over deleted snapshots; a checkpoint
 //     still at 0 with the mark means the deletes may be unfinished, and
 //     the new owner does them again; the first checkpoint at or past the
-//     mark removes it (snapshot.Store.ResetCheckpoint).
+//     mark removes it (projstore.Store.ResetCheckpoint).
 //   - With RedisWaitReplicas, a batch counts as written only once that many
 //     replicas acknowledged it, so a checkpoint never passes writes a
 //     failover could lose (docs/guarantees.md says what each Redis
@@ -132,7 +132,7 @@
 // A session's armed deadlines (docs/timeouts.md) are a pure function of its
 // snapshot and the service defaults (fsm.NextDeadline); the projector stores
 // the earliest one per session, with the version V it was armed at, in a
-// per-partition deadline store in Redis (snapshot.Store.ArmDeadlines), and
+// per-partition deadline store in Redis (projstore.Store.ArmDeadlines), and
 // fires it from there (firer.go):
 //
 //   - Armed with the snapshot: each write stores the deadline of every
@@ -164,7 +164,7 @@
 //     V, and each later write of the session arms the same deadline again.
 //     The fired entry stays in the store marked fired until a newer version
 //     re-arms or disarms the session, and arming exactly what was fired
-//     does nothing (snapshot.Store.RemoveFired, armScript), so it is not
+//     does nothing (projstore.Store.RemoveFired, ArmScript), so it is not
 //     due again. Every kind armed in a state is one the table applies there
 //     (fsm.Deadlines: execution is not armed in CANCELLING), and no client
 //     can take a timeout's id first (see "Ids the system derives"), so
@@ -202,7 +202,7 @@
 //     list flusher.write runs (flush.go), pinned by TestWriteOrder; the
 //     wait for the Cluster masters' replicas and the batch written again:
 //     flusher.markReplication and flusher.replicated, over
-//     snapshot.Store.MarkReplication and WaitReplicated. What a written
+//     projstore.Store.MarkReplication and WaitReplicated. What a written
 //     batch made durable (a snapshot's stored position, a partition's
 //     stored checkpoint) is recorded only afterwards, by flusher.finish,
 //     from the fold goroutine.
@@ -225,8 +225,8 @@
 //     writing them in a batch, between the snapshots and the checkpoints:
 //     deadlinesOf and flusher.armDeadlines (deadlines.go), called by the
 //     deadlines step of flusher.write; the version fencing and the guarded removal:
-//     snapshot.Store's armScript and firedScript, which marks what was
-//     fired (pkg/snapshot/deadlines.go).
+//     redislayout's ArmScript and FiredScript, which marks what was
+//     fired (internal/projector/projstore/deadlines.go).
 //   - Firing, per owned partition, started and stopped with ownership, and
 //     the deterministic TimeoutExpired (occurredAt, eventId): firer,
 //     timeoutRecord and TimeoutEventID (firer.go); the re-arm of replayed
@@ -241,10 +241,19 @@
 //     load, called by adjustOffsets; building a skipped record again,
 //     derived.skipped, called by Projector.fold (changes.go); children and
 //     their cancellation, familyOf, derived.cascade, reach and cancelPage
-//     (cascade.go) with snapshot.Store.AddChildren, RemoveChildren and
+//     (cascade.go) with projstore.Store.AddChildren, RemoveChildren and
 //     ChildrenPages; the outbox's
-//     storage, snapshot.Store.PutOutbox; feed records on their source
+//     storage, projstore.Store.PutOutbox; feed records on their source
 //     partition, feedRecord and kafka.PartitionerKeepingPartitions.
+//
+// # Storage
+//
+// New takes a Store (store.go), the interface of what the projector keeps:
+// its write path to the read model, a subset of pkg/snapshot's public
+// contract, and its own keys beside it (the children index, the outbox,
+// armed deadlines, a lost partition's rebuild, the replication wait on
+// Redis Cluster). internal/projector/projstore is the Redis one, over the
+// layout of internal/redislayout; Serve opens it.
 //
 // # Shape
 //

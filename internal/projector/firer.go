@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/fsm"
-	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -35,7 +35,7 @@ import (
 // Safe for concurrent use: start, stop and hint are called from the
 // rebalance callbacks and the flush goroutine.
 type firer struct {
-	store  *snapshot.Store
+	store  Store
 	topic  string
 	clock  Clock
 	resync time.Duration
@@ -55,12 +55,12 @@ type firer struct {
 // goroutine: it may set the record's trace headers, and returns the
 // function that ends what it started once the produce is acknowledged.
 type timeoutObserver interface {
-	TimeoutFired(d snapshot.ArmedDeadline, lag time.Duration, rec *kgo.Record) (end func(error))
+	TimeoutFired(d projstore.ArmedDeadline, lag time.Duration, rec *kgo.Record) (end func(error))
 }
 
 type nopTimeoutObserver struct{}
 
-func (nopTimeoutObserver) TimeoutFired(snapshot.ArmedDeadline, time.Duration, *kgo.Record) func(error) {
+func (nopTimeoutObserver) TimeoutFired(projstore.ArmedDeadline, time.Duration, *kgo.Record) func(error) {
 	return func(error) {}
 }
 
@@ -77,7 +77,7 @@ type partFirer struct {
 
 // newFirer returns the firer of a projector's Kafka client cl (Run builds
 // it once the client exists), firing under ctx.
-func newFirer(cfg Config, store *snapshot.Store, clock Clock, obs Observer, log *slog.Logger, crash *crashPoints,
+func newFirer(cfg Config, store Store, clock Clock, obs Observer, log *slog.Logger, crash *crashPoints,
 	cl *kgo.Client, ctx context.Context) *firer {
 	f := &firer{store: store, topic: cfg.Topic, clock: clock, resync: cfg.DeadlineResync, log: log, crash: crash,
 		batch: 1000, cl: cl, ctx: ctx, parts: map[int32]*partFirer{}, obs: nopTimeoutObserver{}}
@@ -243,7 +243,7 @@ func (f *firer) step(ctx context.Context, pf *partFirer, st *firing) (wait time.
 // it still holds what was fired: a crash before that fires it again (the
 // same eventId: a duplicate), and a session re-armed meanwhile keeps its
 // newer entry. The entry stays marked fired until a newer version re-arms
-// or disarms the session (snapshot.Store.RemoveFired).
+// or disarms the session (projstore.Store.RemoveFired).
 func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.Time, error) {
 	for {
 		due, next, err := f.store.DueDeadlines(ctx, f.topic, partition, now, f.batch)
@@ -280,7 +280,7 @@ func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.
 // derived from (sessionId, kind, armedVersion), so that firing it again is
 // a duplicate, and the system's origin header, without which the projector
 // would set a record with that id aside.
-func timeoutRecord(topic string, d snapshot.ArmedDeadline) *kgo.Record {
+func timeoutRecord(topic string, d projstore.ArmedDeadline) *kgo.Record {
 	at := d.Due()
 	e := fsm.NewEvent(TimeoutEventID(d.SessionID, d.Kind, d.Version), d.SessionID, fsm.TimeoutExpired, at,
 		fsm.Fields{Timeout: d.Kind, ArmedVersion: d.Version, HasArmedVersion: true, Deadline: at})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -251,7 +252,7 @@ func TestMovedOnIsNeverTimedOut(t *testing.T) {
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	cl := e.client()
 	defer cl.Close()
-	stale := timeoutRecord(topic, snapshot.ArmedDeadline{SessionID: "quiet", Kind: fsm.TimeoutInactivity, At: deadline.UnixNano(), Version: armedV})
+	stale := timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "quiet", Kind: fsm.TimeoutInactivity, At: deadline.UnixNano(), Version: armedV})
 	if err := cl.ProduceSync(ctx, stale).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

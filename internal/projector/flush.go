@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,7 +22,7 @@ import (
 // goroutine, under Projector.mu; the flush goroutine touches only the job
 // it was handed, until it closes job.done. At most one batch is in flight.
 type flusher struct {
-	store   *snapshot.Store
+	store   Store
 	obs     Observer
 	log     *slog.Logger
 	topic   string
@@ -45,13 +46,13 @@ type flusher struct {
 	// mark the next batch's writes are checked against; nil when unknown,
 	// and always on a single server. It belongs to whoever writes: the
 	// flush goroutine, then the final flush after it.
-	repl *snapshot.ReplicationMark
+	repl *projstore.ReplicationMark
 }
 
 // newFlusher returns the flusher of a projector's Kafka client cl (Run
 // builds it once the client exists), writing under ctx and waking fire
 // after each write.
-func newFlusher(cfg Config, store *snapshot.Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived,
+func newFlusher(cfg Config, store Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived,
 	fire *firer, cl *kgo.Client, ctx context.Context) *flusher {
 	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, fire: fire, derived: d,
 		cl: cl, ctx: ctx, jobs: make(chan *flushJob, 1)}
@@ -70,7 +71,7 @@ type flushJob struct {
 	err         error
 	done        chan struct{}
 	ctx         context.Context // from Observer.FlushStarted: carries the flush span
-	deadlines   map[int32][]snapshot.ArmedDeadline
+	deadlines   map[int32][]projstore.ArmedDeadline
 }
 
 // due decides whether to start a flush now, given the dirty entries,
@@ -232,7 +233,7 @@ type batchWrite struct {
 	records func() []*kgo.Record
 	// mark is where the Redis Cluster masters stood before the writes
 	// (markReplication).
-	mark *snapshot.ReplicationMark
+	mark *projstore.ReplicationMark
 	// again is set by the replicas step when a Cluster master changed
 	// while the batch was written: it is written again from the first
 	// step.
@@ -391,11 +392,11 @@ func (f *flusher) commitOffsets(ctx context.Context, w *batchWrite) error {
 // before its checkpoints (Redis Cluster with RedisWaitReplicas): where the
 // masters stood after the previous batch's wait, or now. Nil, with no
 // round trip, otherwise.
-func (f *flusher) markReplication(ctx context.Context) (*snapshot.ReplicationMark, error) {
+func (f *flusher) markReplication(ctx context.Context) (*projstore.ReplicationMark, error) {
 	if f.repl != nil {
 		return f.repl, nil
 	}
-	var mark *snapshot.ReplicationMark
+	var mark *projstore.ReplicationMark
 	err := retry(ctx, f.log, "reading the Redis Cluster masters' replication", func(ctx context.Context) (err error) {
 		mark, err = f.store.MarkReplication(ctx)
 		return err
@@ -404,15 +405,15 @@ func (f *flusher) markReplication(ctx context.Context) (*snapshot.ReplicationMar
 }
 
 // replicated waits until every Redis Cluster master's replicas have
-// acknowledged the batch's writes (snapshot.Store.WaitReplicated; nothing
+// acknowledged the batch's writes (projstore.Store.WaitReplicated; nothing
 // to do on a single server, where PutBatch waited), retrying while too few
 // do. It returns again when a master changed since mark (died, its
 // replica promoted): writes of the batch may be lost with it, so the batch
 // must be written again before a checkpoint passes it.
-func (f *flusher) replicated(ctx context.Context, mark *snapshot.ReplicationMark) (again bool, err error) {
+func (f *flusher) replicated(ctx context.Context, mark *projstore.ReplicationMark) (again bool, err error) {
 	err = retry(ctx, f.log, "waiting for Redis replicas", func(ctx context.Context) error {
 		next, err := f.store.WaitReplicated(ctx, mark)
-		if errors.Is(err, snapshot.ErrMastersChanged) {
+		if errors.Is(err, projstore.ErrMastersChanged) {
 			f.repl, again = nil, true
 			f.log.Warn("waiting for Redis replicas", "err", err)
 			return nil

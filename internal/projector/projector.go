@@ -67,7 +67,7 @@ func (nopObserver) Checkpointed(snapshot.Checkpoint)                            
 type Projector struct {
 	cfg   Config
 	log   *slog.Logger
-	store *snapshot.Store
+	store Store
 	obs   Observer
 	extra []kgo.Opt // client options from the caller (telemetry hooks)
 
@@ -115,7 +115,7 @@ func WithKafkaOpts(opts ...kgo.Opt) Option {
 func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l } }
 
 // New returns a projector writing to store.
-func New(cfg Config, store *snapshot.Store, opts ...Option) *Projector {
+func New(cfg Config, store Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
 		parts: map[int32]*partState{}, cache: newCache(cfg), stalls: stalls{byPartition: map[int32]string{}},
 		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), clock: wallClock{}}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
@@ -86,8 +87,8 @@ func (e *env) produce(events []fsm.Event) {
 	}
 }
 
-func (e *env) store(prefix string) *snapshot.Store {
-	s, err := snapshot.NewStore(e.rdb, prefix)
+func (e *env) store(prefix string) *projstore.Store {
+	s, err := projstore.New(e.rdb, prefix)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -460,7 +461,7 @@ func TestRebalanceAndZombie(t *testing.T) {
 	e.assertSame(want, e.dump("rb"))
 }
 
-func (e *env) dumpQuiet(st *snapshot.Store) map[string][]byte {
+func (e *env) dumpQuiet(st *projstore.Store) map[string][]byte {
 	out := map[string][]byte{}
 	cursor := ""
 	for {

@@ -163,7 +163,7 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 //     after it.
 //   - A partition whose checkpoint is still 0 with a rebuild mark was
 //     being rebuilt, and its deletes may not have finished (the owner
-//     stopped between snapshot.Store.ResetCheckpoint and the deletes):
+//     stopped between projstore.Store.ResetCheckpoint and the deletes):
 //     they are done again, and the checkpoint is read once more after
 //     them (the whole start is read again if it changed meanwhile). Once
 //     its checkpoint passed 0 they had finished, since a rebuild folds
@@ -284,7 +284,7 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 //
 // The rebuild is durable before anything is deleted: the partition's
 // checkpoint is first put back to 0 with a mark saying how far the rebuild
-// runs (snapshot.Store.ResetCheckpoint). A projector killed anywhere in the
+// runs (projstore.Store.ResetCheckpoint). A projector killed anywhere in the
 // rebuild thus starts again from 0 (not from a checkpoint that Redis kept
 // over snapshots the rebuild deleted), deletes the partition again while
 // the checkpoint is still 0 (the deletes may not have finished), and

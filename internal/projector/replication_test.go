@@ -13,6 +13,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redisconn/redisclient"
 	"github.com/correx/sessions/internal/redistest"
@@ -48,8 +49,8 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
-	store := func(prefix string, wait int) *snapshot.Store {
-		st, err := snapshot.NewStore(rdb, prefix)
+	store := func(prefix string, wait int) *projstore.Store {
+		st, err := projstore.New(rdb, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,14 +60,14 @@ func TestWaitReplicasOnCluster(t *testing.T) {
 		return st
 	}
 	var logs lockedBuffer
-	run := func(cfg Config, st *snapshot.Store) *running {
+	run := func(cfg Config, st *projstore.Store) *running {
 		p := New(cfg, st, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		c, cancel := context.WithCancel(ctx)
 		r := &running{p: p, stop: cancel, done: make(chan error, 1)}
 		go func() { r.done <- p.Run(c) }()
 		return r
 	}
-	waitCaughtUp := func(st *snapshot.Store) {
+	waitCaughtUp := func(st *projstore.Store) {
 		t.Helper()
 		ends := endOffsets(t, e.brokers)
 		testwait.UntilSeen(t, "caught up", 60*time.Second, func() (bool, string) {
@@ -164,7 +165,7 @@ func (b *lockedBuffer) String() string {
 }
 
 // dumpStore returns every snapshot of st, encoded, by session id.
-func dumpStore(t *testing.T, st *snapshot.Store) map[string][]byte {
+func dumpStore(t *testing.T, st *projstore.Store) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	cursor := ""

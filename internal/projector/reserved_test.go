@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
-	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -74,7 +74,7 @@ func TestTheSystemsRecordsCarryReservedIDs(t *testing.T) {
 	react := reaction{kind: fsm.ReplacementLinked, target: "succ", fields: fsm.Fields{PredecessorDigest: [32]byte{1}}}
 	reacted := react.record(topic, &change{id: trigger, at: at, session: "pred"})
 	recs := map[string]*kgo.Record{
-		"timeout":  timeoutRecord(topic, snapshot.ArmedDeadline{SessionID: "s", Kind: fsm.TimeoutApproval, At: at.UnixNano(), Version: 4}),
+		"timeout":  timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "s", Kind: fsm.TimeoutApproval, At: at.UnixNano(), Version: 4}),
 		"reaction": &reacted,
 		"cascade":  cancelRecord(topic, "child", "parent", trigger, at, fsm.CancelGraceful, nil),
 	}

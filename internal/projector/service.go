@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/internal/service/redisstore"
 )
@@ -12,11 +13,15 @@ import (
 // Serve runs a projector and its health and metrics endpoint until ctx is
 // done, then flushes, writes checkpoints and leaves the group.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) error {
-	store, closeStore, err := redisstore.Open(rt, cfg.Redis)
+	rdb, closeClient, err := redisstore.Client(rt, cfg.Redis)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer closeClient()
+	store, err := projstore.New(rdb, cfg.Redis.Prefix)
+	if err != nil {
+		return err
+	}
 	if err := store.WaitReplicas(cfg.RedisWaitReplicas, cfg.RedisWaitTimeout); err != nil {
 		return err
 	}

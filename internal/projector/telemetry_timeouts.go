@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/projector/projstore"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
-	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -53,7 +53,7 @@ func (m *timeoutMetrics) init(meter metric.Meter) error {
 // lifecycle trace (correxotel.DeriveTraceID), linked to the span of the
 // transition that armed the deadline; the record's headers carry it, so
 // the transition it causes continues the same trace.
-func (o *Telemetry) TimeoutFired(d snapshot.ArmedDeadline, lag time.Duration, rec *kgo.Record) func(error) {
+func (o *Telemetry) TimeoutFired(d projstore.ArmedDeadline, lag time.Duration, rec *kgo.Record) func(error) {
 	if int(d.Kind) < len(o.timeouts.fired) {
 		o.timeouts.fired[d.Kind].Add(1)
 	}

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/projector/projstore"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
-	"github.com/correx/sessions/pkg/snapshot"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
@@ -29,7 +29,7 @@ func TestTimeoutTelemetry(t *testing.T) {
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	cl := e.client()
 	defer cl.Close()
-	stale := timeoutRecord(topic, snapshot.ArmedDeadline{SessionID: "m", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 7})
+	stale := timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "m", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 7})
 	if err := cl.ProduceSync(ctx, stale).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

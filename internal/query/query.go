@@ -52,7 +52,7 @@ type Replayer interface {
 
 // Handler serves the query API. Create it with NewHandler.
 type Handler struct {
-	store    *snapshot.Store
+	store    Store
 	topic    string
 	replayer Replayer
 	log      *slog.Logger
@@ -119,7 +119,7 @@ type Options struct {
 
 // NewHandler returns the query API over store for topic. replayer may be nil
 // (replay then answers 503).
-func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Options) *Handler {
+func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handler {
 	if o.MaxWaiting <= 0 {
 		o.MaxWaiting = 256
 	}

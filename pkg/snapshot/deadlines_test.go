@@ -62,7 +62,7 @@ func TestJSONDeadline(t *testing.T) {
 // TestStoreGivesTimeoutDefaults: what a store made WithTimeoutDefaults reads
 // (Get, GetMany, listings) carries the defaults, so its JSON shows them.
 func TestStoreGivesTimeoutDefaults(t *testing.T) {
-	rdb, _ := targets()[0].open(t)
+	rdb, _ := targets()[0].Open(t)
 	plain, err := snapshot.NewStore(rdb, "td")
 	if err != nil {
 		t.Fatal(err)

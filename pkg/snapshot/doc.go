@@ -2,6 +2,22 @@
 // Snapshot type (an fsm.Session plus its place in the log), its codecs, and
 // the Redis store of snapshots and per-partition checkpoints.
 //
+// # The public store
+//
+// Store is the read model's store and nothing more: its methods are the
+// contract that pkg/snapshot/snapshottest states and checks (snapshots,
+// fenced writes, listings, counts, checkpoints, Reset), plus the Redis
+// setup (Ping, WaitReplicas, WithTimeoutDefaults); TestStoreSurface holds
+// it there. Its users take interfaces of their own, subsets of the
+// contract, so that another store that passes snapshottest could serve
+// them. What the projector keeps beside the snapshots (a parent's children,
+// the change feed's outbox, armed deadlines, a lost partition's deletion
+// and rebuild mark, the replication wait on Redis Cluster) is its own
+// storage, internal/projector/projstore, which embeds this Store. The key
+// names and the Lua scripts of both are internal/redislayout's, written
+// once, internal so that they widen neither store; Buckets and Bucket are
+// the part of that layout this package names.
+//
 // # Codecs
 //
 // Snapshots are stored in a compact, versioned binary form (AppendBinary,
@@ -12,7 +28,7 @@
 //
 // # Store layout and guarantees
 //
-// Keys (see keys.go) are per session, grouped into Buckets hash-tagged
+// Keys (see internal/redislayout's keys.go) are per session, grouped into Buckets hash-tagged
 // buckets; a bucket's sessions and its state index share one Redis Cluster
 // slot, so the fencing script that writes a snapshot and moves it in the index
 // never spans slots. Checkpoints of a topic live in one hash.
@@ -27,10 +43,9 @@
 //   - Replicas (WaitReplicas): on a single server, a batch counts as
 //     written once that many replicas acknowledged it (WAIT in its round
 //     trip, else ErrNotReplicated). On Redis Cluster, where one WAIT cannot
-//     cover writes spread over the masters, MarkReplication before the
-//     writes and WaitReplicated after them make sure every master's
-//     replicas hold them, and that no master changed meanwhile
-//     (ErrMastersChanged: write again); see replication.go.
+//     cover writes spread over the masters, the writer waits for every
+//     master's replicas after its writes (the projector does, with
+//     internal/projector/projstore's MarkReplication and WaitReplicated).
 //
 // redis.Nil never leaves this package: a missing snapshot is ErrNotFound.
 // The store's contract, as the projector and the query service rely on it,

@@ -15,31 +15,27 @@ var ErrCorrupt = errors.New("corrupt snapshot")
 
 // ErrBadCursor is returned by the listings (List, ListPrefix,
 // ListFiltered) for a cursor they did not issue, or one issued for another
-// session-id prefix, and by ChildrenPage for a cursor it did not issue.
+// session-id prefix, and by the projector's ChildrenPages
+// (internal/projector/projstore) for a cursor it did not issue.
 var ErrBadCursor = errors.New("bad cursor")
 
 // ErrNotReplicated is wrapped by PutBatch's error (a single server) or
-// WaitReplicated's (Redis Cluster) when the store waits for replicas
+// the projector's WaitReplicated's (Redis Cluster,
+// internal/projector/projstore) when the store waits for replicas
 // (WaitReplicas) and fewer acknowledged the writes in time: they are
 // written on the primary but might not survive a failover, so the caller
 // must not advance a checkpoint past them (waiting again, or running the
 // batch again, is safe).
 var ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 
-// ErrMastersChanged is wrapped by WaitReplicated's error when a master of
-// the Redis Cluster is not the one of the mark it was given (gone, new, a
-// promoted replica, restarted on another history, or behind): writes made
-// since the mark may be lost, so they must be made again, after a new
-// mark, before a checkpoint may pass them.
-var ErrMastersChanged = errors.New("the Redis Cluster masters changed since the writes")
-
 // StoreError is a store operation that failed, with the key it was about.
 // Err is Redis's error, or wraps ErrCorrupt or ErrNotReplicated.
 type StoreError struct {
 	// Op is the operation: "ping", "get", "put", "list", "count",
-	// "checkpoint", "reset", "delete", "children", "outbox", "arm
-	// deadlines", "due", "next deadline", "remove fired", "delete
-	// deadlines" or "replication".
+	// "checkpoint" or "reset"; the projector's store
+	// (internal/projector/projstore) adds "delete", "children", "outbox",
+	// "arm deadlines", "due", "next deadline", "remove fired", "delete
+	// deadlines" and "replication".
 	Op  string
 	Key string // the Redis key, or "" when the operation spans several
 	Err error

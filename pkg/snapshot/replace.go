@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 
+	"github.com/correx/sessions/internal/redislayout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,9 +20,9 @@ func (s *Store) Replace(ctx context.Context, e Entry) (bool, error) {
 	if len(e.Data) < headerLen || e.Data[0] != FormatBinaryV2 {
 		return false, &StoreError{Op: "put", Key: e.SessionID, Err: corrupt("entry is not a binary snapshot")}
 	}
-	keys := []string{s.keys.index(Bucket(e.SessionID)), s.keys.snapshot(e.SessionID)}
+	keys := []string{s.keys.Index(Bucket(e.SessionID)), s.keys.Snapshot(e.SessionID)}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		return []*redis.Cmd{replaceScript.EvalSha(ctx, pipe, keys, 1, e.SessionID, e.Data)}
+		return []*redis.Cmd{redislayout.ReplaceScript.EvalSha(ctx, pipe, keys, 1, e.SessionID, e.Data)}
 	})
 	if err != nil {
 		return false, &StoreError{Op: "put", Key: e.SessionID, Err: err}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/redis/go-redis/v9"
 )
@@ -23,13 +24,10 @@ import (
 // forward.
 type Store struct {
 	rdb  redis.UniversalClient
-	keys *keys
+	keys *redislayout.Keys
 	// waitReplicas and waitTimeout: see WaitReplicas.
 	waitReplicas int
 	waitTimeout  time.Duration
-	// markers are WaitReplicated's keys, one per Redis Cluster master;
-	// shared by the copies WithTimeoutDefaults makes.
-	markers *markerKeys
 	// defaults are the service's timeout defaults, given to every snapshot
 	// read (Snapshot.TimeoutDefaults); see WithTimeoutDefaults.
 	defaults fsm.Timeouts
@@ -50,10 +48,10 @@ func (s *Store) WithTimeoutDefaults(d fsm.Timeouts) *Store {
 // services' CORREX_REDIS_PREFIX, default "correx"). rdb may be a
 // *redis.Client or a *redis.ClusterClient.
 func NewStore(rdb redis.UniversalClient, prefix string) (*Store, error) {
-	if err := validPrefix(prefix); err != nil {
+	if err := redislayout.ValidPrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, keys: newKeys(prefix), markers: &markerKeys{}}, nil
+	return &Store{rdb: rdb, keys: redislayout.NewKeys(prefix)}, nil
 }
 
 // WaitReplicas makes the store's writes count only once n replicas have
@@ -69,8 +67,9 @@ func NewStore(rdb redis.UniversalClient, prefix string) (*Store, error) {
 //
 // On Redis Cluster a batch spans one connection per master and WAIT
 // covers one connection's writes, so PutBatch does not wait: the writer
-// calls MarkReplication before its writes and WaitReplicated after them,
-// before the checkpoint that passes them (see replication.go).
+// waits for every master's replicas itself, before the checkpoint that
+// passes its writes (the projector does, with
+// internal/projector/projstore's MarkReplication and WaitReplicated).
 //
 // WAIT counts the replicas that received the writes, not that wrote them to
 // disk: with persistence, a replica restarted from an old file can still go
@@ -93,7 +92,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Get returns the stored snapshot of a session, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, sessionID string) (*Snapshot, error) {
-	key := s.keys.snapshot(sessionID)
+	key := s.keys.Snapshot(sessionID)
 	b, err := s.rdb.Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, ErrNotFound
@@ -119,7 +118,7 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Snapshot, error) 
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.Get(ctx, s.keys.snapshot(id))
+		cmds[i] = pipe.Get(ctx, s.keys.Snapshot(id))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, &StoreError{Op: "get", Err: err}
@@ -130,11 +129,11 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Snapshot, error) 
 			continue
 		}
 		if err != nil {
-			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
+			return nil, &StoreError{Op: "get", Key: s.keys.Snapshot(ids[i]), Err: err}
 		}
 		snap := new(Snapshot)
 		if err := Decode(b, snap); err != nil {
-			return nil, &StoreError{Op: "get", Key: s.keys.snapshot(ids[i]), Err: err}
+			return nil, &StoreError{Op: "get", Key: s.keys.Snapshot(ids[i]), Err: err}
 		}
 		snap.TimeoutDefaults = s.defaults
 		out[i] = snap
@@ -163,7 +162,7 @@ type PutResult struct {
 
 // maxCall is about how many entries one script call carries on a single
 // server (measured by BenchmarkStorePut: 512 to 1000 is best).
-const maxCall = 512
+const maxCall = redislayout.MaxCall
 
 // PutBatch stores entries with offset fencing: each replaces the stored
 // snapshot of its session only if its position is greater. The decision is
@@ -189,11 +188,11 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 		b := Bucket(e.SessionID)
 		g := groups[b]
 		if g == nil {
-			g = &group{keys: []string{s.keys.index(b)}}
+			g = &group{keys: []string{s.keys.Index(b)}}
 			groups[b] = g
 			order = append(order, b)
 		}
-		g.keys = append(g.keys, s.keys.snapshot(e.SessionID))
+		g.keys = append(g.keys, s.keys.Snapshot(e.SessionID))
 		g.args = append(g.args, e.SessionID, e.Data)
 	}
 	call := func(pipe redis.Pipeliner, buckets []int) *redis.Cmd {
@@ -205,7 +204,7 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 			args = append(args, len(g.keys)-1)
 			args = append(args, g.args...)
 		}
-		return putScript.EvalSha(ctx, pipe, keys, args...)
+		return redislayout.PutScript.EvalSha(ctx, pipe, keys, args...)
 	}
 	_, cluster := s.rdb.(*redis.ClusterClient)
 	var wait *redis.Cmd
@@ -264,41 +263,10 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 	return res, nil
 }
 
-// run executes the commands build adds in one pipeline and returns the
-// script calls build returned. When Redis has lost its script cache (a
-// restart, SCRIPT FLUSH), it loads the scripts on every node and runs the
-// pipeline again, which is safe because every script here is idempotent
-// (fenced snapshot writes, monotonic checkpoints, reads).
+// run executes the commands build adds in one pipeline, loading the
+// scripts again where Redis lost them (redislayout.Run).
 func (s *Store) run(ctx context.Context, build func(redis.Pipeliner) []*redis.Cmd) ([]*redis.Cmd, error) {
-	for attempt := 0; ; attempt++ {
-		pipe := s.rdb.Pipeline()
-		cmds := build(pipe)
-		_, err := pipe.Exec(ctx)
-		if err == nil {
-			return cmds, nil
-		}
-		if attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return nil, err
-		}
-		if err := s.loadScripts(ctx); err != nil {
-			return nil, err
-		}
-	}
-}
-
-func (s *Store) loadScripts(ctx context.Context) error {
-	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, sc := range scripts {
-			if err := sc.Load(ctx, c).Err(); err != nil {
-				return fmt.Errorf("load script: %w", err)
-			}
-		}
-		return nil
-	}
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error { return load(ctx, shard) })
-	}
-	return load(ctx, s.rdb)
+	return redislayout.Run(ctx, s.rdb, build)
 }
 
 // Checkpoint is where a partition's projection stands: every record before
@@ -366,7 +334,7 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 	if len(cps) == 0 {
 		return nil, nil
 	}
-	key := s.keys.checkpoints(topic)
+	key := s.keys.Checkpoints(topic)
 	args := make([]any, 0, 1+5*len(cps))
 	args = append(args, now.UnixMilli())
 	for _, cp := range cps {
@@ -377,7 +345,7 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark, expected, cp.Known)
 	}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		return []*redis.Cmd{checkpointScript.EvalSha(ctx, pipe, []string{key}, args...)}
+		return []*redis.Cmd{redislayout.CheckpointScript.EvalSha(ctx, pipe, []string{key}, args...)}
 	})
 	if err != nil {
 		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
@@ -400,7 +368,7 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 
 // Checkpoints returns the stored checkpoints of a topic by partition.
 func (s *Store) Checkpoints(ctx context.Context, topic string) (map[int32]Checkpoint, error) {
-	key := s.keys.checkpoints(topic)
+	key := s.keys.Checkpoints(topic)
 	m, err := s.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
 		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
@@ -430,35 +398,12 @@ func (s *Store) Checkpoints(ctx context.Context, topic string) (map[int32]Checkp
 	return out, nil
 }
 
-// ResetCheckpoint starts a partition's rebuild from the earliest offset:
-// it stores the partition's checkpoint as 0, whatever is stored, with the
-// mark RebuildUntil = until (the log's end when the rebuild began). The
-// writer calls it before it deletes anything of the partition (see
-// DeletePartition), so that the rebuild is durable: a writer that stops
-// before the rebuild's own checkpoints pass the old one finds the
-// checkpoint at 0 when it starts again, not the old one over deleted
-// snapshots, and the mark tells it that the partition's deletes may be
-// unfinished. until must be positive.
-func (s *Store) ResetCheckpoint(ctx context.Context, topic string, partition int32, until int64, now time.Time) error {
-	if until <= 0 {
-		return fmt.Errorf("snapshot store: a rebuild to offset %d: want a positive offset", until)
-	}
-	key := s.keys.checkpoints(topic)
-	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		return []*redis.Cmd{resetCheckpointScript.EvalSha(ctx, pipe, []string{key}, now.UnixMilli(), partition, until)}
-	})
-	if err != nil {
-		return &StoreError{Op: "checkpoint", Key: key, Err: err}
-	}
-	return nil
-}
-
 // DeleteCheckpoints removes every checkpoint of a topic, so that the next
 // projector assigned its partitions rebuilds from the earliest offset. The
 // snapshots stay: replayed events at or below a snapshot's position are
 // recognised as already folded.
 func (s *Store) DeleteCheckpoints(ctx context.Context, topic string) error {
-	key := s.keys.checkpoints(topic)
+	key := s.keys.Checkpoints(topic)
 	if err := s.rdb.Del(ctx, key).Err(); err != nil {
 		return &StoreError{Op: "checkpoint", Key: key, Err: err}
 	}
@@ -563,7 +508,7 @@ func (s *Store) ListFiltered(ctx context.Context, state fsm.State, idPrefix stri
 			if i == bucket && after != "" {
 				lo = "(" + prefix + after
 			}
-			cmds = append(cmds, pipe.ZRangeByLex(ctx, s.keys.index(i), &redis.ZRangeBy{
+			cmds = append(cmds, pipe.ZRangeByLex(ctx, s.keys.Index(i), &redis.ZRangeBy{
 				Min: lo, Max: "[" + prefix + idPrefix + "\xff", Count: int64(limit + 1 - len(hits))}))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -636,7 +581,7 @@ func (s *Store) CountPrefix(ctx context.Context, idPrefix string) (Counts, error
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		cmds := make([]*redis.Cmd, Buckets)
 		for b := range cmds {
-			cmds[b] = countScript.EvalSha(ctx, pipe, []string{s.keys.index(b)}, idPrefix)
+			cmds[b] = redislayout.CountScript.EvalSha(ctx, pipe, []string{s.keys.Index(b)}, idPrefix)
 		}
 		return cmds
 	})
@@ -657,15 +602,16 @@ func (s *Store) CountPrefix(ctx context.Context, idPrefix string) (Counts, error
 	return c, nil
 }
 
-// Reset deletes the store's keys (snapshots, state indexes, children,
-// checkpoints, outbox, deadlines, replication markers: see keys.go) and
+// Reset deletes the store's keys (snapshots, state indexes, checkpoints,
+// and the projector's children, outbox, deadlines and replication markers
+// beside them: see internal/redislayout's keys.go) and
 // nothing else under its prefix: a pkg/feed consumer's checkpoints, under
 // "<prefix>:feed:" with the default prefixes, are kept. It is the recovery
 // for a read model that belongs to another log (a topic deleted and
 // recreated): after it, projectors rebuild from the earliest offset. It
 // returns how many keys it deleted.
 func (s *Store) Reset(ctx context.Context) (int, error) {
-	pattern := s.keys.pattern()
+	pattern := s.keys.Pattern()
 	deleted := 0
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
@@ -688,7 +634,7 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 			return nil
 		}
 		for iter.Next(ctx) {
-			if k := iter.Val(); s.keys.owns(k) {
+			if k := iter.Val(); s.keys.Owns(k) {
 				batch = append(batch, k)
 			}
 			if len(batch) == 1000 {
@@ -717,35 +663,4 @@ func (s *Store) Reset(ctx context.Context) (int, error) {
 		return deleted, &StoreError{Op: "reset", Key: pattern, Err: err}
 	}
 	return deleted, nil
-}
-
-// DeletePartition deletes every stored snapshot whose position is on
-// partition, with its index entries, and returns how many it deleted. A
-// projector that finds its partition's checkpoint gone (Redis emptied) calls
-// it, after ResetCheckpoint, before folding the partition again from the
-// earliest offset: snapshots
-// written after the loss may have been folded without the history Redis
-// lost, and the skip rule would otherwise protect them from the rebuild. It
-// reads every bucket (one script call each, pipelined); it is for that rare
-// recovery, not for routine use.
-func (s *Store) DeletePartition(ctx context.Context, partition int32) (int, error) {
-	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		cmds := make([]*redis.Cmd, Buckets)
-		for b := range cmds {
-			cmds[b] = deletePartitionScript.EvalSha(ctx, pipe, []string{s.keys.index(b)}, s.keys.tags[b]+":s:", partition)
-		}
-		return cmds
-	})
-	if err != nil {
-		return 0, &StoreError{Op: "delete", Err: err}
-	}
-	n := 0
-	for _, cmd := range cmds {
-		v, err := cmd.Int()
-		if err != nil {
-			return n, &StoreError{Op: "delete", Err: err}
-		}
-		n += v
-	}
-	return n, nil
 }

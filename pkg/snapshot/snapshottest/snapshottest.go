@@ -14,7 +14,10 @@
 // # What a store must guarantee
 //
 // The projector and the query service rely on these; each is one subtest
-// of Run.
+// of Run. They are the whole of the public store: what the projector keeps
+// beside the snapshots (a parent's children, its outbox, armed deadlines,
+// a lost partition's deletion and rebuild mark, the replication wait) is
+// its own storage, internal/projector/projstore, with its own tests.
 //
 //   - Reads: Get of a session never stored is snapshot.ErrNotFound; GetMany
 //     answers in the order asked, nil where none is stored. A stored
@@ -40,22 +43,7 @@
 //     SaveCheckpoints returns each prior checkpoint so that the writer sees
 //     it (snapshot.PriorCheckpoint.Lost). DeleteCheckpoints removes a
 //     topic's.
-//   - DeletePartition deletes exactly the snapshots whose position is on
-//     the partition, from the listings and counts too. Reset deletes
-//     everything of the store and nothing of another store.
-//   - Children records each parent's children once, removes those asked
-//     (idempotent), and reads parents' children in pages of about the
-//     count asked, every child present throughout at least once across a
-//     parent's pages; a cursor it did not issue is snapshot.ErrBadCursor.
-//   - The outbox keeps one batch per (partition, Last), replaced when
-//     written again, and drops a partition's batches below a later write's
-//     Below.
-//   - Armed deadlines: one entry per session, fenced by version (an older
-//     version never re-arms or disarms a newer one); due entries come back
-//     earliest first with the next deadline after them; RemoveFired takes
-//     out only entries still holding what was fired, and the same deadline
-//     armed again at the same version is not due again (another deadline
-//     or a newer version is); partitions are apart.
+//   - Reset deletes everything of the store and nothing of another store.
 //
 // Concurrency and durability (what a failover keeps, docs/guarantees.md)
 // are outside this suite: pkg/snapshot tests them against real servers.
@@ -69,15 +57,17 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
-// Store is what the contract exercises: the methods of *snapshot.Store that
-// the projector and the query service use, each documented there.
+// Store is what the contract exercises: the methods of the public
+// *snapshot.Store, each documented there, less its Redis setup (Ping,
+// WaitReplicas, WithTimeoutDefaults). The services take smaller interfaces
+// of their own (query.Store, projector.Store), over some of these methods
+// and Ping.
 type Store interface {
 	// Snapshots.
 	Get(ctx context.Context, sessionID string) (*snapshot.Snapshot, error)
 	GetMany(ctx context.Context, ids []string) ([]*snapshot.Snapshot, error)
 	PutBatch(ctx context.Context, entries []snapshot.Entry) (snapshot.PutResult, error)
 	Replace(ctx context.Context, e snapshot.Entry) (bool, error)
-	DeletePartition(ctx context.Context, partition int32) (int, error)
 	Reset(ctx context.Context) (int, error)
 
 	// Listings and counts.
@@ -91,18 +81,6 @@ type Store interface {
 	SaveCheckpoints(ctx context.Context, topic string, cps []snapshot.Checkpoint, now time.Time) ([]snapshot.PriorCheckpoint, error)
 	Checkpoints(ctx context.Context, topic string) (map[int32]snapshot.Checkpoint, error)
 	DeleteCheckpoints(ctx context.Context, topic string) error
-
-	// Children, outbox, armed deadlines.
-	AddChildren(ctx context.Context, links []snapshot.ChildLink) error
-	RemoveChildren(ctx context.Context, links []snapshot.ChildLink) error
-	ChildrenPages(ctx context.Context, from []snapshot.ChildrenCursor, count int) ([][]string, []string, error)
-	PutOutbox(ctx context.Context, topic string, batches []snapshot.OutboxBatch) error
-	Outbox(ctx context.Context, topic string) ([]snapshot.OutboxBatch, error)
-	ArmDeadlines(ctx context.Context, topic string, byPartition map[int32][]snapshot.ArmedDeadline) (map[int32]time.Time, error)
-	DueDeadlines(ctx context.Context, topic string, partition int32, now time.Time, limit int) ([]snapshot.ArmedDeadline, time.Time, error)
-	NextDeadline(ctx context.Context, topic string, partition int32) (time.Time, error)
-	RemoveFired(ctx context.Context, topic string, partition int32, fired []snapshot.ArmedDeadline) (int, error)
-	DeleteDeadlines(ctx context.Context, topic string, partition int32) error
 }
 
 var _ Store = (*snapshot.Store)(nil)

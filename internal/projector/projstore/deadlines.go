@@ -1,4 +1,4 @@
-package snapshot
+package projstore
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -75,90 +77,11 @@ func parseArmed(sessionID, v string) (ArmedDeadline, error) {
 	d.At, err2 = strconv.ParseInt(at, 10, 64)
 	k, ok3 := fsm.ParseTimeoutKind([]byte(kind))
 	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil {
-		return d, fmt.Errorf("%w: deadline entry %q of %s", ErrCorrupt, v, sessionID)
+		return d, fmt.Errorf("%w: deadline entry %q of %s", snapshot.ErrCorrupt, v, sessionID)
 	}
 	d.Kind = k
 	return d, nil
 }
-
-func (k *keys) deadlines(topic string, partition int32) (due, armed string) {
-	tag := k.prefix + ":{dl:" + topic + ":" + strconv.FormatInt(int64(partition), 10) + "}"
-	return tag + ":due", tag + ":armed"
-}
-
-// armScript arms, re-arms and disarms, fenced by version.
-//
-//	KEYS   the partition's due set, then its armed hash
-//	ARGV   quadruples (session id, version, value or "" to disarm, score)
-//
-// It returns the earliest score left in the set, or "" when it is empty.
-var armScript = redis.NewScript(`
-local z, h = KEYS[1], KEYS[2]
-for i = 1, #ARGV, 4 do
-  local sid, v, val = ARGV[i], tonumber(ARGV[i+1]), ARGV[i+2]
-  local cur = redis.call('HGET', h, sid)
-  if not cur or tonumber(string.match(cur, '^(%d+):')) <= v then
-    if val == '' then
-      if cur then
-        redis.call('HDEL', h, sid)
-        redis.call('ZREM', z, sid)
-      end
-    elseif cur ~= val and cur ~= val .. ':fired' then
-      redis.call('HSET', h, sid, val)
-      redis.call('ZADD', z, ARGV[i+3], sid)
-    end
-  end
-end
-local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-return first[2] or ''
-`)
-
-// dueScript reads the entries due at a time.
-//
-//	KEYS   the partition's due set, then its armed hash
-//	ARGV   the time (Unix ms), the most entries to return
-//
-// It returns pairs (session id, value), then the earliest score left after
-// them ("" when none).
-var dueScript = redis.NewScript(`
-local z, h = KEYS[1], KEYS[2]
-local ids = redis.call('ZRANGEBYSCORE', z, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-local gone = 0
-for _, sid in ipairs(ids) do
-  local v = redis.call('HGET', h, sid)
-  if v and string.sub(v, -6) ~= ':fired' then
-    out[#out+1] = sid
-    out[#out+1] = v
-  else
-    redis.call('ZREM', z, sid)
-    gone = gone + 1
-  end
-end
-local nxt = redis.call('ZRANGE', z, #ids - gone, #ids - gone, 'WITHSCORES')
-out[#out+1] = nxt[2] or ''
-return out
-`)
-
-// firedScript marks fired the entries that still hold what was fired:
-// it takes them out of the due set and keeps them in the hash, marked.
-//
-//	KEYS   the partition's due set, then its armed hash
-//	ARGV   pairs (session id, value fired)
-//
-// It returns how many it marked.
-var firedScript = redis.NewScript(`
-local z, h = KEYS[1], KEYS[2]
-local n = 0
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', h, ARGV[i]) == ARGV[i+1] then
-    redis.call('HSET', h, ARGV[i], ARGV[i+1] .. ':fired')
-    redis.call('ZREM', z, ARGV[i])
-    n = n + 1
-  end
-end
-return n
-`)
 
 // ArmDeadlines writes the entries of sessions of a topic, by partition:
 // an entry with a kind arms (or re-arms) the session's deadline, one with
@@ -176,9 +99,9 @@ func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[
 	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		calls = calls[:0]
 		for p, entries := range byPartition {
-			due, armed := s.keys.deadlines(topic, p)
-			for start := 0; start < len(entries) || start == 0; start += maxCall {
-				chunk := entries[start:min(start+maxCall, len(entries))]
+			due, armed := s.keys.Deadlines(topic, p)
+			for start := 0; start < len(entries) || start == 0; start += redislayout.MaxCall {
+				chunk := entries[start:min(start+redislayout.MaxCall, len(entries))]
 				args := make([]any, 0, 4*len(chunk))
 				for _, d := range chunk {
 					if d.Kind == fsm.TimeoutNone {
@@ -187,19 +110,19 @@ func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[
 						args = append(args, d.SessionID, d.Version, d.value(), scoreMs(d.At))
 					}
 				}
-				calls = append(calls, call{p, armScript.EvalSha(ctx, pipe, []string{due, armed}, args...)})
+				calls = append(calls, call{p, redislayout.ArmScript.EvalSha(ctx, pipe, []string{due, armed}, args...)})
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, &StoreError{Op: "arm deadlines", Err: err}
+		return nil, &snapshot.StoreError{Op: "arm deadlines", Err: err}
 	}
 	out := make(map[int32]time.Time, len(byPartition))
 	for _, c := range calls { // the last call of a partition answers last
 		next, err := nextFrom(c.cmd.Val())
 		if err != nil {
-			return nil, &StoreError{Op: "arm deadlines", Err: err}
+			return nil, &snapshot.StoreError{Op: "arm deadlines", Err: err}
 		}
 		out[c.partition] = next
 	}
@@ -213,7 +136,7 @@ func nextFrom(v any) (time.Time, error) {
 	}
 	ms, err := strconv.ParseFloat(str, 64)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: deadline score %q", ErrCorrupt, str)
+		return time.Time{}, fmt.Errorf("%w: deadline score %q", snapshot.ErrCorrupt, str)
 	}
 	return time.UnixMilli(int64(ms)).UTC(), nil
 }
@@ -222,19 +145,19 @@ func nextFrom(v any) (time.Time, error) {
 // (their deadline, in Unix ms, not after now), earliest first, and the
 // earliest deadline after them, or the zero time.
 func (s *Store) DueDeadlines(ctx context.Context, topic string, partition int32, now time.Time, limit int) ([]ArmedDeadline, time.Time, error) {
-	due, armed := s.keys.deadlines(topic, partition)
-	res, err := dueScript.Run(ctx, s.rdb, []string{due, armed}, now.UnixMilli(), limit).StringSlice()
+	due, armed := s.keys.Deadlines(topic, partition)
+	res, err := redislayout.DueScript.Run(ctx, s.rdb, []string{due, armed}, now.UnixMilli(), limit).StringSlice()
 	if err == nil && len(res) == 0 {
-		err = fmt.Errorf("%w: empty answer", ErrCorrupt)
+		err = fmt.Errorf("%w: empty answer", snapshot.ErrCorrupt)
 	}
 	if err != nil {
-		return nil, time.Time{}, &StoreError{Op: "due", Key: due, Err: err}
+		return nil, time.Time{}, &snapshot.StoreError{Op: "due", Key: due, Err: err}
 	}
 	out := make([]ArmedDeadline, 0, len(res)/2)
 	for i := 0; i+1 < len(res); i += 2 {
 		d, err := parseArmed(res[i], res[i+1])
 		if err != nil {
-			return nil, time.Time{}, &StoreError{Op: "due", Key: due, Err: err}
+			return nil, time.Time{}, &snapshot.StoreError{Op: "due", Key: due, Err: err}
 		}
 		out = append(out, d)
 	}
@@ -245,10 +168,10 @@ func (s *Store) DueDeadlines(ctx context.Context, topic string, partition int32,
 // NextDeadline returns the earliest deadline armed on a partition, or
 // the zero time.
 func (s *Store) NextDeadline(ctx context.Context, topic string, partition int32) (time.Time, error) {
-	due, _ := s.keys.deadlines(topic, partition)
+	due, _ := s.keys.Deadlines(topic, partition)
 	zs, err := s.rdb.ZRangeWithScores(ctx, due, 0, 0).Result()
 	if err != nil {
-		return time.Time{}, &StoreError{Op: "next deadline", Key: due, Err: err}
+		return time.Time{}, &snapshot.StoreError{Op: "next deadline", Key: due, Err: err}
 	}
 	if len(zs) == 0 {
 		return time.Time{}, nil
@@ -266,14 +189,14 @@ func (s *Store) RemoveFired(ctx context.Context, topic string, partition int32, 
 	if len(fired) == 0 {
 		return 0, nil
 	}
-	due, armed := s.keys.deadlines(topic, partition)
+	due, armed := s.keys.Deadlines(topic, partition)
 	args := make([]any, 0, 2*len(fired))
 	for _, d := range fired {
 		args = append(args, d.SessionID, d.value())
 	}
-	n, err := firedScript.Run(ctx, s.rdb, []string{due, armed}, args...).Int()
+	n, err := redislayout.FiredScript.Run(ctx, s.rdb, []string{due, armed}, args...).Int()
 	if err != nil {
-		return n, &StoreError{Op: "remove fired", Key: due, Err: err}
+		return n, &snapshot.StoreError{Op: "remove fired", Key: due, Err: err}
 	}
 	return n, nil
 }
@@ -281,9 +204,9 @@ func (s *Store) RemoveFired(ctx context.Context, topic string, partition int32, 
 // DeleteDeadlines deletes every armed deadline of a partition (before the
 // partition is rebuilt from the earliest offset, which arms them again).
 func (s *Store) DeleteDeadlines(ctx context.Context, topic string, partition int32) error {
-	due, armed := s.keys.deadlines(topic, partition)
+	due, armed := s.keys.Deadlines(topic, partition)
 	if err := s.rdb.Del(ctx, due, armed).Err(); err != nil {
-		return &StoreError{Op: "delete deadlines", Key: due, Err: err}
+		return &snapshot.StoreError{Op: "delete deadlines", Key: due, Err: err}
 	}
 	return nil
 }

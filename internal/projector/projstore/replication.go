@@ -1,4 +1,4 @@
-package snapshot
+package projstore
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/correx/sessions/internal/redislayout"
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,6 +35,13 @@ import (
 // its data) or behind where it was fails with ErrMastersChanged, and the
 // writer must write again what it wrote since the mark before it may rely
 // on it.
+
+// ErrMastersChanged is wrapped by WaitReplicated's error when a master of
+// the Redis Cluster is not the one of the mark it was given (gone, new, a
+// promoted replica, restarted on another history, or behind): writes made
+// since the mark may be lost, so they must be made again, after a new
+// mark, before a checkpoint may pass them.
+var ErrMastersChanged = errors.New("the Redis Cluster masters changed since the writes")
 
 // ReplicationMark is where every master of a Redis Cluster stood in its
 // replication stream at one moment. The zero value (nil) is no mark.
@@ -71,7 +80,7 @@ func (s *Store) MarkReplication(ctx context.Context) (*ReplicationMark, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, &StoreError{Op: "replication", Err: err}
+		return nil, &snapshot.StoreError{Op: "replication", Err: err}
 	}
 	return m, nil
 }
@@ -80,7 +89,7 @@ func (s *Store) MarkReplication(ctx context.Context) (*ReplicationMark, error) {
 // before the call has reached WaitReplicas replicas of the master that
 // took it, if that master took it after since: on every master, in one
 // pipeline on one connection, a write to a key of its own slots, WAIT,
-// and its replication state. It fails with ErrNotReplicated when a master
+// and its replication state. It fails with snapshot.ErrNotReplicated when a master
 // had fewer replicas acknowledge within the timeout (call it again: the
 // writes stand), and with ErrMastersChanged when a master is not the one
 // of since (write again, after a new mark). On success it returns the
@@ -94,14 +103,14 @@ func (s *Store) WaitReplicated(ctx context.Context, since *ReplicationMark) (*Re
 		return nil, nil
 	}
 	if since == nil {
-		return nil, &StoreError{Op: "replication", Err: fmt.Errorf("%w: no mark before the writes", ErrMastersChanged)}
+		return nil, &snapshot.StoreError{Op: "replication", Err: fmt.Errorf("%w: no mark before the writes", ErrMastersChanged)}
 	}
 	now := &ReplicationMark{masters: map[string]replPoint{}}
 	var mu sync.Mutex
 	var short []string
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		addr := node.Options().Addr
-		key, err := s.markers.key(ctx, s.keys.prefix, node)
+		key, err := s.markers.key(ctx, s.keys, node)
 		if err != nil {
 			return fmt.Errorf("%s: %w", addr, err)
 		}
@@ -132,13 +141,13 @@ func (s *Store) WaitReplicated(ctx context.Context, since *ReplicationMark) (*Re
 		return nil
 	})
 	if err != nil {
-		return nil, &StoreError{Op: "replication", Err: err}
+		return nil, &snapshot.StoreError{Op: "replication", Err: err}
 	}
 	if changed := since.changes(now); changed != "" {
-		return nil, &StoreError{Op: "replication", Err: fmt.Errorf("%w: %s", ErrMastersChanged, changed)}
+		return nil, &snapshot.StoreError{Op: "replication", Err: fmt.Errorf("%w: %s", ErrMastersChanged, changed)}
 	}
 	if len(short) > 0 {
-		return nil, &StoreError{Op: "replication", Err: fmt.Errorf("%w: %s", ErrNotReplicated, strings.Join(short, "; "))}
+		return nil, &snapshot.StoreError{Op: "replication", Err: fmt.Errorf("%w: %s", snapshot.ErrNotReplicated, strings.Join(short, "; "))}
 	}
 	return now, nil
 }
@@ -198,7 +207,7 @@ type markerKeys struct {
 	byAddr map[string]string
 }
 
-func (m *markerKeys) key(ctx context.Context, prefix string, node *redis.Client) (string, error) {
+func (m *markerKeys) key(ctx context.Context, keys *redislayout.Keys, node *redis.Client) (string, error) {
 	addr := node.Options().Addr
 	m.mu.Lock()
 	k, ok := m.byAddr[addr]
@@ -210,7 +219,7 @@ func (m *markerKeys) key(ctx context.Context, prefix string, node *redis.Client)
 	if err != nil {
 		return "", err
 	}
-	k = prefix + ":{" + tagForSlot(slot) + "}:replicated"
+	k = keys.Replicated(tagForSlot(slot))
 	m.mu.Lock()
 	if m.byAddr == nil {
 		m.byAddr = map[string]string{}

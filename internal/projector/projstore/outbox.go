@@ -1,12 +1,13 @@
-package snapshot
+package projstore
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/correx/sessions/internal/redislayout"
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,25 +31,6 @@ type OutboxBatch struct {
 	Below int64
 }
 
-// outboxScript stores outbox batches of one topic and drops those the
-// checkpoints passed.
-//
-//	KEYS  the topic's outbox (hash; field "<partition>:<last>")
-//	ARGV  n, then n quadruples (partition, last, data, below)
-var outboxScript = redis.NewScript(`
-local n = tonumber(ARGV[1])
-local fields = redis.call('HKEYS', KEYS[1])
-for i = 0, n - 1 do
-  local p, last, data, below = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4], tonumber(ARGV[5 + i * 4])
-  for _, f in ipairs(fields) do
-    local fp, fl = string.match(f, '^(%d+):(%d+)$')
-    if fp == p and tonumber(fl) < below then redis.call('HDEL', KEYS[1], f) end
-  end
-  redis.call('HSET', KEYS[1], p .. ':' .. last, data)
-end
-return n
-`)
-
 // PutOutbox stores batches in the topic's outbox (one key, so one slot on
 // Redis Cluster), replacing a batch of the same partition and Last, and
 // dropping each partition's batches below its Below. It is idempotent.
@@ -56,27 +38,27 @@ func (s *Store) PutOutbox(ctx context.Context, topic string, batches []OutboxBat
 	if len(batches) == 0 {
 		return nil
 	}
-	key := s.keys.outbox(topic)
+	key := s.keys.Outbox(topic)
 	args := make([]any, 0, 1+4*len(batches))
 	args = append(args, len(batches))
 	for _, b := range batches {
 		args = append(args, b.Partition, b.Last, b.Data, b.Below)
 	}
 	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		return []*redis.Cmd{outboxScript.EvalSha(ctx, pipe, []string{key}, args...)}
+		return []*redis.Cmd{redislayout.OutboxScript.EvalSha(ctx, pipe, []string{key}, args...)}
 	})
 	if err != nil {
-		return &StoreError{Op: "outbox", Key: key, Err: err}
+		return &snapshot.StoreError{Op: "outbox", Key: key, Err: err}
 	}
 	return nil
 }
 
 // Outbox returns the topic's outbox batches, ordered by partition and Last.
 func (s *Store) Outbox(ctx context.Context, topic string) ([]OutboxBatch, error) {
-	key := s.keys.outbox(topic)
+	key := s.keys.Outbox(topic)
 	m, err := s.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
-		return nil, &StoreError{Op: "outbox", Key: key, Err: err}
+		return nil, &snapshot.StoreError{Op: "outbox", Key: key, Err: err}
 	}
 	out := make([]OutboxBatch, 0, len(m))
 	for field, v := range m {
@@ -84,7 +66,7 @@ func (s *Store) Outbox(ctx context.Context, topic string) ([]OutboxBatch, error)
 		p, err1 := strconv.ParseInt(ps, 10, 32)
 		last, err2 := strconv.ParseInt(ls, 10, 64)
 		if !ok || err1 != nil || err2 != nil {
-			return nil, &StoreError{Op: "outbox", Key: key, Err: corrupt("field %q", field)}
+			return nil, &snapshot.StoreError{Op: "outbox", Key: key, Err: corrupt("field %q", field)}
 		}
 		out = append(out, OutboxBatch{Partition: int32(p), Last: last, Data: []byte(v)})
 	}
@@ -96,5 +78,3 @@ func (s *Store) Outbox(ctx context.Context, topic string) ([]OutboxBatch, error)
 	})
 	return out, nil
 }
-
-func (k *keys) outbox(topic string) string { return fmt.Sprintf("%s:outbox:%s", k.prefix, topic) }

@@ -1,9 +1,10 @@
-package snapshot
+package projstore
 
 import (
 	"context"
 	"strconv"
 
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,10 +23,10 @@ func (s *Store) AddChildren(ctx context.Context, links []ChildLink) error {
 	}
 	pipe := s.rdb.Pipeline()
 	for _, l := range links {
-		pipe.SAdd(ctx, s.keys.children(l.Parent), l.Child)
+		pipe.SAdd(ctx, s.keys.Children(l.Parent), l.Child)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return &StoreError{Op: "children", Err: err}
+		return &snapshot.StoreError{Op: "children", Err: err}
 	}
 	return nil
 }
@@ -40,10 +41,10 @@ func (s *Store) RemoveChildren(ctx context.Context, links []ChildLink) error {
 	}
 	pipe := s.rdb.Pipeline()
 	for _, l := range links {
-		pipe.SRem(ctx, s.keys.children(l.Parent), l.Child)
+		pipe.SRem(ctx, s.keys.Children(l.Parent), l.Child)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return &StoreError{Op: "children", Err: err}
+		return &snapshot.StoreError{Op: "children", Err: err}
 	}
 	return nil
 }
@@ -64,7 +65,7 @@ type ChildrenCursor struct {
 // at once, however many children a parent has. Every child in the index
 // from the first page to the last is returned at least once (one may come
 // twice); one added or removed meanwhile may or may not be. A cursor the
-// store did not issue is ErrBadCursor.
+// store did not issue is snapshot.ErrBadCursor.
 func (s *Store) ChildrenPages(ctx context.Context, from []ChildrenCursor, count int) (kids [][]string, next []string, err error) {
 	kids, next = make([][]string, len(from)), make([]string, len(from))
 	if len(from) == 0 {
@@ -76,18 +77,18 @@ func (s *Store) ChildrenPages(ctx context.Context, from []ChildrenCursor, count 
 		var cursor uint64
 		if c.Cursor != "" {
 			if cursor, err = strconv.ParseUint(c.Cursor, 10, 64); err != nil || cursor == 0 {
-				return nil, nil, ErrBadCursor
+				return nil, nil, snapshot.ErrBadCursor
 			}
 		}
-		cmds[i] = pipe.SScan(ctx, s.keys.children(c.Parent), cursor, "", int64(max(count, 1)))
+		cmds[i] = pipe.SScan(ctx, s.keys.Children(c.Parent), cursor, "", int64(max(count, 1)))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, nil, &StoreError{Op: "children", Err: err}
+		return nil, nil, &snapshot.StoreError{Op: "children", Err: err}
 	}
 	for i, cmd := range cmds {
 		page, cursor, err := cmd.Result()
 		if err != nil {
-			return nil, nil, &StoreError{Op: "children", Key: s.keys.children(from[i].Parent), Err: err}
+			return nil, nil, &snapshot.StoreError{Op: "children", Key: s.keys.Children(from[i].Parent), Err: err}
 		}
 		kids[i] = page
 		if cursor != 0 {
@@ -96,5 +97,3 @@ func (s *Store) ChildrenPages(ctx context.Context, from []ChildrenCursor, count 
 	}
 	return kids, next, nil
 }
-
-func (k *keys) children(parent string) string { return k.tags[Bucket(parent)] + ":kids:" + parent }

@@ -1,6 +1,8 @@
-package snapshot
+package redislayout
 
 import (
+	"context"
+	"fmt"
 	"strings"
 
 	"github.com/correx/sessions/pkg/fsm"
@@ -17,7 +19,7 @@ var luaStateNames = func() string {
 }()
 
 // luaHeader defines header(v), which reads the position and the state from
-// the first 14 bytes of an encoded snapshot (see binary.go), with one
+// the first 14 bytes of an encoded snapshot (see pkg/snapshot's binary.go), with one
 // string.byte call.
 const luaHeader = `
 local byte = string.byte
@@ -28,7 +30,7 @@ local function header(v)
 end
 `
 
-// putScript stores snapshots with offset fencing.
+// PutScript stores snapshots with offset fencing.
 //
 //	KEYS   per group: the bucket's state index, then the group's n snapshot keys
 //	ARGV   per group: n, then n pairs (session id, encoded snapshot)
@@ -49,11 +51,11 @@ end
 // The per-entry cost is mostly the Lua interpreter's (about 1.5 µs against
 // 0.13 µs for a SET, read from INFO commandstats); BenchmarkStorePut measures
 // the whole against plain pipelined SETs.
-var putScript = redis.NewScript(putScriptSource)
+var PutScript = redis.NewScript(putScriptSource)
 
-// replaceScript is putScript where an entry at the stored position wins
-// too (see Store.Replace).
-var replaceScript = redis.NewScript(strings.Replace(putScriptSource, "(np == p and no <= o)", "(np == p and no < o)", 1))
+// ReplaceScript is PutScript where an entry at the stored position wins
+// too (see pkg/snapshot's Store.Replace).
+var ReplaceScript = redis.NewScript(strings.Replace(putScriptSource, "(np == p and no <= o)", "(np == p and no < o)", 1))
 
 var putScriptSource = luaHeader + `
 local names = ` + luaStateNames + `
@@ -89,7 +91,7 @@ end
 return out
 `
 
-// checkpointScript advances per-partition checkpoints monotonically.
+// CheckpointScript advances per-partition checkpoints monotonically.
 //
 //	KEYS[1]   the topic's checkpoint hash
 //	ARGV[1]   the writer's time, Unix milliseconds
@@ -102,10 +104,10 @@ return out
 // than the writer knows it was, is not written: the store lost it (emptied,
 // or gone back in time), and the writer must rebuild rather than record
 // progress over the hole. A written offset at or past the partition's
-// rebuild mark (see resetCheckpointScript) ends the rebuild: the mark goes.
+// rebuild mark (see ResetCheckpointScript) ends the rebuild: the mark goes.
 // Returns, per partition, the offset stored before the call, or -1 when
 // there was none.
-var checkpointScript = redis.NewScript(`
+var CheckpointScript = redis.NewScript(`
 local out = {}
 for i = 2, #ARGV, 5 do
   local p, o, hw, expected, known = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
@@ -122,7 +124,7 @@ end
 return out
 `)
 
-// resetCheckpointScript puts a partition's checkpoint back to offset 0,
+// ResetCheckpointScript puts a partition's checkpoint back to offset 0,
 // whatever is stored, and marks the partition as being rebuilt until its
 // checkpoint reaches a given offset.
 //
@@ -130,20 +132,20 @@ return out
 //	ARGV[1]   the writer's time, Unix milliseconds
 //	ARGV[2]   the partition
 //	ARGV[3]   the offset the rebuild runs to (the mark)
-var resetCheckpointScript = redis.NewScript(`
+var ResetCheckpointScript = redis.NewScript(`
 local p = ARGV[2]
 redis.call('HSET', KEYS[1], p, 0, p .. ':t', ARGV[1], p .. ':hw', -1, p .. ':rb', ARGV[3])
 return 1
 `)
 
-// countScript counts the sessions per state in one bucket's index, among
+// CountScript counts the sessions per state in one bucket's index, among
 // the sessions whose id starts with a prefix.
 //
 //	KEYS[1]   the bucket's state index
 //	ARGV[1]   the session-id prefix ("" for every session)
 //
 // Returns the counts in state-code order, then the number of sessions.
-var countScript = redis.NewScript(`
+var CountScript = redis.NewScript(`
 local names = ` + luaStateNames + `
 local p = ARGV[1] or ''
 local out = {}
@@ -154,7 +156,7 @@ out[#names + 1] = redis.call('ZLEXCOUNT', KEYS[1], '[*:' .. p, '[*:' .. p .. '\2
 return out
 `)
 
-// deletePartitionScript deletes, in one bucket, the snapshots whose position
+// DeletePartitionScript deletes, in one bucket, the snapshots whose position
 // is on a given partition, and their index entries. It reads each snapshot's
 // header with GETRANGE; the snapshot keys are built from the bucket's key
 // base, so they share the bucket's hash tag (one Cluster slot).
@@ -164,7 +166,7 @@ return out
 //	ARGV[2]   the partition
 //
 // Returns how many snapshots it deleted.
-var deletePartitionScript = redis.NewScript(luaHeader + `
+var DeletePartitionScript = redis.NewScript(luaHeader + `
 local names = ` + luaStateNames + `
 local partition = tonumber(ARGV[2])
 local members = redis.call('ZRANGEBYLEX', KEYS[1], '[*:', '[*:\255')
@@ -189,5 +191,144 @@ end
 return n
 `)
 
-var scripts = []*redis.Script{putScript, replaceScript, checkpointScript, resetCheckpointScript, countScript, deletePartitionScript, outboxScript,
-	armScript, dueScript, firedScript}
+// The scripts below are the projector's own storage's
+// (internal/projector/projstore): its outbox, and its armed deadlines,
+// whose entries projstore's deadlines.go describes.
+
+// OutboxScript stores outbox batches of one topic and drops those the
+// checkpoints passed.
+//
+//	KEYS  the topic's outbox (hash; field "<partition>:<last>")
+//	ARGV  n, then n quadruples (partition, last, data, below)
+var OutboxScript = redis.NewScript(`
+local n = tonumber(ARGV[1])
+local fields = redis.call('HKEYS', KEYS[1])
+for i = 0, n - 1 do
+  local p, last, data, below = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4], tonumber(ARGV[5 + i * 4])
+  for _, f in ipairs(fields) do
+    local fp, fl = string.match(f, '^(%d+):(%d+)$')
+    if fp == p and tonumber(fl) < below then redis.call('HDEL', KEYS[1], f) end
+  end
+  redis.call('HSET', KEYS[1], p .. ':' .. last, data)
+end
+return n
+`)
+
+// ArmScript arms, re-arms and disarms, fenced by version.
+//
+//	KEYS   the partition's due set, then its armed hash
+//	ARGV   quadruples (session id, version, value or "" to disarm, score)
+//
+// It returns the earliest score left in the set, or "" when it is empty.
+var ArmScript = redis.NewScript(`
+local z, h = KEYS[1], KEYS[2]
+for i = 1, #ARGV, 4 do
+  local sid, v, val = ARGV[i], tonumber(ARGV[i+1]), ARGV[i+2]
+  local cur = redis.call('HGET', h, sid)
+  if not cur or tonumber(string.match(cur, '^(%d+):')) <= v then
+    if val == '' then
+      if cur then
+        redis.call('HDEL', h, sid)
+        redis.call('ZREM', z, sid)
+      end
+    elseif cur ~= val and cur ~= val .. ':fired' then
+      redis.call('HSET', h, sid, val)
+      redis.call('ZADD', z, ARGV[i+3], sid)
+    end
+  end
+end
+local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+return first[2] or ''
+`)
+
+// DueScript reads the entries due at a time.
+//
+//	KEYS   the partition's due set, then its armed hash
+//	ARGV   the time (Unix ms), the most entries to return
+//
+// It returns pairs (session id, value), then the earliest score left after
+// them ("" when none).
+var DueScript = redis.NewScript(`
+local z, h = KEYS[1], KEYS[2]
+local ids = redis.call('ZRANGEBYSCORE', z, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+local gone = 0
+for _, sid in ipairs(ids) do
+  local v = redis.call('HGET', h, sid)
+  if v and string.sub(v, -6) ~= ':fired' then
+    out[#out+1] = sid
+    out[#out+1] = v
+  else
+    redis.call('ZREM', z, sid)
+    gone = gone + 1
+  end
+end
+local nxt = redis.call('ZRANGE', z, #ids - gone, #ids - gone, 'WITHSCORES')
+out[#out+1] = nxt[2] or ''
+return out
+`)
+
+// FiredScript marks fired the entries that still hold what was fired:
+// it takes them out of the due set and keeps them in the hash, marked.
+//
+//	KEYS   the partition's due set, then its armed hash
+//	ARGV   pairs (session id, value fired)
+//
+// It returns how many it marked.
+var FiredScript = redis.NewScript(`
+local z, h = KEYS[1], KEYS[2]
+local n = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', h, ARGV[i]) == ARGV[i+1] then
+    redis.call('HSET', h, ARGV[i], ARGV[i+1] .. ':fired')
+    redis.call('ZREM', z, ARGV[i])
+    n = n + 1
+  end
+end
+return n
+`)
+
+var scripts = []*redis.Script{PutScript, ReplaceScript, CheckpointScript, ResetCheckpointScript, CountScript, DeletePartitionScript, OutboxScript,
+	ArmScript, DueScript, FiredScript}
+
+// MaxCall is about how many entries one script call carries on a single
+// server (measured by pkg/snapshot's BenchmarkStorePut: 512 to 1000 is
+// best).
+const MaxCall = 512
+
+// Run executes the commands build adds in one pipeline on rdb and returns
+// the script calls build returned. When Redis has lost its script cache (a
+// restart, SCRIPT FLUSH), it loads the scripts on every node and runs the
+// pipeline again, which is safe because every script here is idempotent
+// (fenced snapshot writes, monotonic checkpoints, reads).
+func Run(ctx context.Context, rdb redis.UniversalClient, build func(redis.Pipeliner) []*redis.Cmd) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		pipe := rdb.Pipeline()
+		cmds := build(pipe)
+		_, err := pipe.Exec(ctx)
+		if err == nil {
+			return cmds, nil
+		}
+		if attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return nil, err
+		}
+		if err := loadScripts(ctx, rdb); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func loadScripts(ctx context.Context, rdb redis.UniversalClient) error {
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for _, sc := range scripts {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return fmt.Errorf("load script: %w", err)
+			}
+		}
+		return nil
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error { return load(ctx, shard) })
+	}
+	return load(ctx, rdb)
+}
