@@ -95,6 +95,9 @@ type Options struct {
 	Guard *auth.Guard
 	// Watch serves the watches; nil answers them 503 (no Kafka).
 	Watch *Watcher
+	// IngestURL is where POST /v1/sessions/{id}/actions forwards the
+	// console's actions (actions.go); "" answers them 503.
+	IngestURL string
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -140,6 +143,7 @@ func NewHandler(store *snapshot.Store, topic string, replayer Replayer, o Option
 	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.rebuild)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
+	registerConsoleRoutes(mux, o.IngestURL, o.Log)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
 	})
