@@ -3,7 +3,9 @@
 // replay that rebuilds a session from the Kafka log to check the stored
 // snapshot, and watches: Server-Sent Events streams of the change feed
 // (watch.go; Watcher's comment argues how they stay gap-free and bounded).
-// Only the replay and the watches touch Kafka.
+// Only the replay and the watches touch Kafka. For the console it also says
+// who a token is (GET /v1/whoami) and forwards a session's actions to
+// ingest with the caller's token (actions.go); it writes no event itself.
 package query
 
 import (
