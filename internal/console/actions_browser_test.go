@@ -143,7 +143,8 @@ func TestActions(t *testing.T) {
 }
 
 // TestTileLabels: at 1400 px the state tiles' labels break only after an
-// underscore, never inside a word.
+// underscore, never inside a word; each tile, and the rate of changes, has
+// its sparkline.
 func TestTileLabels(t *testing.T) {
 	chromiumPath(t)
 	st := startStack(t, nil)
@@ -159,6 +160,8 @@ func TestTileLabels(t *testing.T) {
 	if len(broken) > 0 {
 		t.Errorf("labels broken inside a word: %v", broken)
 	}
+	// The sparklines sample the counts and the stream's rate locally.
+	b.waitJS(t, "the sparklines", `Array.from(document.querySelectorAll('#counts .spark, #rates .spark')).filter((x) => Number(x.dataset.samples) >= 2 && x.querySelector('polyline').getAttribute('points').split(' ').length >= 2).length === 12`)
 	b.screenshot(t, "console-board-1400")
 	b.checkClean(t)
 }

@@ -28,6 +28,8 @@
   const RETRY_MAX_MS = 15000; // longest wait before opening a stream again
   const CHILDREN_SHOWN = 50;
   const CHILDREN_PAGES = 5;
+  const SPARK_EVERY_MS = 5000; // a sparkline sample, taken locally
+  const SPARK_SAMPLES = 60; // five minutes of samples
   const WAITING_READ = 100; // sessions read per waiting state
   const WAITING_SHOWN = 15;
   const PAGE = 50;
@@ -337,6 +339,29 @@
     return left >= 0 ? 'in ' + fmtMs(left) : 'due ' + fmtMs(-left) + ' ago';
   }
 
+  // spark draws values (oldest first) as a polyline in an SVG of the
+  // element's class, scaled to the largest value; no markup is parsed.
+  function spark(svg, values) {
+    const NS = 'http://www.w3.org/2000/svg';
+    const top = Math.max(1, ...values);
+    const n = values.length;
+    const pts = values.map((v, i) => ((n < 2 ? 1 : i / (n - 1)) * 100).toFixed(1) + ',' + (19 - (v / top) * 18).toFixed(1)).join(' ');
+    let line = svg.firstChild;
+    if (!line) { line = document.createElementNS(NS, 'polyline'); svg.append(line); }
+    line.setAttribute('points', pts);
+    svg.dataset.samples = String(n);
+  }
+
+  function sparkSVG(label) {
+    const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+    svg.setAttribute('class', 'spark');
+    svg.setAttribute('viewBox', '0 0 100 20');
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.setAttribute('role', 'img');
+    svg.setAttribute('aria-label', label);
+    return svg;
+  }
+
   // ---- legend ----
 
   function renderLegend() {
@@ -394,13 +419,15 @@
     const counts = $('counts');
     const countEls = {};
     const totalBtn = el('button', { type: 'button', class: 'count', 'data-count': 'TOTAL', 'aria-pressed': 'false' },
-      el('span', { class: 'swatch', 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, 'all states'));
+      el('span', { class: 'swatch', 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, 'all states'),
+      sparkSVG('all sessions over the last minutes'));
     totalBtn.addEventListener('click', () => applyFilters({ state: '', prefix: filters.prefix, labels: filters.labels }));
     counts.append(el('li', {}, totalBtn));
     countEls.TOTAL = totalBtn;
     for (const s of STATES) {
       const b = el('button', { type: 'button', class: 'count', 'data-count': s, 'aria-pressed': 'false' },
-        el('span', { class: 'swatch st-' + s, 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), stateLabel(s));
+        el('span', { class: 'swatch st-' + s, 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), stateLabel(s),
+        sparkSVG(s + ' over the last minutes'));
       b.addEventListener('click', () => applyFilters({ state: s, prefix: filters.prefix, labels: filters.labels }));
       counts.append(el('li', {}, b));
       countEls[s] = b;
@@ -515,8 +542,31 @@
     const soonCounts = debounce(refreshCounts, COUNTS_DEBOUNCE_MS);
     const soonLists = debounce(() => { refreshWaiting(); refreshList(); }, LIST_DEBOUNCE_MS);
     const all = () => { refreshCounts(); refreshWaiting(); refreshList(); };
+    // Sparklines: every SPARK_EVERY_MS the counts shown (kept current by
+    // the stream) and the changes the stream brought since, per second;
+    // sampled here, so they cost no request.
+    const history = {};
+    const rates = [];
+    let changes = 0;
+    const rateSVG = sparkSVG('changes per second over the last minutes');
+    $('rates').append(el('span', { class: 'muted small' }, 'changes/s, last 5 min '), rateSVG, ' ', el('span', { id: 'rate-now', class: 'small' }, '–'));
+    setInterval(() => {
+      for (const [k, b] of Object.entries(countEls)) {
+        const v = Number(b.querySelector('.n').textContent);
+        if (Number.isNaN(v)) continue;
+        const h = history[k] || (history[k] = []);
+        h.push(v);
+        if (h.length > SPARK_SAMPLES) h.shift();
+        spark(b.querySelector('.spark'), h);
+      }
+      rates.push(changes / (SPARK_EVERY_MS / 1000));
+      changes = 0;
+      if (rates.length > SPARK_SAMPLES) rates.shift();
+      spark(rateSVG, rates);
+      $('rate-now').textContent = rates[rates.length - 1].toFixed(1) + '/s now';
+    }, SPARK_EVERY_MS);
     const restart = watch('/v1/watch', {
-      event: (name) => { if (name === 'change') { soonCounts(); soonLists(); } },
+      event: (name) => { if (name === 'change') { changes++; soonCounts(); soonLists(); } },
       opened: (resumed) => { if (!resumed) all(); },
       state: (state, detail) => { live = { state, detail }; $('board-view').dataset.live = state; showLive(); },
       fallback: all,
