@@ -6,6 +6,13 @@
 // console, enforces scopes and tenant prefixes. Serving the files needs no
 // token; they hold no data.
 //
+// The pages follow the query service's watch streams (read with fetch(),
+// resumed with Last-Event-ID) rather than polling, and a token that may
+// write a session (GET /v1/whoami) gets its actions: approve, deny, cancel,
+// pause, resume, POSTed to the query service, which forwards them to ingest
+// with the same token (internal/query, actions.go). Every request stays on
+// this origin, so the policy below needs no other source.
+//
 // Every answer carries a strict Content-Security-Policy (scripts, styles and
 // connections to this origin only, no inline script or style, no framing)
 // and X-Content-Type-Options: nosniff. The script inserts every text that a

@@ -6,7 +6,10 @@
 // feed (watch.go; Watcher's comment argues how they stay gap-free and
 // bounded). Only the replay, the rebuild, the history and the watches touch
 // Kafka. Metrics: correx.query.replays by outcome (match, mismatch) and
-// correx.query.rebuilds by outcome (match, replaced, kept).
+// correx.query.rebuilds by outcome (match, replaced, kept). For the console
+// it also says who a token is (GET /v1/whoami) and forwards a session's
+// actions to ingest with the caller's token (actions.go); it writes no event
+// itself.
 package query
 
 import (
@@ -115,6 +118,9 @@ type Options struct {
 	// Meter records the service's metrics (correx.query.*); nil records
 	// none.
 	Meter metric.MeterProvider
+	// IngestURL is where POST /v1/sessions/{id}/actions forwards the
+	// console's actions (actions.go); "" answers them 503.
+	IngestURL string
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -165,6 +171,7 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.rebuild)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
+	registerConsoleRoutes(mux, o.IngestURL, o.Log)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
 	})

@@ -64,6 +64,12 @@ type Config struct {
 	// (CORREX_WATCH_MAX_LIFETIME); the client resumes with its last id.
 	// default: 1h (DefaultWatchMaxLifetime)
 	WatchMaxLifetime time.Duration
+	// IngestURL is the ingest service's base URL (CORREX_INGEST_URL), to
+	// which POST /v1/sessions/{id}/actions forwards the console's actions
+	// with the caller's Authorization header; unset, actions answer 503
+	// and the console shows no action buttons.
+	// default: none
+	IngestURL string
 }
 
 // minCursorKey is the shortest secret CORREX_WATCH_CURSOR_KEY_FILE may hold.
@@ -146,6 +152,7 @@ func (c *Config) Bind(b *config.Binder) {
 	c.Redis.Bind(b)
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address")
 	b.String(&c.WatchCursorKeyFile, "watch-cursor-key-file", "CORREX_WATCH_CURSOR_KEY_FILE", d.WatchCursorKeyFile, "file holding the secret that seals watch cursors (the same on every replica; without it cursors do not survive a restart)")
+	b.String(&c.IngestURL, "ingest-url", "CORREX_INGEST_URL", d.IngestURL, "base URL of the ingest service, to which the console's actions are forwarded (unset: no actions)")
 	b.Duration(&c.WatchMaxLifetime, "watch-max-lifetime", "CORREX_WATCH_MAX_LIFETIME", d.WatchMaxLifetime, "longest a watch stream lasts before the client must resume")
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
@@ -170,6 +177,9 @@ func (c *Config) Validate() error {
 	if c.WatchMaxLifetime <= 0 {
 		p.Addf("CORREX_WATCH_MAX_LIFETIME: must be positive")
 	}
+	if err := ValidateIngestURL(c.IngestURL); err != nil {
+		p.Addf("%s", err)
+	}
 	if _, err := c.cursorKey(); err != nil {
 		p.Addf("%s", err)
 	}
@@ -190,7 +200,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	}
 	defer closeStore()
 	store = store.WithTimeoutDefaults(cfg.Timeouts)
-	opts := Options{Log: rt.Logger(), Guard: guard}
+	opts := Options{Log: rt.Logger(), Guard: guard, IngestURL: cfg.IngestURL}
 	if rt.Telemetry != nil {
 		opts.Meter = rt.Telemetry.MeterProvider
 	}

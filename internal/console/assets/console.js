@@ -8,6 +8,13 @@
 // - the bearer token lives in sessionStorage (this tab only) and is sent
 //   only in the Authorization header of same-origin fetch() calls, never in
 //   a URL or a cookie.
+//
+// Live updates come from the query service's watch streams (Server-Sent
+// Events read with fetch(), since EventSource cannot send the token): the
+// page redraws when a change arrives and resumes a dropped stream with
+// Last-Event-ID. Only while a stream cannot be opened does it poll, slowly
+// (FALLBACK_MS). Actions (approve, deny, cancel, pause, resume) are POSTed
+// to the query service, which forwards them to ingest with the same token.
 'use strict';
 
 (function () {
@@ -15,8 +22,14 @@
     'CANCELLING', 'CANCELLED', 'FAILED', 'COMPLETED', 'RECOVERING'];
   const WAITING = ['AWAITING_APPROVAL', 'PAUSED', 'CANCELLING'];
   const TOKEN_KEY = 'correx.console.token';
-  const POLL_MS = 2000; // counts and the open session
-  const LIST_POLL_MS = 5000; // listings, which cost more
+  const FALLBACK_MS = 15000; // polling while a watch stream cannot be opened
+  const COUNTS_DEBOUNCE_MS = 200; // coalesce redraws after a burst of changes
+  const LIST_DEBOUNCE_MS = 700; // listings, which cost more
+  const RETRY_MAX_MS = 15000; // longest wait before opening a stream again
+  const CHILDREN_SHOWN = 50;
+  const CHILDREN_PAGES = 5;
+  const SPARK_EVERY_MS = 5000; // a sparkline sample, taken locally
+  const SPARK_SAMPLES = 60; // five minutes of samples
   const WAITING_READ = 100; // sessions read per waiting state
   const WAITING_SHOWN = 15;
   const PAGE = 50;
@@ -55,6 +68,17 @@
 
   function sessionHref(id) { return '/ui/sessions/' + encodeURIComponent(id); }
   function sessionLink(id) { return el('a', { href: sessionHref(id), class: 'mono' }, id); }
+
+  // stateLabel is a state's name that may break only after an underscore
+  // (AWAITING_ APPROVAL), never inside a word.
+  function stateLabel(state) {
+    const span = el('span', { class: 'label' });
+    String(state).split('_').forEach((part, i, all) => {
+      span.append(document.createTextNode(part + (i < all.length - 1 ? '_' : '')));
+      if (i < all.length - 1) span.append(document.createElement('wbr'));
+    });
+    return span;
+  }
 
   function badge(state) {
     const known = STATES.includes(state);
@@ -135,19 +159,207 @@
     return { status: resp.status, etag: resp.headers.get('ETag'), body };
   }
 
-  // poll runs fn now and then every interval while the page is visible.
-  function poll(fn, interval) {
-    let timer = 0;
-    async function tick() {
-      clearTimeout(timer);
-      if (!document.hidden) {
-        try { await fn(); } catch (e) { /* fn shows its own errors */ }
-      }
-      timer = setTimeout(tick, interval);
+  // describe turns a problem+json answer into one sentence: its detail
+  // and the fields it names.
+  function describe(status, body) {
+    let msg = body && typeof body.detail === 'string' && body.detail ? body.detail : 'HTTP ' + status;
+    if (body && Array.isArray(body.errors)) {
+      const parts = body.errors.filter((e) => e && typeof e.field === 'string')
+        .map((e) => e.field + ' ' + (typeof e.message === 'string' ? e.message : ''));
+      const said = body.errors.every((e) => e && typeof e.message === 'string' && msg.includes(e.message));
+      if (parts.length && !said) msg += ' (' + parts.join('; ') + ')';
     }
-    document.addEventListener('visibilitychange', () => { if (!document.hidden) tick(); });
-    tick();
-    return tick;
+    return msg;
+  }
+
+  // post sends a JSON body to a path of the query API and answers
+  // {status, body}; an answer other than 2xx throws APIError with the
+  // problem's detail and fields in words.
+  async function post(path, data) {
+    const headers = { Accept: 'application/json', 'Content-Type': 'application/json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    let resp;
+    try {
+      resp = await fetch(path, { method: 'POST', headers, body: JSON.stringify(data), cache: 'no-store', credentials: 'omit', redirect: 'error' });
+    } catch (e) {
+      throw new APIError(0, 'the query service does not answer');
+    }
+    let body = null;
+    try { body = await resp.json(); } catch (e) { body = null; }
+    if (!resp.ok) throw new APIError(resp.status, describe(resp.status, body));
+    return { status: resp.status, body };
+  }
+
+  // whoami is what the token may do: {name, scopes, prefix, anonymous,
+  // actions}; null when unknown (no token yet, or the service is older).
+  let me = null;
+  async function loadWhoami() {
+    try { me = (await api('/v1/whoami')).body; } catch (e) { me = null; }
+    return me;
+  }
+
+  // mayWrite: the token may send events for the session, and the service
+  // forwards actions. The buttons follow it; ingest decides in the end.
+  function mayWrite(id) {
+    if (!me || !me.actions || !Array.isArray(me.scopes)) return false;
+    const scoped = me.scopes.includes('events:write') || me.scopes.includes('admin');
+    return scoped && typeof id === 'string' && id.startsWith(me.prefix || '');
+  }
+
+  // watch follows a watch stream of the query service. handlers: event(name,
+  // data) for each event with data, opened(resumed) when a stream starts,
+  // state('live' | 'retrying' | 'fallback', detail), and fallback(), called
+  // every FALLBACK_MS while no stream can be opened. It returns restart().
+  function watch(path, handlers) {
+    let lastId = null;
+    let ctrl = null;
+    let failures = 0;
+    let fallbackTimer = 0;
+    let generation = 0;
+    function startFallback() {
+      if (fallbackTimer) return;
+      handlers.fallback();
+      fallbackTimer = setInterval(() => { if (!document.hidden) handlers.fallback(); }, FALLBACK_MS);
+    }
+    function stopFallback() { clearInterval(fallbackTimer); fallbackTimer = 0; }
+    async function connect(gen) {
+      const headers = { Accept: 'text/event-stream' };
+      const t = token();
+      if (t) headers.Authorization = 'Bearer ' + t;
+      if (lastId) headers['Last-Event-ID'] = lastId;
+      ctrl = new AbortController();
+      let resp;
+      try {
+        resp = await fetch(path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error', signal: ctrl.signal });
+      } catch (e) {
+        return retry(gen, 'the query service does not answer');
+      }
+      if (gen !== generation) return;
+      if (resp.status === 410) { // the cursor is too old: start afresh
+        lastId = null;
+        return setTimeout(() => connect(gen), 100);
+      }
+      if (!resp.ok) {
+        let body = null;
+        try { body = await resp.json(); } catch (e) { body = null; }
+        if (resp.status === 401) alertBox('The query service needs a valid token: enter it above. (' + describe(401, body) + ')');
+        return retry(gen, describe(resp.status, body));
+      }
+      failures = 0;
+      stopFallback();
+      handlers.state('live', '');
+      handlers.opened(lastId !== null);
+      const reader = resp.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = '';
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done || gen !== generation) break;
+          buf += decoder.decode(value, { stream: true });
+          let i;
+          while ((i = buf.indexOf('\n\n')) >= 0) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            let name = 'message';
+            let data = null;
+            for (const line of block.split('\n')) {
+              if (line === '' || line[0] === ':') continue;
+              const c = line.indexOf(':');
+              const field = c < 0 ? line : line.slice(0, c);
+              let v = c < 0 ? '' : line.slice(c + 1);
+              if (v[0] === ' ') v = v.slice(1);
+              if (field === 'event') name = v;
+              else if (field === 'id') lastId = v;
+              else if (field === 'data') data = data === null ? v : data + '\n' + v;
+            }
+            if (data !== null) {
+              try { handlers.event(name, JSON.parse(data)); } catch (e) { /* a bad event is skipped */ }
+            }
+          }
+        }
+      } catch (e) { /* the connection dropped: resume below */ }
+      if (gen !== generation) return;
+      // The stream ended (its lifetime, a catch-up's limit, a cut): resume
+      // from the last id at once.
+      setTimeout(() => connect(gen), 200);
+    }
+    function retry(gen, why) {
+      if (gen !== generation) return;
+      failures++;
+      const wait = Math.min(RETRY_MAX_MS, 500 * 2 ** Math.min(failures, 5));
+      handlers.state(failures > 1 ? 'fallback' : 'retrying', why);
+      if (failures > 1) startFallback();
+      setTimeout(() => connect(gen), wait);
+    }
+    // Leaving the page closes the stream at once: a browser opens at
+    // most six connections to one host, and a stream kept by a page in
+    // the back-forward cache would hold one.
+    window.addEventListener('pagehide', () => { generation++; if (ctrl) ctrl.abort(); stopFallback(); });
+    window.addEventListener('pageshow', (e) => { if (e.persisted) restart(); });
+    function restart() {
+      generation++;
+      if (ctrl) ctrl.abort();
+      lastId = null;
+      failures = 0;
+      stopFallback();
+      connect(generation);
+    }
+    restart();
+    return restart;
+  }
+
+  // debounce calls fn once, delay after the last of a burst of calls.
+  function debounce(fn, delay) {
+    let timer = 0;
+    return () => { clearTimeout(timer); timer = setTimeout(fn, delay); };
+  }
+
+  // liveText says what the stream is doing, in words.
+  function liveText(state, detail) {
+    if (state === 'live') return 'live: following the change stream';
+    if (state === 'retrying') return 'stream interrupted, reconnecting… (' + detail + ')';
+    return 'stream unavailable (' + detail + '): refreshing every ' + (FALLBACK_MS / 1000) + ' s until it is back';
+  }
+
+  // Every second, the durations and countdowns on the page move on
+  // without asking the server: [data-since] shows the time since, and
+  // [data-until] the time left until, an instant.
+  function startClock() {
+    setInterval(() => {
+      const now = Date.now();
+      for (const e of document.querySelectorAll('[data-since]')) e.textContent = fmtMs(now - ms(e.dataset.since));
+      for (const e of document.querySelectorAll('[data-until]')) e.textContent = countdown(ms(e.dataset.until) - now);
+    }, 1000);
+  }
+
+  function countdown(left) {
+    if (Number.isNaN(left)) return '–';
+    return left >= 0 ? 'in ' + fmtMs(left) : 'due ' + fmtMs(-left) + ' ago';
+  }
+
+  // spark draws values (oldest first) as a polyline in an SVG of the
+  // element's class, scaled to the largest value; no markup is parsed.
+  function spark(svg, values) {
+    const NS = 'http://www.w3.org/2000/svg';
+    const top = Math.max(1, ...values);
+    const n = values.length;
+    const pts = values.map((v, i) => ((n < 2 ? 1 : i / (n - 1)) * 100).toFixed(1) + ',' + (19 - (v / top) * 18).toFixed(1)).join(' ');
+    let line = svg.firstChild;
+    if (!line) { line = document.createElementNS(NS, 'polyline'); svg.append(line); }
+    line.setAttribute('points', pts);
+    svg.dataset.samples = String(n);
+  }
+
+  function sparkSVG(label) {
+    const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+    svg.setAttribute('class', 'spark');
+    svg.setAttribute('viewBox', '0 0 100 20');
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.setAttribute('role', 'img');
+    svg.setAttribute('aria-label', label);
+    return svg;
   }
 
   // ---- legend ----
@@ -207,13 +419,15 @@
     const counts = $('counts');
     const countEls = {};
     const totalBtn = el('button', { type: 'button', class: 'count', 'data-count': 'TOTAL', 'aria-pressed': 'false' },
-      el('span', { class: 'swatch', 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, 'all states'));
+      el('span', { class: 'swatch', 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, 'all states'),
+      sparkSVG('all sessions over the last minutes'));
     totalBtn.addEventListener('click', () => applyFilters({ state: '', prefix: filters.prefix, labels: filters.labels }));
     counts.append(el('li', {}, totalBtn));
     countEls.TOTAL = totalBtn;
     for (const s of STATES) {
       const b = el('button', { type: 'button', class: 'count', 'data-count': s, 'aria-pressed': 'false' },
-        el('span', { class: 'swatch st-' + s, 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), el('span', { class: 'label' }, s));
+        el('span', { class: 'swatch st-' + s, 'aria-hidden': 'true' }), el('span', { class: 'n' }, '–'), stateLabel(s),
+        sparkSVG(s + ' over the last minutes'));
       b.addEventListener('click', () => applyFilters({ state: s, prefix: filters.prefix, labels: filters.labels }));
       counts.append(el('li', {}, b));
       countEls[s] = b;
@@ -232,7 +446,8 @@
         for (const s of STATES) countEls[s].querySelector('.n').textContent = String(by[s] || 0);
         countEls.TOTAL.querySelector('.n').textContent = String((body.sessions && body.sessions.total) || 0);
         $('counts-scope').textContent = body.prefix ? '(sessions under ' + body.prefix + ')' : '';
-        $('counts-updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+        $('counts-updated').dataset.updated = 'updated ' + new Date().toLocaleTimeString();
+        showLive();
       } catch (e) {
         $('counts-updated').textContent = 'counts unavailable: ' + e.message;
       }
@@ -258,7 +473,7 @@
       for (const s of rows.slice(0, WAITING_SHOWN)) {
         tbody.append(el('tr', { 'data-session': s.sessionId },
           el('td', {}, sessionLink(s.sessionId)), el('td', {}, badge(s.state)),
-          el('td', {}, fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.stateEnteredAt)),
+          el('td', { 'data-since': s.stateEnteredAt }, fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.stateEnteredAt)),
           el('td', { class: 'goal-cell', title: s.goal || null }, s.goal || '')));
       }
       if (rows.length === 0) tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '5' }, 'No session is waiting.')));
@@ -286,7 +501,7 @@
       for (const s of page.sessions) {
         tbody.append(el('tr', { 'data-session': s.sessionId },
           el('td', {}, sessionLink(s.sessionId)), el('td', {}, badge(s.state)),
-          el('td', {}, s.terminal ? '–' : fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.updatedAt)),
+          el('td', { 'data-since': s.terminal ? null : s.stateEnteredAt }, s.terminal ? '–' : fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.updatedAt)),
           el('td', {}, String((s.counters && s.counters.events) || 0)),
           el('td', { class: 'goal-cell', title: s.goal || null }, s.goal || '')));
       }
@@ -317,9 +532,47 @@
       applyFilters({ state: sel.value, prefix: $('filter-prefix').value.trim(), labels: parseLabels($('filter-labels').value) });
     });
 
-    poll(refreshCounts, POLL_MS);
-    poll(async () => { await Promise.all([refreshWaiting(), refreshList()]); }, LIST_POLL_MS);
-    return () => { refreshCounts(); refreshWaiting(); refreshList(); };
+    // One stream of every change the token may see: a change redraws the
+    // counts soon, and the listings a little later.
+    let live = { state: 'retrying', detail: 'connecting' };
+    function showLive() {
+      const u = $('counts-updated');
+      u.textContent = liveText(live.state, live.detail) + (u.dataset.updated ? ' · ' + u.dataset.updated : '');
+    }
+    const soonCounts = debounce(refreshCounts, COUNTS_DEBOUNCE_MS);
+    const soonLists = debounce(() => { refreshWaiting(); refreshList(); }, LIST_DEBOUNCE_MS);
+    const all = () => { refreshCounts(); refreshWaiting(); refreshList(); };
+    // Sparklines: every SPARK_EVERY_MS the counts shown (kept current by
+    // the stream) and the changes the stream brought since, per second;
+    // sampled here, so they cost no request.
+    const history = {};
+    const rates = [];
+    let changes = 0;
+    const rateSVG = sparkSVG('changes per second over the last minutes');
+    $('rates').append(el('span', { class: 'muted small' }, 'changes/s, last 5 min '), rateSVG, ' ', el('span', { id: 'rate-now', class: 'small' }, '–'));
+    setInterval(() => {
+      for (const [k, b] of Object.entries(countEls)) {
+        const v = Number(b.querySelector('.n').textContent);
+        if (Number.isNaN(v)) continue;
+        const h = history[k] || (history[k] = []);
+        h.push(v);
+        if (h.length > SPARK_SAMPLES) h.shift();
+        spark(b.querySelector('.spark'), h);
+      }
+      rates.push(changes / (SPARK_EVERY_MS / 1000));
+      changes = 0;
+      if (rates.length > SPARK_SAMPLES) rates.shift();
+      spark(rateSVG, rates);
+      $('rate-now').textContent = rates[rates.length - 1].toFixed(1) + '/s now';
+    }, SPARK_EVERY_MS);
+    const restart = watch('/v1/watch', {
+      event: (name) => { if (name === 'change') { changes++; soonCounts(); soonLists(); } },
+      opened: (resumed) => { if (!resumed) all(); },
+      state: (state, detail) => { live = { state, detail }; $('board-view').dataset.live = state; showLive(); },
+      fallback: all,
+    });
+    all();
+    return () => { all(); restart(); };
   }
 
   // ---- session page ----
@@ -427,6 +680,10 @@
     $('s-body').hidden = false;
     renderTimeline(s);
 
+    renderDeadline(s);
+    renderChain(s);
+    renderActions(s);
+
     const pos = s.position ? s.position.partition + ':' + s.position.offset : null;
     dl($('facts'), [
       ['state', badge(s.state)],
@@ -481,6 +738,117 @@
     if (!(s.rejections || []).length) rt.append(el('tr', { class: 'empty' }, el('td', { colspan: '5' }, 'No rejected event.')));
   }
 
+  // renderDeadline shows the snapshot's next deadline with a countdown that
+  // the page's clock moves on.
+  function renderDeadline(s) {
+    const box = $('s-deadline');
+    clear(box);
+    const d = s.deadline;
+    if (!d || !d.at || s.terminal) {
+      box.append(el('span', { class: 'muted' }, 'No deadline armed.'));
+      return;
+    }
+    box.append('Next deadline: ', el('strong', { class: 'mono' }, String(d.kind || 'timeout')), ' at ', timeEl(d.at), ' · ',
+      el('strong', { 'data-until': d.at, id: 's-countdown' }, countdown(ms(d.at) - Date.now())));
+  }
+
+  // renderChain shows the replacement chain as links: the predecessor this
+  // session replaces, and the successor that replaced it.
+  function renderChain(s) {
+    const ol = $('chain');
+    clear(ol);
+    const pred = s.predecessorSessionId || (s.replacement && s.replacement.predecessorSessionId) || null;
+    const succ = s.successorSessionId || null;
+    $('chain-box').hidden = !pred && !succ;
+    if (pred) ol.append(el('li', { 'data-role': 'predecessor' }, sessionLink(pred), el('span', { class: 'muted small' }, ' predecessor')));
+    const me_ = el('li', { 'data-role': 'this' }, el('span', { class: 'mono' }, s.sessionId), el('span', { class: 'muted small' }, ' this session'));
+    if (s.replacement && s.replacement.status) me_.append(el('span', { class: 'muted small' }, ' · replacement ' + s.replacement.status));
+    ol.append(me_);
+    if (succ) ol.append(el('li', { 'data-role': 'successor' }, sessionLink(succ), el('span', { class: 'muted small' }, ' successor')));
+  }
+
+  // pendingApproval reads the approval block as DESIGN 11.7 shapes it
+  // ({pending: {requestId, since, reason} | null}), or the older
+  // {pendingSince} when that is what the service writes.
+  function pendingApproval(s) {
+    const a = s.approval || {};
+    if (a.pending && typeof a.pending === 'object') return a.pending;
+    if (a.pendingSince) return { since: a.pendingSince };
+    return null;
+  }
+
+  // The actions a state offers; the fold decides in the end (a refused one
+  // shows among the rejections).
+  function actionsFor(s) {
+    if (s.terminal) return [];
+    const out = [];
+    if (s.state === 'AWAITING_APPROVAL') out.push('approve', 'deny');
+    if (s.state === 'ACTIVE') out.push('pause');
+    if (s.state === 'PAUSED') out.push('resume');
+    if (s.state !== 'CANCELLING') out.push('cancel');
+    const graceful = !(s.cancellation && s.cancellation.mode === 'forced');
+    if (s.state !== 'CANCELLING' || graceful) out.push('force-cancel');
+    return out;
+  }
+
+  let actionSession = null; // the snapshot the action buttons act on
+
+  function renderActions(s) {
+    actionSession = s;
+    const box = $('actions');
+    const allowed = mayWrite(s.sessionId) ? actionsFor(s) : [];
+    box.hidden = allowed.length === 0;
+    for (const b of box.querySelectorAll('button[data-action]')) b.hidden = !allowed.includes(b.dataset.action);
+    const p = pendingApproval(s);
+    const pend = $('pending');
+    clear(pend);
+    if (p && s.state === 'AWAITING_APPROVAL') {
+      pend.append('Pending approval', p.requestId ? ' ' : '', p.requestId ? el('span', { class: 'mono', id: 'pending-id' }, p.requestId) : '',
+        p.since ? ' since ' : '', p.since ? timeEl(p.since) : '', p.reason ? ': ' : '', p.reason ? el('q', {}, p.reason) : '');
+    }
+  }
+
+  // act sends one action for the session shown, and says in words what
+  // the service answered; the result itself arrives through the stream.
+  async function act(action) {
+    const s = actionSession;
+    if (!s) return;
+    const out = $('action-result');
+    const reason = $('action-reason').value.trim();
+    const body = { action: action === 'force-cancel' ? 'cancel' : action };
+    if (action === 'force-cancel') body.mode = 'forced';
+    if (reason && ['approve', 'deny', 'cancel', 'force-cancel'].includes(action)) body.reason = reason;
+    const p = pendingApproval(s);
+    if ((action === 'approve' || action === 'deny') && p && p.requestId) body.requestId = p.requestId;
+    for (const b of $('actions').querySelectorAll('button')) b.disabled = true;
+    out.className = '';
+    out.textContent = 'sending ' + action + '…';
+    try {
+      await post('/v1/sessions/' + encodeURIComponent(s.sessionId) + '/actions', body);
+      out.className = 'ok';
+      out.textContent = action + ' sent; the session follows when it is folded.';
+      $('action-reason').value = '';
+    } catch (e) {
+      out.className = 'bad';
+      const why = e.status === 403 ? 'Not allowed: ' : e.status === 400 ? 'Refused: ' : 'Failed: ';
+      out.textContent = why + e.message + (e.status ? ' (HTTP ' + e.status + ')' : '');
+    } finally {
+      for (const b of $('actions').querySelectorAll('button')) b.disabled = false;
+    }
+  }
+
+  // renderChildren lists the sessions whose parent is this one.
+  function renderChildren(page) {
+    const tbody = $('children').tBodies[0];
+    clear(tbody);
+    for (const c of page.sessions) {
+      tbody.append(el('tr', { 'data-session': c.sessionId, 'data-state': c.state },
+        el('td', {}, sessionLink(c.sessionId)), el('td', {}, badge(c.state)), el('td', {}, timeEl(c.updatedAt))));
+    }
+    if (page.sessions.length === 0) tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '3' }, 'No child session.')));
+    $('children-note').textContent = page.next ? 'The first ' + page.sessions.length + ' children found; more may exist.' : '';
+  }
+
   function startSession(id) {
     $('session-view').hidden = false;
     $('s-id').textContent = id;
@@ -498,7 +866,7 @@
         } else if (last) {
           renderTimeline(last); // the open state's "so far" moves on
         }
-        $('s-message').textContent = 'live: checked ' + new Date().toLocaleTimeString();
+        $('s-message').textContent = '';
       } catch (e) {
         if (e.status === 404) {
           etag = null; last = null;
@@ -536,8 +904,53 @@
         $('verify').disabled = false;
       }
     });
-    const tick = poll(refresh, POLL_MS);
-    return () => { etag = null; tick(); };
+    for (const b of $('actions').querySelectorAll('button[data-action]')) {
+      b.addEventListener('click', () => act(b.dataset.action));
+    }
+    // The listing has no index by parent: it filters each scanned page,
+    // so a page may hold no child while more follow. Read up to
+    // CHILDREN_PAGES pages of 1000 sessions for the first CHILDREN_SHOWN.
+    async function refreshChildren() {
+      try {
+        const found = [];
+        let cursor = '';
+        let next = null;
+        for (let i = 0; i < CHILDREN_PAGES; i++) {
+          const q = '/v1/sessions?parent=' + encodeURIComponent(id) + '&limit=1000' + (cursor ? '&cursor=' + encodeURIComponent(cursor) : '');
+          const page = (await api(q)).body;
+          found.push(...page.sessions);
+          next = page.next;
+          if (!next || found.length >= CHILDREN_SHOWN) break;
+          cursor = next;
+        }
+        renderChildren({ sessions: found.slice(0, CHILDREN_SHOWN), next: next || found.length > CHILDREN_SHOWN });
+      } catch (e) {
+        $('children-note').textContent = 'Children unavailable: ' + e.message;
+      }
+    }
+    let live = { state: 'retrying', detail: 'connecting' };
+    function showLive() { $('s-live').textContent = liveText(live.state, live.detail); }
+    // The session's own stream starts with its snapshot; a change after
+    // it reads the snapshot again (If-None-Match: 304 when nothing moved).
+    const soon = debounce(refresh, 100);
+    const restartSelf = watch(path + '/watch', {
+      event: (name, data) => {
+        if (name === 'snapshot' && data && data.sessionId === id) { last = data; etag = null; renderSession(data); $('s-message').textContent = ''; }
+        else if (name === 'change') soon();
+      },
+      opened: (resumed) => { if (resumed) refresh(); },
+      state: (state, detail) => { live = { state, detail }; $('session-view').dataset.live = state; showLive(); },
+      fallback: refresh,
+    });
+    const soonChildren = debounce(refreshChildren, 300);
+    const restartChildren = watch('/v1/watch?parent=' + encodeURIComponent(id), {
+      event: (name) => { if (name === 'change') soonChildren(); },
+      opened: () => refreshChildren(),
+      state: (state) => { $('children').dataset.live = state; },
+      fallback: refreshChildren,
+    });
+    refresh();
+    return () => { etag = null; refresh(); restartSelf(); restartChildren(); };
   }
 
   // ---- start ----
@@ -545,7 +958,15 @@
   function start() {
     renderLegend();
     showTokenStatus();
+    startClock();
     let refresh = () => {};
+    // A new token may do other things: ask again, then redraw.
+    const reload = async () => {
+      await loadWhoami();
+      if (actionSession) renderActions(actionSession);
+      refresh();
+    };
+    loadWhoami().then(() => { if (actionSession) renderActions(actionSession); });
     $('token-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
       const v = $('token-input').value.trim();
@@ -553,12 +974,12 @@
       try { if (v) sessionStorage.setItem(TOKEN_KEY, v); } catch (e) { /* storage off: nothing kept */ }
       showTokenStatus();
       alertBox('');
-      refresh();
+      reload();
     });
     $('token-forget').addEventListener('click', () => {
       try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* nothing kept */ }
       showTokenStatus();
-      refresh();
+      reload();
     });
     const p = location.pathname;
     const m = /^\/ui\/sessions\/([^/]+)$/.exec(p);
