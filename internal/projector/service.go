@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/internal/service/redisstore"
 )
@@ -12,6 +13,7 @@ import (
 // Serve runs a projector and its health and metrics endpoint until ctx is
 // done, then flushes, writes checkpoints and leaves the group.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) error {
+	config.WarnUnbounded(rt.Logger(), cfg.Timeouts)
 	store, closeStore, err := redisstore.Open(rt, cfg.Redis)
 	if err != nil {
 		return err
