@@ -170,6 +170,15 @@ func (e *env) indexed(prefix, parent string) map[string]bool {
 // parent_cancelled CancellationRequested of it in the log has one id.
 func (e *env) cancelledByParent(prefix string, ids []string) {
 	e.t.Helper()
+	e.closedByParent(prefix, ids, ReasonParentCancelled)
+}
+
+// closedByParent fails the test unless every session of ids is CANCELLING
+// by its parent's close, with reason, once: no rejection, and every
+// CancellationRequested of it with that reason in the log has one id.
+// It returns how many such records the log holds per session.
+func (e *env) closedByParent(prefix string, ids []string, reason string) map[string]int {
+	e.t.Helper()
 	snaps, err := e.store(prefix).GetMany(ctx, ids)
 	if err != nil {
 		e.t.Fatal(err)
@@ -179,9 +188,9 @@ func (e *env) cancelledByParent(prefix string, ids []string) {
 		switch {
 		case s == nil:
 			e.t.Errorf("%s: no snapshot", ids[i])
-		case s.State != fsm.StateCancelling || s.Cancellation.Reason != ReasonParentCancelled:
+		case s.State != fsm.StateCancelling || s.Cancellation.Reason != reason:
 			if missed++; missed <= 5 {
-				e.t.Errorf("%s: %v, cancellation %+v; want CANCELLING for %s", ids[i], s.State, s.Cancellation, ReasonParentCancelled)
+				e.t.Errorf("%s: %v, cancellation %+v; want CANCELLING for %s", ids[i], s.State, s.Cancellation, reason)
 			}
 		case s.Counters.Rejected != 0:
 			e.t.Errorf("%s: %d rejected", ids[i], s.Counters.Rejected)
@@ -195,18 +204,83 @@ func (e *env) cancelledByParent(prefix string, ids []string) {
 		want[id] = true
 	}
 	first := map[string]fsm.EventID{}
+	records := map[string]int{}
 	for _, rec := range e.readAll(topic) {
 		var ev fsm.Event
 		if err := fsm.DecodeRecord(rec.Value, &ev); err != nil {
 			e.t.Fatalf("%d:%d: %v", rec.Partition, rec.Offset, err)
 		}
-		if !want[ev.SessionID] || ev.Type != fsm.CancellationRequested || ev.Fields.Reason != ReasonParentCancelled {
+		if !want[ev.SessionID] || ev.Type != fsm.CancellationRequested || ev.Fields.Reason != reason {
 			continue
 		}
 		if id, ok := first[ev.SessionID]; ok && id != ev.ID {
 			e.t.Errorf("%s: two cancellations by its parent, %v and %v", ev.SessionID, id, ev.ID)
 		}
 		first[ev.SessionID] = ev.ID
+		records[ev.SessionID]++
+	}
+	return records
+}
+
+// TestCompletedParentCancelsChildren (no orphans): a parent that
+// completes cancels its live cancel-policy children with reason
+// parent_completed, their children follow with parent_cancelled (from
+// their parent's CANCELLING), an abandoned child and an ended one are left
+// alone, and a child created after its parent completed is cancelled by
+// its creation, with the id its parent's close would have given it.
+func TestCompletedParentCancelsChildren(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xd0)
+	started := func(id, parent string, policy fsm.ParentClosePolicy) []fsm.Event {
+		return []fsm.Event{ev(id, fsm.SessionCreated, fsm.Fields{ParentSessionID: parent, ParentClosePolicy: policy}),
+			ev(id, fsm.SessionStarted, fsm.Fields{})}
+	}
+	var events []fsm.Event
+	events = append(events, started("cp", "", 0)...)
+	events = append(events, started("ca", "cp", 0)...)
+	events = append(events, ev("cb", fsm.SessionCreated, fsm.Fields{ParentSessionID: "cp"}))
+	events = append(events, started("cg", "ca", 0)...)
+	events = append(events, started("cx", "cp", fsm.ParentCloseAbandon)...)
+	events = append(events, started("cd", "cp", 0)...)
+	events = append(events, ev("cd", fsm.SessionCompleted, fsm.Fields{}))
+	e.produce(events)
+	r := e.start(e.config("a"), "completed", nil)
+	e.waitSettled("completed")
+	done := ev("cp", fsm.SessionCompleted, fsm.Fields{})
+	e.produce([]fsm.Event{done})
+	e.waitSettled("completed")
+	e.produce([]fsm.Event{ev("cl", fsm.SessionCreated, fsm.Fields{ParentSessionID: "cp"})})
+	e.waitSettled("completed")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.closedByParent("completed", []string{"ca", "cb", "cl"}, ReasonParentCompleted)
+	e.closedByParent("completed", []string{"cg"}, ReasonParentCancelled)
+	st := e.store("completed")
+	for id, want := range map[string]fsm.State{"cp": fsm.StateCompleted, "cx": fsm.StateActive, "cd": fsm.StateCompleted} {
+		s, err := st.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if s.State != want || s.Counters.Rejected != 0 || s.Cancellation.Requested {
+			t.Errorf("%s: %v, %d rejected, cancellation %+v; want %v, none rejected, not cancelled", id, s.State, s.Counters.Rejected,
+				s.Cancellation, want)
+		}
+	}
+	for _, rec := range e.readAll(topic) {
+		var got fsm.Event
+		if err := fsm.DecodeRecord(rec.Value, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Type != fsm.CancellationRequested {
+			continue
+		}
+		if want := derivedID(fsm.CancellationRequested, got.SessionID, done.ID); (got.SessionID == "cl" || got.SessionID == "ca") && got.ID != want {
+			t.Errorf("%s's cancellation has id %v, want %v (from its parent's SessionCompleted)", got.SessionID, got.ID, want)
+		}
+		if got.Fields.Mode != fsm.CancelGraceful || (got.SessionID != "cg" && !strings.Contains(string(got.Payload), `"parentSessionId":"cp"`)) {
+			t.Errorf("cancellation of %s: payload %s, want graceful, naming its parent", got.SessionID, got.Payload)
+		}
 	}
 }
 
@@ -404,7 +478,7 @@ func TestCancelRecordBytes(t *testing.T) {
 	trigger, _ := fsm.ParseEventID([]byte("0190f2a4-5b6c-7d8e-9f00-000000000001"))
 	at := time.Date(2026, 11, 29, 6, 0, 0, 250000000, time.FixedZone("CET", 3600))
 	for _, mode := range []fsm.CancelMode{fsm.CancelGraceful, fsm.CancelForced} {
-		rec := cancelRecord("events", "acme:child-1", "acme:parent.2", trigger, at, mode, nil)
+		rec := cancelRecord("events", "acme:child-1", "acme:parent.2", trigger, at, mode, ReasonParentCancelled, nil)
 		id := derivedID(fsm.CancellationRequested, "acme:child-1", trigger)
 		want := `{"v":1,"eventId":"` + id.String() + `","sessionId":"acme:child-1","type":"CancellationRequested",` +
 			`"occurredAt":"2026-11-29T05:00:00.25Z","correlationId":"acme:child-1",` +
@@ -414,3 +488,4 @@ func TestCancelRecordBytes(t *testing.T) {
 		}
 	}
 }
+
