@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // familyEvents returns a parent with a child and a grandchild, then the
@@ -489,3 +491,156 @@ func TestCancelRecordBytes(t *testing.T) {
 	}
 }
 
+// bigFamily is the number of children of the parent of the large cascade
+// tests.
+const bigFamily = 25000
+
+// bigFamilyEvents returns a started parent and bigFamily children, created
+// and left in CREATED, with the ids of the children.
+func bigFamilyEvents(ev func(string, fsm.EventType, fsm.Fields) fsm.Event, parent string) ([]fsm.Event, []string) {
+	events := make([]fsm.Event, 0, bigFamily+2)
+	events = append(events, ev(parent, fsm.SessionCreated, fsm.Fields{}), ev(parent, fsm.SessionStarted, fsm.Fields{}))
+	kids := make([]string, bigFamily)
+	for i := range kids {
+		kids[i] = fmt.Sprintf("%s-%05d", parent, i)
+		events = append(events, ev(kids[i], fsm.SessionCreated, fsm.Fields{ParentSessionID: parent}))
+	}
+	return events, kids
+}
+
+// appliedOnce fails the test unless each of ids applied two events (its
+// creation and one cancellation), and returns how many duplicates they
+// folded in all.
+func (e *env) appliedOnce(prefix string, ids []string) uint64 {
+	e.t.Helper()
+	snaps, err := e.store(prefix).GetMany(ctx, ids)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var dups uint64
+	bad := 0
+	for i, s := range snaps {
+		if s == nil {
+			continue // closedByParent reports it
+		}
+		if s.Version != 2 {
+			if bad++; bad <= 5 {
+				e.t.Errorf("%s: version %d, want 2 (created, cancelled once)", ids[i], s.Version)
+			}
+		}
+		dups += s.Counters.Duplicates
+	}
+	return dups
+}
+
+// TestCompletedParentReachesEveryChild: a parent that completes with
+// 25,000 live children cancels every one of them, parent_completed, each
+// once, in pages, and correx.session.cancellations.propagated counts them
+// all.
+func TestCompletedParentReachesEveryChild(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xd1)
+	events, kids := bigFamilyEvents(ev, "bp")
+	start := time.Now()
+	e.produce(events)
+	tel, _, reader := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	r := e.startWith(e.cascadeConfig("a"), "big", func(p *Projector) { p.obs = obs })
+	e.waitSettled("big")
+	created := time.Now()
+	e.produce([]fsm.Event{ev("bp", fsm.SessionCompleted, fsm.Fields{})})
+	e.waitSettled("big")
+	cascaded := time.Now()
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	records := e.closedByParent("big", kids, ReasonParentCompleted)
+	for _, k := range kids {
+		if records[k] != 1 {
+			t.Errorf("%s: %d cancellations in the log, want 1", k, records[k])
+			break
+		}
+	}
+	if dups := e.appliedOnce("big", kids); dups != 0 {
+		t.Errorf("the children folded %d duplicates, want none without a crash", dups)
+	}
+	obs.Drain()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	if got := counters(&rm, "correx.session.cancellations.propagated", "correx.reason"); got[ReasonParentCompleted] != bigFamily ||
+		got[ReasonParentCancelled] != 0 {
+		t.Errorf("correx.session.cancellations.propagated: %v, want %d %s", got, bigFamily, ReasonParentCompleted)
+	}
+	if got := histograms(&rm, "correx.session.cancellation.propagation", "correx.reason"); got[ReasonParentCompleted][0] != bigFamily {
+		t.Errorf("correx.session.cancellation.propagation: %v, want %d measurements", got, bigFamily)
+	}
+	t.Logf("%d children: created and folded in %v, the cascade folded in %v, checked in %v",
+		bigFamily, created.Sub(start).Round(time.Millisecond), cascaded.Sub(created).Round(time.Millisecond),
+		time.Since(cascaded).Round(time.Millisecond))
+}
+
+// TestCompletedParentCascadeAcrossACrash: a projector killed in the
+// middle of the cascade of a parent with 25,000 children (after 40 of
+// its pages of 256) and restarted still reaches every child, with one
+// event each: a child whose cancellation was sent before the crash gets
+// the same event again at most, which its fold counts as a duplicate.
+func TestCompletedParentCascadeAcrossACrash(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xd2)
+	events, kids := bigFamilyEvents(ev, "kp")
+	start := time.Now()
+	e.produce(events)
+	r := e.start(e.cascadeConfig("a"), "bigcrash", nil)
+	e.waitSettled("bigcrash")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	e.produce([]fsm.Event{ev("kp", fsm.SessionCompleted, fsm.Fields{})})
+	const crashPage = 40
+	r = e.start(e.cascadeConfig("a"), "bigcrash", crashAt(crashCascadePage, crashPage))
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, errCrashed) {
+			t.Fatalf("crash at page %d: Run returned %v", crashPage, err)
+		}
+	case <-time.After(60 * time.Second):
+		_ = r.halt()
+		t.Fatalf("crash point cascade-page #%d not reached", crashPage)
+	}
+	crashed := time.Now()
+	r = e.start(e.cascadeConfig("a"), "bigcrash", nil)
+	e.waitSettled("bigcrash")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	records := e.closedByParent("bigcrash", kids, ReasonParentCompleted)
+	total, twice := 0, 0
+	for _, k := range kids {
+		total += records[k]
+		if records[k] > 1 {
+			twice++
+		}
+		if records[k] > 2 {
+			t.Errorf("%s: %d cancellations in the log, want at most 2 (one resent after the crash)", k, records[k])
+		}
+	}
+	// Only the children reached before the crash can have theirs twice.
+	if twice > crashPage*cascadePage {
+		t.Errorf("%d children have their cancellation twice in the log, more than the %d reached before the crash", twice, crashPage*cascadePage)
+	}
+	dups := e.appliedOnce("bigcrash", kids)
+	if dups != uint64(total-len(kids)) {
+		t.Errorf("the children folded %d duplicates, want %d (the records sent again)", dups, total-len(kids))
+	}
+	t.Logf("%d children: created in %v, crashed after %v, resumed and finished in %v, checked in %v; %d records resent, %d duplicates folded",
+		bigFamily, created.Sub(start).Round(time.Millisecond), crashed.Sub(created).Round(time.Millisecond),
+		resumed.Sub(crashed).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond), total-len(kids), dups)
+}
