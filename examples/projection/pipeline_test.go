@@ -17,6 +17,7 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 func send(t *testing.T, ingestURL string, events ...string) {
@@ -47,8 +48,13 @@ func ev(session, typ string, m int, payload string) string {
 func TestProjectionOverThePipeline(t *testing.T) {
 	red := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{Redis: redisconn.Config{URL: red.URL()}, Partitions: 3,
-		Log:       slog.New(slog.DiscardHandler),
-		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond }})
+		Log: slog.New(slog.DiscardHandler),
+		Projector: func(c *projector.Config) {
+			c.FlushInterval = 20 * time.Millisecond
+			// The events are dated 2026-11-29: the default inactivity timeout
+			// (24h after the last event) would have passed, and end the sessions.
+			c.Timeouts[fsm.TimeoutInactivity] = 0
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // send posts events through ingest.
@@ -44,8 +45,13 @@ func ev(session, typ string, minute int) string {
 func TestWebhookOverThePipeline(t *testing.T) {
 	red := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{Redis: redisconn.Config{URL: red.URL()}, Partitions: 3,
-		Log:       slog.New(slog.DiscardHandler),
-		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond }})
+		Log: slog.New(slog.DiscardHandler),
+		Projector: func(c *projector.Config) {
+			c.FlushInterval = 20 * time.Millisecond
+			// The events are dated 2026-11-29: the default inactivity timeout
+			// (24h after the last event) would have passed, and end the sessions.
+			c.Timeouts[fsm.TimeoutInactivity] = 0
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

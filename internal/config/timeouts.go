@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"strings"
 
 	"github.com/correx/sessions/pkg/fsm"
@@ -9,9 +10,11 @@ import (
 // BindTimeouts registers the service defaults of the session timeouts
 // (docs/timeouts.md), CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL,
 // _RECOVERY and _CANCELLATION (flags -timeout-<kind>), with
-// fsm.DefaultTimeouts' values as their defaults: all unset except
-// cancellation, 5m. The projector arms deadlines with them and the query
-// service shows effective timeouts with them, so both take the same ones.
+// fsm.DefaultTimeouts' values as their defaults: inactivity 24h,
+// cancellation 5m, the others unset. The projector arms deadlines with
+// them and the query service shows effective timeouts with them, so both
+// take the same ones; each warns at start when inactivity is 0
+// (WarnUnbounded).
 func (b *Binder) Timeouts(t *fsm.Timeouts) {
 	d := fsm.DefaultTimeouts()
 	for _, k := range fsm.TimeoutKinds() {
@@ -27,5 +30,14 @@ func (p *Problems) AddTimeouts(t fsm.Timeouts) {
 		if d := t[k]; d != 0 && (d < fsm.MinTimeout || d > fsm.MaxTimeout) {
 			p.Addf("CORREX_TIMEOUT_%s: %v, must be 0 (none) or from %v to %v", strings.ToUpper(k.String()), d, fsm.MinTimeout, fsm.MaxTimeout)
 		}
+	}
+}
+
+// WarnUnbounded logs a warning when t disables the inactivity timeout:
+// a session that names none of its own and is left alone then stays open
+// for ever, and so does its read model.
+func WarnUnbounded(log *slog.Logger, t fsm.Timeouts) {
+	if t[fsm.TimeoutInactivity] == 0 {
+		log.Warn("CORREX_TIMEOUT_INACTIVITY is 0 (no inactivity timeout): sessions that name none may run for ever")
 	}
 }

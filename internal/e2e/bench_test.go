@@ -20,6 +20,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
@@ -170,6 +171,9 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 				"CORREX_KAFKA_BROKERS": brokerAddr, "CORREX_REDIS_URL": redisURL, "CORREX_PARTITIONS": "12",
 				"CORREX_AUTH_DISABLED": "true", "CORREX_RATE_LIMIT": "0",
 				"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none",
+				// prefill dates its events 2026-11-29: the default inactivity
+				// timeout would have passed, and fire for every live session.
+				"CORREX_TIMEOUT_INACTIVITY": "0",
 			}
 			queryURL := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(b))
 			env["CORREX_HTTP_ADDR"] = strings.TrimPrefix(queryURL, "http://")
@@ -193,7 +197,9 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 		c := kafkatest.Start(b)
 		readsUnderWrites(b, c.ListenAddrs(), sessions, func(redisURL string) (string, func()) {
 			st, err := devstack.Start(context.Background(), devstack.Options{Brokers: c.ListenAddrs(), Redis: redisconn.Config{URL: redisURL},
-				Partitions: 12, Log: quietLog()})
+				Partitions: 12, Log: quietLog(),
+				// As above: no inactivity timeout for the prefilled sessions.
+				Projector: func(c *projector.Config) { c.Timeouts[fsm.TimeoutInactivity] = 0 }})
 			if err != nil {
 				b.Fatal(err)
 			}

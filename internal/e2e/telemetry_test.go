@@ -18,6 +18,7 @@ import (
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/internal/testwait"
 	correxotel "github.com/correx/sessions/otel"
+	"github.com/correx/sessions/pkg/fsm"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/attribute"
@@ -35,7 +36,12 @@ func TestLifecycleTelemetry(t *testing.T) {
 	srv := redistest.Start(t)
 	st, err := devstack.Start(context.Background(), devstack.Options{
 		Redis: redisconn.Config{URL: srv.URL()}, Partitions: 3, Log: quietLog(),
-		Projector: func(c *projector.Config) { c.FlushInterval = 20 * time.Millisecond },
+		Projector: func(c *projector.Config) {
+			c.FlushInterval = 20 * time.Millisecond
+			// The events are dated 2026-11-29: the default inactivity timeout
+			// (24h after the last event) would have passed, and end the sessions.
+			c.Timeouts[fsm.TimeoutInactivity] = 0
+		},
 		Runtime: func(name string) service.Runtime {
 			return service.Runtime{Log: quietLog(), Telemetry: tel, Metrics: tel.MetricsHandler(),
 				WrapHTTP: func(op string, h http.Handler) http.Handler { return correxotel.HTTPHandler(tel, op, h) }}

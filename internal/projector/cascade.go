@@ -11,9 +11,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ReasonParentCancelled is the reason of the CancellationRequested a child
-// gets when its parent is cancelled or fails.
-const ReasonParentCancelled = "parent_cancelled"
+// The reasons of the CancellationRequested a child gets when its parent
+// closes: ReasonParentCompleted when the parent completed,
+// ReasonParentCancelled when it was cancelled (entered CANCELLING) or
+// failed.
+const (
+	ReasonParentCancelled = "parent_cancelled"
+	ReasonParentCompleted = "parent_completed"
+)
+
+// closeReason returns the reason a child's cancellation gives for its
+// parent's close into st.
+func closeReason(st fsm.State) string {
+	if st == fsm.StateCompleted {
+		return ReasonParentCompleted
+	}
+	return ReasonParentCancelled
+}
 
 // cascadePage is how many children a cascade handles at once: their
 // snapshots are read cascadePage at a time, and a parent's children index
@@ -29,14 +43,14 @@ const (
 
 // family is what a noted record means for cancellation reaching children
 // (docs/lifecycle.md, "Replacements and children"): a child's creation names
-// its parent, a session that enters CANCELLING, FAILED or CANCELLED
-// cancels its children, and a child that ends leaves its parent's index.
+// its parent, a session that enters CANCELLING, COMPLETED, FAILED or
+// CANCELLED cancels its children (no orphans), and a child that ends leaves its parent's index.
 //
 // Children are known from the index in Redis (projstore.Store.AddChildren,
 // ChildrenPages): a child's creation adds it before the child's parent is
 // read, and a parent's end is stored (its snapshot) before its children are
 // read, so whichever of the two comes second sees the other, across
-// partitions and projectors: a child created after its parent ended is
+// partitions and projectors: a child created after its parent closed is
 // cancelled by its own creation. A child cancelled by both gets the same
 // event twice (its id is derived from the child and the parent's event that
 // entered CANCELLING, or FAILED or CANCELLED when it did not pass through
@@ -47,17 +61,19 @@ const (
 type family struct {
 	parent string                // a child's creation: the parent it names
 	policy fsm.ParentClosePolicy // the child's parentClosePolicy
-	// ended: the session entered CANCELLING, or FAILED or CANCELLED from
-	// a state other than CANCELLING (from CANCELLING, its entering
-	// CANCELLING already cancelled its children).
+	// ended: the session entered CANCELLING or COMPLETED, or FAILED or
+	// CANCELLED from a state other than CANCELLING (from CANCELLING, its
+	// entering CANCELLING already cancelled its children).
 	ended  bool
 	mode   fsm.CancelMode // the session's cancellation mode (graceful when none)
+	reason string         // the children's cancellation reason (closeReason)
 	leaves string         // the session ended: the parent whose children index it leaves
 }
 
-// cascades reports whether entering st cancels a session's children.
+// cascades reports whether entering st cancels a session's children:
+// every close does (CANCELLING, and each terminal state).
 func cascades(st fsm.State) bool {
-	return st == fsm.StateCancelling || st == fsm.StateFailed || st == fsm.StateCancelled
+	return st == fsm.StateCancelling || st.Terminal()
 }
 
 // familyOf returns what e, folded into s with out, means for parents and
@@ -77,7 +93,7 @@ func familyOf(e *fsm.Event, s *snapshot.Snapshot, out outcome) *family {
 	}
 	var f family
 	if cascades(out.to) && !cascades(out.from) {
-		f.ended = true
+		f.ended, f.reason = true, closeReason(out.to)
 		if s.Cancellation.Requested {
 			f.mode = s.Cancellation.Mode
 		}
@@ -159,7 +175,8 @@ func (d *derived) cascade(ctx context.Context, store Store, job *flushJob, emit 
 			if p.Cancellation.Requested {
 				mode = p.Cancellation.Mode
 			}
-			emit(cancelRecord(d.eventsTopic, page[i].session, p.ID, entered.EventID, time.Unix(0, entered.At), mode, page[i].headers))
+			emit(cancelRecord(d.eventsTopic, page[i].session, p.ID, entered.EventID, time.Unix(0, entered.At), mode,
+				closeReason(entered.To), page[i].headers))
 		}
 	}
 	return nil
@@ -256,7 +273,7 @@ func (d *derived) cancelPage(ctx context.Context, store Store, kids []string, of
 			k.ParentSessionID != ch.session {
 			continue
 		}
-		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.headers))
+		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.fam.reason, ch.headers))
 	}
 	if d.crash.at(crashCascadePage) {
 		return errCrashed
@@ -282,9 +299,10 @@ func closedBy(parent *snapshot.Snapshot) fsm.Transition {
 // cancelRecord returns the CancellationRequested record of child for the
 // end of parent (the parent's event trigger, at its occurredAt), with the
 // system's origin header beside the event type and the trace context.
-func cancelRecord(topic, child, parent string, trigger fsm.EventID, at time.Time, mode fsm.CancelMode, trace []kgo.RecordHeader) *kgo.Record {
+func cancelRecord(topic, child, parent string, trigger fsm.EventID, at time.Time, mode fsm.CancelMode, reason string,
+	trace []kgo.RecordHeader) *kgo.Record {
 	e := fsm.NewEvent(derivedID(fsm.CancellationRequested, child, trigger), child, fsm.CancellationRequested, at,
-		fsm.Fields{Reason: ReasonParentCancelled, Mode: mode, CancelledByParent: parent})
+		fsm.Fields{Reason: reason, Mode: mode, CancelledByParent: parent})
 	headers := make([]kgo.RecordHeader, 0, 2+len(trace))
 	headers = append(headers, kgo.RecordHeader{Key: kafka.HeaderEventType, Value: []byte(fsm.CancellationRequested.String())},
 		kafka.SystemHeader())

@@ -10,8 +10,10 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/projector/projstore"
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // familyEvents returns a parent with a child and a grandchild, then the
@@ -171,6 +173,15 @@ func (e *env) indexed(prefix, parent string) map[string]bool {
 // parent_cancelled CancellationRequested of it in the log has one id.
 func (e *env) cancelledByParent(prefix string, ids []string) {
 	e.t.Helper()
+	e.closedByParent(prefix, ids, ReasonParentCancelled)
+}
+
+// closedByParent fails the test unless every session of ids is CANCELLING
+// by its parent's close, with reason, once: no rejection, and every
+// CancellationRequested of it with that reason in the log has one id.
+// It returns how many such records the log holds per session.
+func (e *env) closedByParent(prefix string, ids []string, reason string) map[string]int {
+	e.t.Helper()
 	snaps, err := e.store(prefix).GetMany(ctx, ids)
 	if err != nil {
 		e.t.Fatal(err)
@@ -180,9 +191,9 @@ func (e *env) cancelledByParent(prefix string, ids []string) {
 		switch {
 		case s == nil:
 			e.t.Errorf("%s: no snapshot", ids[i])
-		case s.State != fsm.StateCancelling || s.Cancellation.Reason != ReasonParentCancelled:
+		case s.State != fsm.StateCancelling || s.Cancellation.Reason != reason:
 			if missed++; missed <= 5 {
-				e.t.Errorf("%s: %v, cancellation %+v; want CANCELLING for %s", ids[i], s.State, s.Cancellation, ReasonParentCancelled)
+				e.t.Errorf("%s: %v, cancellation %+v; want CANCELLING for %s", ids[i], s.State, s.Cancellation, reason)
 			}
 		case s.Counters.Rejected != 0:
 			e.t.Errorf("%s: %d rejected", ids[i], s.Counters.Rejected)
@@ -196,18 +207,83 @@ func (e *env) cancelledByParent(prefix string, ids []string) {
 		want[id] = true
 	}
 	first := map[string]fsm.EventID{}
+	records := map[string]int{}
 	for _, rec := range e.readAll(topic) {
 		var ev fsm.Event
 		if err := fsm.DecodeRecord(rec.Value, &ev); err != nil {
 			e.t.Fatalf("%d:%d: %v", rec.Partition, rec.Offset, err)
 		}
-		if !want[ev.SessionID] || ev.Type != fsm.CancellationRequested || ev.Fields.Reason != ReasonParentCancelled {
+		if !want[ev.SessionID] || ev.Type != fsm.CancellationRequested || ev.Fields.Reason != reason {
 			continue
 		}
 		if id, ok := first[ev.SessionID]; ok && id != ev.ID {
 			e.t.Errorf("%s: two cancellations by its parent, %v and %v", ev.SessionID, id, ev.ID)
 		}
 		first[ev.SessionID] = ev.ID
+		records[ev.SessionID]++
+	}
+	return records
+}
+
+// TestCompletedParentCancelsChildren (no orphans): a parent that
+// completes cancels its live cancel-policy children with reason
+// parent_completed, their children follow with parent_cancelled (from
+// their parent's CANCELLING), an abandoned child and an ended one are left
+// alone, and a child created after its parent completed is cancelled by
+// its creation, with the id its parent's close would have given it.
+func TestCompletedParentCancelsChildren(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xd0)
+	started := func(id, parent string, policy fsm.ParentClosePolicy) []fsm.Event {
+		return []fsm.Event{ev(id, fsm.SessionCreated, fsm.Fields{ParentSessionID: parent, ParentClosePolicy: policy}),
+			ev(id, fsm.SessionStarted, fsm.Fields{})}
+	}
+	var events []fsm.Event
+	events = append(events, started("cp", "", 0)...)
+	events = append(events, started("ca", "cp", 0)...)
+	events = append(events, ev("cb", fsm.SessionCreated, fsm.Fields{ParentSessionID: "cp"}))
+	events = append(events, started("cg", "ca", 0)...)
+	events = append(events, started("cx", "cp", fsm.ParentCloseAbandon)...)
+	events = append(events, started("cd", "cp", 0)...)
+	events = append(events, ev("cd", fsm.SessionCompleted, fsm.Fields{}))
+	e.produce(events)
+	r := e.start(e.config("a"), "completed", nil)
+	e.waitSettled("completed")
+	done := ev("cp", fsm.SessionCompleted, fsm.Fields{})
+	e.produce([]fsm.Event{done})
+	e.waitSettled("completed")
+	e.produce([]fsm.Event{ev("cl", fsm.SessionCreated, fsm.Fields{ParentSessionID: "cp"})})
+	e.waitSettled("completed")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	e.closedByParent("completed", []string{"ca", "cb", "cl"}, ReasonParentCompleted)
+	e.closedByParent("completed", []string{"cg"}, ReasonParentCancelled)
+	st := e.store("completed")
+	for id, want := range map[string]fsm.State{"cp": fsm.StateCompleted, "cx": fsm.StateActive, "cd": fsm.StateCompleted} {
+		s, err := st.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if s.State != want || s.Counters.Rejected != 0 || s.Cancellation.Requested {
+			t.Errorf("%s: %v, %d rejected, cancellation %+v; want %v, none rejected, not cancelled", id, s.State, s.Counters.Rejected,
+				s.Cancellation, want)
+		}
+	}
+	for _, rec := range e.readAll(topic) {
+		var got fsm.Event
+		if err := fsm.DecodeRecord(rec.Value, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Type != fsm.CancellationRequested {
+			continue
+		}
+		if want := derivedID(fsm.CancellationRequested, got.SessionID, done.ID); (got.SessionID == "cl" || got.SessionID == "ca") && got.ID != want {
+			t.Errorf("%s's cancellation has id %v, want %v (from its parent's SessionCompleted)", got.SessionID, got.ID, want)
+		}
+		if got.Fields.Mode != fsm.CancelGraceful || (got.SessionID != "cg" && !strings.Contains(string(got.Payload), `"parentSessionId":"cp"`)) {
+			t.Errorf("cancellation of %s: payload %s, want graceful, naming its parent", got.SessionID, got.Payload)
+		}
 	}
 }
 
@@ -405,7 +481,7 @@ func TestCancelRecordBytes(t *testing.T) {
 	trigger, _ := fsm.ParseEventID([]byte("0190f2a4-5b6c-7d8e-9f00-000000000001"))
 	at := time.Date(2026, 11, 29, 6, 0, 0, 250000000, time.FixedZone("CET", 3600))
 	for _, mode := range []fsm.CancelMode{fsm.CancelGraceful, fsm.CancelForced} {
-		rec := cancelRecord("events", "acme:child-1", "acme:parent.2", trigger, at, mode, nil)
+		rec := cancelRecord("events", "acme:child-1", "acme:parent.2", trigger, at, mode, ReasonParentCancelled, nil)
 		id := derivedID(fsm.CancellationRequested, "acme:child-1", trigger)
 		want := `{"v":1,"eventId":"` + id.String() + `","sessionId":"acme:child-1","type":"CancellationRequested",` +
 			`"occurredAt":"2026-11-29T05:00:00.25Z","correlationId":"acme:child-1",` +
@@ -414,4 +490,158 @@ func TestCancelRecordBytes(t *testing.T) {
 			t.Errorf("cancel record\n got %s\nwant %s", rec.Value, want)
 		}
 	}
+}
+
+// bigFamily is the number of children of the parent of the large cascade
+// tests.
+const bigFamily = 25000
+
+// bigFamilyEvents returns a started parent and bigFamily children, created
+// and left in CREATED, with the ids of the children.
+func bigFamilyEvents(ev func(string, fsm.EventType, fsm.Fields) fsm.Event, parent string) ([]fsm.Event, []string) {
+	events := make([]fsm.Event, 0, bigFamily+2)
+	events = append(events, ev(parent, fsm.SessionCreated, fsm.Fields{}), ev(parent, fsm.SessionStarted, fsm.Fields{}))
+	kids := make([]string, bigFamily)
+	for i := range kids {
+		kids[i] = fmt.Sprintf("%s-%05d", parent, i)
+		events = append(events, ev(kids[i], fsm.SessionCreated, fsm.Fields{ParentSessionID: parent}))
+	}
+	return events, kids
+}
+
+// appliedOnce fails the test unless each of ids applied two events (its
+// creation and one cancellation), and returns how many duplicates they
+// folded in all.
+func (e *env) appliedOnce(prefix string, ids []string) uint64 {
+	e.t.Helper()
+	snaps, err := e.store(prefix).GetMany(ctx, ids)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var dups uint64
+	bad := 0
+	for i, s := range snaps {
+		if s == nil {
+			continue // closedByParent reports it
+		}
+		if s.Version != 2 {
+			if bad++; bad <= 5 {
+				e.t.Errorf("%s: version %d, want 2 (created, cancelled once)", ids[i], s.Version)
+			}
+		}
+		dups += s.Counters.Duplicates
+	}
+	return dups
+}
+
+// TestCompletedParentReachesEveryChild: a parent that completes with
+// 25,000 live children cancels every one of them, parent_completed, each
+// once, in pages, and correx.session.cancellations.propagated counts them
+// all.
+func TestCompletedParentReachesEveryChild(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xd1)
+	events, kids := bigFamilyEvents(ev, "bp")
+	start := time.Now()
+	e.produce(events)
+	tel, _, reader := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	r := e.startWith(e.cascadeConfig("a"), "big", func(p *Projector) { p.obs = obs })
+	e.waitSettled("big")
+	created := time.Now()
+	e.produce([]fsm.Event{ev("bp", fsm.SessionCompleted, fsm.Fields{})})
+	e.waitSettled("big")
+	cascaded := time.Now()
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	records := e.closedByParent("big", kids, ReasonParentCompleted)
+	for _, k := range kids {
+		if records[k] != 1 {
+			t.Errorf("%s: %d cancellations in the log, want 1", k, records[k])
+			break
+		}
+	}
+	if dups := e.appliedOnce("big", kids); dups != 0 {
+		t.Errorf("the children folded %d duplicates, want none without a crash", dups)
+	}
+	obs.Drain()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	if got := counters(&rm, "correx.session.cancellations.propagated", "correx.reason"); got[ReasonParentCompleted] != bigFamily ||
+		got[ReasonParentCancelled] != 0 {
+		t.Errorf("correx.session.cancellations.propagated: %v, want %d %s", got, bigFamily, ReasonParentCompleted)
+	}
+	if got := histograms(&rm, "correx.session.cancellation.propagation", "correx.reason"); got[ReasonParentCompleted][0] != bigFamily {
+		t.Errorf("correx.session.cancellation.propagation: %v, want %d measurements", got, bigFamily)
+	}
+	t.Logf("%d children: created and folded in %v, the cascade folded in %v, checked in %v",
+		bigFamily, created.Sub(start).Round(time.Millisecond), cascaded.Sub(created).Round(time.Millisecond),
+		time.Since(cascaded).Round(time.Millisecond))
+}
+
+// TestCompletedParentCascadeAcrossACrash: a projector killed in the
+// middle of the cascade of a parent with 25,000 children (after 40 of
+// its pages of 256) and restarted still reaches every child, with one
+// event each: a child whose cancellation was sent before the crash gets
+// the same event again at most, which its fold counts as a duplicate.
+func TestCompletedParentCascadeAcrossACrash(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xd2)
+	events, kids := bigFamilyEvents(ev, "kp")
+	start := time.Now()
+	e.produce(events)
+	r := e.start(e.cascadeConfig("a"), "bigcrash", nil)
+	e.waitSettled("bigcrash")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	e.produce([]fsm.Event{ev("kp", fsm.SessionCompleted, fsm.Fields{})})
+	const crashPage = 40
+	r = e.start(e.cascadeConfig("a"), "bigcrash", crashAt(crashCascadePage, crashPage))
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, errCrashed) {
+			t.Fatalf("crash at page %d: Run returned %v", crashPage, err)
+		}
+	case <-time.After(60 * time.Second):
+		_ = r.halt()
+		t.Fatalf("crash point cascade-page #%d not reached", crashPage)
+	}
+	crashed := time.Now()
+	r = e.start(e.cascadeConfig("a"), "bigcrash", nil)
+	e.waitSettled("bigcrash")
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	records := e.closedByParent("bigcrash", kids, ReasonParentCompleted)
+	total, twice := 0, 0
+	for _, k := range kids {
+		total += records[k]
+		if records[k] > 1 {
+			twice++
+		}
+		if records[k] > 2 {
+			t.Errorf("%s: %d cancellations in the log, want at most 2 (one resent after the crash)", k, records[k])
+		}
+	}
+	// Only the children reached before the crash can have theirs twice.
+	if twice > crashPage*cascadePage {
+		t.Errorf("%d children have their cancellation twice in the log, more than the %d reached before the crash", twice, crashPage*cascadePage)
+	}
+	dups := e.appliedOnce("bigcrash", kids)
+	if dups != uint64(total-len(kids)) {
+		t.Errorf("the children folded %d duplicates, want %d (the records sent again)", dups, total-len(kids))
+	}
+	t.Logf("%d children: created in %v, crashed after %v, resumed and finished in %v, checked in %v; %d records resent, %d duplicates folded",
+		bigFamily, created.Sub(start).Round(time.Millisecond), crashed.Sub(created).Round(time.Millisecond),
+		resumed.Sub(crashed).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond), total-len(kids), dups)
 }

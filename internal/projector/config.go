@@ -98,7 +98,7 @@ type Config struct {
 	// out: CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL, _RECOVERY and
 	// _CANCELLATION, Go durations from 1s to 720h. The query service takes
 	// the same settings to show effective timeouts.
-	// default: unset (zero: not armed) except cancellation, 5m (fsm.DefaultTimeouts)
+	// default: inactivity 24h, cancellation 5m, others unset (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
 	// DeadlineResync is how often each owned partition's earliest deadline
 	// is read again from Redis, besides what the flushes report. Not a

@@ -248,7 +248,7 @@ func TestRecordConstructorsTakeTheirTopic(t *testing.T) {
 			return timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "s-1", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 2})
 		}},
 		{"cancellation of a child", func(topic string) *kgo.Record {
-			return cancelRecord(topic, "c-1", "s-1", fsm.EventID{2}, at, fsm.CancelGraceful, nil)
+			return cancelRecord(topic, "c-1", "s-1", fsm.EventID{2}, at, fsm.CancelGraceful, ReasonParentCancelled, nil)
 		}},
 		{"derived event", func(topic string) *kgo.Record {
 			rec := reaction{kind: fsm.SessionReplaced, target: "p-1", fields: fsm.Fields{SuccessorSessionID: "s-1"}}.record(topic, ch)

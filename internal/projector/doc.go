@@ -79,8 +79,8 @@
 //     cancellation reaching children, docs/lifecycle.md:
 //     SessionReplaced for a successor's predecessor, ReplacementLinked or
 //     ReplacementRefused back to the successor, CancellationRequested for
-//     the children of a session that enters CANCELLING, FAILED or
-//     CANCELLED) are
+//     the children of a session that enters CANCELLING, COMPLETED, FAILED
+//     or CANCELLED) are
 //     written at least once, a session's feed records in its events'
 //     order. A feed record written again is byte-identical, and a derived
 //     event written again is a duplicate of the first (its id is derived

@@ -76,7 +76,7 @@ func TestTheSystemsRecordsCarryReservedIDs(t *testing.T) {
 	recs := map[string]*kgo.Record{
 		"timeout":  timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "s", Kind: fsm.TimeoutApproval, At: at.UnixNano(), Version: 4}),
 		"reaction": &reacted,
-		"cascade":  cancelRecord(topic, "child", "parent", trigger, at, fsm.CancelGraceful, nil),
+		"cascade":  cancelRecord(topic, "child", "parent", trigger, at, fsm.CancelGraceful, ReasonParentCancelled, nil),
 	}
 	for name, r := range recs {
 		var e fsm.Event

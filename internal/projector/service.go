@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/correx/sessions/internal/projector/projstore"
+	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/internal/service/redisstore"
 )
@@ -13,6 +14,7 @@ import (
 // Serve runs a projector and its health and metrics endpoint until ctx is
 // done, then flushes, writes checkpoints and leaves the group.
 func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) error {
+	config.WarnUnbounded(rt.Logger(), cfg.Timeouts)
 	rdb, closeClient, err := redisstore.Client(rt, cfg.Redis)
 	if err != nil {
 		return err

@@ -87,17 +87,68 @@ type Telemetry struct {
 	transitions [fsm.NumStates][fsm.NumStates]atomic.Int64
 
 	sessionDuration, approvalWait, cancellation, recovery, paused metric.Float64Histogram
+	suspension, propagation                                       metric.Float64Histogram
 	flushSize                                                     metric.Int64Histogram
 	flushDuration                                                 metric.Float64Histogram
-	// Attributes of the histograms, by terminal state and by forced, built
-	// once rather than per record.
+	// Attributes of the histograms, by terminal state, by forced, by
+	// approval decision and by cascade reason, built once rather than per
+	// record.
 	terminalOpts [fsm.NumStates][]metric.RecordOption
 	forcedOpts   [2][]metric.RecordOption
+	decisionOpts [len(approvalDecisions)][]metric.RecordOption
+	cascadeOpts  [len(cascadeReasons)][]metric.RecordOption
+
+	// propagated counts the children a parent's close reached (their
+	// CANCELLING by a cascade), by cascadeReasons.
+	propagated [len(cascadeReasons)]atomic.Int64
+	// now is the wall clock of correx.session.cancellation.propagation
+	// (tests set it).
+	now func() time.Time
 
 	timeouts timeoutMetrics // telemetry_timeouts.go
 
 	lagMu sync.Mutex
 	lag   map[int32]int64
+}
+
+// approvalDecisions are the values of correx.decision on
+// correx.session.approval.wait, the ways a pending approval ends: by the
+// event that ends it (approvalDecision).
+var approvalDecisions = [...]string{"granted", "denied", "expired", "cancelled"}
+
+// approvalDecision returns the index in approvalDecisions of the decision
+// e made on a pending approval.
+func approvalDecision(e *fsm.Event) int {
+	switch e.Type {
+	case fsm.ApprovalGranted:
+		return 0
+	case fsm.ApprovalDenied:
+		return 1
+	case fsm.TimeoutExpired:
+		return 2
+	}
+	return 3
+}
+
+// cascadeReasons are the values of correx.reason on the cancellation
+// propagation metrics: the reasons of a cascade's CancellationRequested.
+var cascadeReasons = [...]string{ReasonParentCancelled, ReasonParentCompleted}
+
+// cascaded returns the index in cascadeReasons of e, a CancellationRequested
+// a parent's close produced, or -1 when e is not one: the system's (its id
+// is in the reserved space, which only the system's records carry:
+// kafka.DecodeEvent) with a cascade's reason. (The decoder does not keep
+// the payload's parentSessionId.)
+func cascaded(e *fsm.Event) int {
+	if e.Type != fsm.CancellationRequested || !e.ID.Reserved() {
+		return -1
+	}
+	for i, r := range cascadeReasons {
+		if e.Fields.Reason == r {
+			return i
+		}
+	}
+	return -1
 }
 
 var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, ReasonUnknownEventType,
@@ -210,13 +261,20 @@ func (c *spanChunk) record() {
 func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, error) {
 	const scope = "github.com/correx/sessions/projector"
 	o := &Telemetry{tracer: t.Tracer(scope), spans: t.LifecycleSpans(scope), prop: t.Propagator, lag: map[int32]int64{},
-		queue: make(chan spanChunk, queueChunks), free: make(chan spanChunk, queueChunks+2), done: make(chan struct{}), closeWait: closeTimeout}
+		queue: make(chan spanChunk, queueChunks), free: make(chan spanChunk, queueChunks+2), done: make(chan struct{}), closeWait: closeTimeout,
+		now: time.Now}
 	o.exportCtx, o.cancelExport = context.WithCancel(context.Background())
 	for st := range fsm.NumStates {
 		o.terminalOpts[st] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(correxotel.AttrSessionState.String(fsm.State(st).String())))}
 	}
 	for i, forced := range []bool{false, true} {
 		o.forcedOpts[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.Bool("correx.forced", forced)))}
+	}
+	for i, d := range approvalDecisions {
+		o.decisionOpts[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("correx.decision", d)))}
+	}
+	for i, r := range cascadeReasons {
+		o.cascadeOpts[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("correx.reason", r)))}
 	}
 	m := t.Meter(scope)
 	var err error
@@ -227,10 +285,15 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		return h
 	}
 	o.sessionDuration = hist("correx.session.duration", "Time from SessionCreated to a terminal state, by terminal state.")
-	o.approvalWait = hist("correx.session.approval.wait", "Time an approval was pending, from ApprovalRequested to its end.")
+	o.approvalWait = hist("correx.session.approval.wait",
+		"Time an approval was pending, from ApprovalRequested to its end, by decision (granted, denied, expired, cancelled).")
 	o.cancellation = hist("correx.session.cancellation.duration", "Time from cancellation requested to CANCELLED.")
 	o.recovery = hist("correx.session.recovery.duration", "Time spent in RECOVERING per recovery.")
 	o.paused = hist("correx.session.paused.duration", "Time suspended in PAUSED per pause.")
+	o.suspension = hist("correx.session.suspension.duration",
+		"Time a session spent suspended (PAUSED and AWAITING_APPROVAL), at its close, by terminal state.")
+	o.propagation = hist("correx.session.cancellation.propagation",
+		"Time from a parent's close to its child's CANCELLING (the projector's clock when it folds the child's cancellation, minus the parent's close), by reason.")
 	var e1, e2 error
 	o.flushSize, e1 = m.Int64Histogram("correx.projector.flush.size", metric.WithUnit("{snapshot}"),
 		metric.WithDescription("Snapshots written per flush."),
@@ -258,9 +321,11 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("Lifecycle spans not exported: the exporter was stuck (no room in the queue in time), an export failed, or the exporter was still behind when the projector stopped."))
 	refusedDLQ, e9 := m.Int64ObservableCounter("correx.projector.dead_letters.refused", metric.WithUnit("{message}"),
 		metric.WithDescription("Records set aside whose dead letter the broker refused (too large, invalid), by reason: skipped without a dead letter."))
+	propagated, e12 := m.Int64ObservableCounter("correx.session.cancellations.propagated", metric.WithUnit("{session}"),
+		metric.WithDescription("Children a parent's close reached: sessions that entered CANCELLING by a cancellation their parent's close produced, by reason (parent_cancelled, parent_completed)."))
 	rebuilds, e10 := m.Int64ObservableCounter("correx.projector.rebuilds", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions rebuilt from the log because Redis lost their checkpoint or went back in time (emptied, a lagging replica promoted, a restart from an older file)."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11)
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12)
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +335,9 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		obs.ObserveInt64(waits, o.waits.Load())
 		obs.ObserveInt64(dropped, o.dropped.Load())
 		obs.ObserveInt64(rebuilds, o.rebuilds.Load())
+		for i, r := range cascadeReasons {
+			obs.ObserveInt64(propagated, o.propagated[i].Load(), metric.WithAttributes(attribute.String("correx.reason", r)))
+		}
 		obs.ObserveInt64(events, o.applied.Load(), metric.WithAttributes(outcome("applied")))
 		obs.ObserveInt64(events, o.duplicates.Load(), metric.WithAttributes(outcome("duplicate")))
 		obs.ObserveInt64(events, o.skipped.Load(), metric.WithAttributes(outcome("skipped")))
@@ -301,7 +369,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds)
+	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, propagated)
 	if err != nil {
 		return nil, err
 	}
@@ -506,14 +574,21 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 		return
 	}
 	o.transitions[out.From][out.To].Add(1)
-	var buf [4]measure
+	var buf [6]measure
 	ms := buf[:0]
 	at := e.OccurredAt.UnixNano()
 	if out.To.Terminal() {
-		ms = append(ms, measure{o.sessionDuration, seconds(at - s.CreatedAt), o.terminalOpts[out.To]})
+		ms = append(ms, measure{o.sessionDuration, seconds(at - s.CreatedAt), o.terminalOpts[out.To]},
+			measure{o.suspension, seconds(s.Durations[fsm.StatePaused] + s.Durations[fsm.StateAwaitingApproval]), o.terminalOpts[out.To]})
 	}
 	if out.ApprovalWait > 0 || (out.From == fsm.StateAwaitingApproval && out.To != fsm.StateRecovering) {
-		ms = append(ms, measure{o.approvalWait, out.ApprovalWait.Seconds(), nil})
+		ms = append(ms, measure{o.approvalWait, out.ApprovalWait.Seconds(), o.decisionOpts[approvalDecision(e)]})
+	}
+	if out.To == fsm.StateCancelling {
+		if i := cascaded(e); i >= 0 {
+			o.propagated[i].Add(1)
+			ms = append(ms, measure{o.propagation, seconds(o.now().UnixNano() - at), o.cascadeOpts[i]})
+		}
 	}
 	if out.To == fsm.StateCancelled {
 		c := s.Cancellation

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -352,4 +353,139 @@ func TestEveryRejectionReasonReachesTheMetric(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("rejected by reason: %v, want %v", got, want)
 	}
+}
+
+// histograms returns the count and sum of every data point of the float64
+// histogram name in rm, by the value of the attribute key.
+func histograms(rm *metricdata.ResourceMetrics, name, key string) map[string][2]float64 {
+	out := map[string][2]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			d, ok := m.Data.(metricdata.Histogram[float64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, p := range d.DataPoints {
+				v, _ := p.Attributes.Value(attribute.Key(key))
+				c := out[v.Emit()]
+				out[v.Emit()] = [2]float64{c[0] + float64(p.Count), c[1] + p.Sum}
+			}
+		}
+	}
+	return out
+}
+
+// counters returns the int64 sum name in rm by the value of key.
+func counters(rm *metricdata.ResourceMetrics, name, key string) map[string]int64 {
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			d, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, p := range d.DataPoints {
+				v, _ := p.Attributes.Value(attribute.Key(key))
+				out[v.Emit()] += p.Value
+			}
+		}
+	}
+	return out
+}
+
+// TestCloseApprovalAndCascadeMetrics folds closes, approval decisions and
+// cascaded cancellations, and reads back what the histograms and the
+// counter hold: the session's duration and its time suspended (PAUSED and
+// AWAITING_APPROVAL) at its close, by terminal state; each approval wait
+// under its decision; and each child a parent's close reached, with the
+// time from that close to the child's CANCELLING, by reason. A
+// cancellation a client sent, or a cascaded one that was rejected, is no
+// propagation.
+func TestCloseApprovalAndCascadeMetrics(t *testing.T) {
+	tel, _, reader := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	now := t0
+	obs.now = func() time.Time { return now }
+	n := byte(0)
+	foldID := func(id fsm.EventID, typ fsm.EventType, f fsm.Fields, at time.Time, s *snapshot.Snapshot, out fsm.Outcome) {
+		if out.Result == 0 {
+			out.Result = fsm.Applied
+		}
+		s.Version++
+		obs.Folded(&kgo.Record{}, &fsm.Event{ID: id, SessionID: s.ID, Type: typ, Fields: f, OccurredAt: at}, s, out)
+	}
+	fold := func(typ fsm.EventType, f fsm.Fields, at time.Time, s *snapshot.Snapshot, out fsm.Outcome) {
+		n++
+		foldID(fsm.EventID{0x01, n}, typ, f, at, s, out)
+	}
+	// cascade folds a cancellation the cascade produced: its id is derived.
+	cascade := func(f fsm.Fields, at time.Time, s *snapshot.Snapshot, out fsm.Outcome) {
+		n++
+		foldID(derivedID(fsm.CancellationRequested, s.ID, fsm.EventID{0x02, n}), fsm.CancellationRequested, f, at, s, out)
+	}
+	session := func(id string, paused, awaiting time.Duration) *snapshot.Snapshot {
+		s := &snapshot.Snapshot{}
+		s.ID, s.CreatedAt = id, t0.UnixNano()
+		s.Durations[fsm.StatePaused], s.Durations[fsm.StateAwaitingApproval] = int64(paused), int64(awaiting)
+		return s
+	}
+	// Closes.
+	fold(fsm.SessionCompleted, fsm.Fields{}, t0.Add(10*time.Second), session("a", 3*time.Second, 2*time.Second),
+		fsm.Outcome{From: fsm.StateActive, To: fsm.StateCompleted})
+	fold(fsm.SessionCompleted, fsm.Fields{}, t0.Add(20*time.Second), session("b", 0, 500*time.Millisecond),
+		fsm.Outcome{From: fsm.StateActive, To: fsm.StateCompleted})
+	fold(fsm.SessionFailed, fsm.Fields{}, t0.Add(4*time.Second), session("c", time.Second, 0),
+		fsm.Outcome{From: fsm.StatePaused, To: fsm.StateFailed})
+	// Approval decisions.
+	s := session("d", 0, 0)
+	for _, d := range []struct {
+		typ  fsm.EventType
+		to   fsm.State
+		wait time.Duration
+	}{
+		{fsm.ApprovalGranted, fsm.StateActive, 2 * time.Second}, {fsm.ApprovalGranted, fsm.StateActive, 4 * time.Second},
+		{fsm.ApprovalDenied, fsm.StateActive, 3 * time.Second}, {fsm.TimeoutExpired, fsm.StateFailed, 60 * time.Second},
+		{fsm.CancellationRequested, fsm.StateCancelling, 7 * time.Second},
+	} {
+		fold(d.typ, fsm.Fields{}, t0, s, fsm.Outcome{From: fsm.StateAwaitingApproval, To: d.to, ApprovalWait: d.wait})
+	}
+	// Cascaded cancellations, folded later than the parent's close.
+	kid := session("k", 0, 0)
+	now = t0.Add(1500 * time.Millisecond)
+	cascade(fsm.Fields{Reason: ReasonParentCompleted}, t0, kid, fsm.Outcome{From: fsm.StateActive, To: fsm.StateCancelling})
+	now = t0.Add(2500 * time.Millisecond)
+	cascade(fsm.Fields{Reason: ReasonParentCompleted}, t0, kid, fsm.Outcome{From: fsm.StateCreated, To: fsm.StateCancelling})
+	now = t0.Add(250 * time.Millisecond)
+	cascade(fsm.Fields{Reason: ReasonParentCancelled}, t0, kid, fsm.Outcome{From: fsm.StatePaused, To: fsm.StateCancelling})
+	// A client's, with the same reason, and a cascade's that was rejected.
+	fold(fsm.CancellationRequested, fsm.Fields{Reason: ReasonParentCompleted}, t0, kid,
+		fsm.Outcome{From: fsm.StateActive, To: fsm.StateCancelling})
+	cascade(fsm.Fields{Reason: ReasonParentCompleted}, t0, kid,
+		fsm.Outcome{Result: fsm.Rejected, Reason: fsm.ReasonInvalidTransition, From: fsm.StateCancelling, To: fsm.StateCancelling})
+	obs.Drain()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, got, want any) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: %v, want %v", what, got, want)
+		}
+	}
+	check("correx.session.duration", histograms(&rm, "correx.session.duration", "session.state"),
+		map[string][2]float64{"COMPLETED": {2, 30}, "FAILED": {2, 4}})
+	check("correx.session.suspension.duration", histograms(&rm, "correx.session.suspension.duration", "session.state"),
+		map[string][2]float64{"COMPLETED": {2, 5.5}, "FAILED": {2, 1}})
+	check("correx.session.approval.wait", histograms(&rm, "correx.session.approval.wait", "correx.decision"),
+		map[string][2]float64{"granted": {2, 6}, "denied": {1, 3}, "expired": {1, 60}, "cancelled": {1, 7}})
+	check("correx.session.cancellation.propagation", histograms(&rm, "correx.session.cancellation.propagation", "correx.reason"),
+		map[string][2]float64{ReasonParentCompleted: {2, 4}, ReasonParentCancelled: {1, 0.25}})
+	check("correx.session.cancellations.propagated", counters(&rm, "correx.session.cancellations.propagated", "correx.reason"),
+		map[string]int64{ReasonParentCompleted: 2, ReasonParentCancelled: 1})
 }

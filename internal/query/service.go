@@ -50,7 +50,7 @@ type Config struct {
 	// Timeouts are the service defaults of the session timeouts
 	// (CORREX_TIMEOUT_*, the projector's settings): a snapshot's
 	// "timeouts" and "deadline" show the effective values with them.
-	// default: unset (zero) except cancellation, 5m (fsm.DefaultTimeouts)
+	// default: inactivity 24h, cancellation 5m, others unset (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
 	// WatchCursorKeyFile holds the secret the watch cursors (and, under
 	// a key derived apart, the history's cursors) are sealed
@@ -194,6 +194,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		return fmt.Errorf("query: %w", err)
 	}
 	guard.Watch(ctx)
+	config.WarnUnbounded(rt.Logger(), cfg.Timeouts)
 	store, closeStore, err := redisstore.Open(rt, cfg.Redis)
 	if err != nil {
 		return err

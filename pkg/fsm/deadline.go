@@ -3,9 +3,11 @@ package fsm
 import "time"
 
 // DefaultTimeouts returns the service defaults (docs/timeouts.md) when none
-// is configured: every kind unset except cancellation, 5 minutes.
+// is configured: inactivity 24 hours, so that sessions are bounded, and
+// cancellation 5 minutes; the other kinds unset.
 func DefaultTimeouts() Timeouts {
 	var t Timeouts
+	t[TimeoutInactivity] = 24 * time.Hour
 	t[TimeoutCancellation] = 5 * time.Minute
 	return t
 }

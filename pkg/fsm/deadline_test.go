@@ -83,10 +83,16 @@ func TestNextDeadlineDefaults(t *testing.T) {
 		t.Fatalf("got %+v, want execution (a default) 1s after creation, before its own inactivity", d)
 	}
 	a := reach(t, fsm.StateActive)
-	if d, ok := fsm.NextDeadline(&a.s, fsm.DefaultTimeouts()); ok {
-		t.Fatalf("ACTIVE with no durations: got %+v, want none armed", d)
+	if d, ok := fsm.NextDeadline(&a.s, fsm.DefaultTimeouts()); !ok || d.Kind != fsm.TimeoutInactivity || d.At != a.s.UpdatedAt+int64(24*time.Hour) {
+		t.Fatalf("ACTIVE with no durations of its own: got %+v %v, want inactivity (the default, 24h) after its last event", d, ok)
 	}
-	if eff := a.s.Timeouts.Effective(fsm.DefaultTimeouts()); eff[fsm.TimeoutCancellation] != 5*time.Minute || eff[fsm.TimeoutExecution] != 0 {
+	unbounded := fsm.DefaultTimeouts()
+	unbounded[fsm.TimeoutInactivity] = 0
+	if d, ok := fsm.NextDeadline(&a.s, unbounded); ok {
+		t.Fatalf("ACTIVE with no durations, inactivity disabled: got %+v, want none armed", d)
+	}
+	if eff := a.s.Timeouts.Effective(fsm.DefaultTimeouts()); eff[fsm.TimeoutCancellation] != 5*time.Minute ||
+		eff[fsm.TimeoutInactivity] != 24*time.Hour || eff[fsm.TimeoutExecution] != 0 {
 		t.Fatalf("effective: got %v", eff)
 	}
 }
