@@ -85,6 +85,7 @@ type Telemetry struct {
 	refusedDLQ  [len(dlqReasons)]atomic.Int64 // dead letters the broker refused
 	rebuilds    atomic.Int64                  // partitions rebuilt after Redis lost or rolled back their read model
 	transitions [fsm.NumStates][fsm.NumStates]atomic.Int64
+	failures    [fsm.NumFailureCategories]atomic.Int64 // transitions to FAILED, by category
 
 	sessionDuration, approvalWait, cancellation, recovery, paused metric.Float64Histogram
 	flushSize                                                     metric.Int64Histogram
@@ -139,6 +140,11 @@ type spanJob struct {
 	version                 uint64 // for a rejection: events seen
 	occurredAt              time.Time
 	inFrom                  time.Duration
+	// failed marks a transition to FAILED, with the failure's category and
+	// code.
+	failed      bool
+	category    fsm.FailureCategory
+	failureCode string
 }
 
 // spanChunk is what the queue carries: spans to build and export, the
@@ -258,9 +264,11 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("Lifecycle spans not exported: the exporter was stuck (no room in the queue in time), an export failed, or the exporter was still behind when the projector stopped."))
 	refusedDLQ, e9 := m.Int64ObservableCounter("correx.projector.dead_letters.refused", metric.WithUnit("{message}"),
 		metric.WithDescription("Records set aside whose dead letter the broker refused (too large, invalid), by reason: skipped without a dead letter."))
+	failures, e12 := m.Int64ObservableCounter("correx.session.failures", metric.WithUnit("{session}"),
+		metric.WithDescription("Sessions that failed, by failure category (correx.failure.category)."))
 	rebuilds, e10 := m.Int64ObservableCounter("correx.projector.rebuilds", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions rebuilt from the log because Redis lost their checkpoint or went back in time (emptied, a lagging replica promoted, a restart from an older file)."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11)
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12)
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +278,11 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		obs.ObserveInt64(waits, o.waits.Load())
 		obs.ObserveInt64(dropped, o.dropped.Load())
 		obs.ObserveInt64(rebuilds, o.rebuilds.Load())
+		for c := range fsm.FailureCategory(fsm.NumFailureCategories) {
+			if n := o.failures[c].Load(); n > 0 {
+				obs.ObserveInt64(failures, n, metric.WithAttributes(attribute.String("correx.failure.category", c.String())))
+			}
+		}
 		obs.ObserveInt64(events, o.applied.Load(), metric.WithAttributes(outcome("applied")))
 		obs.ObserveInt64(events, o.duplicates.Load(), metric.WithAttributes(outcome("duplicate")))
 		obs.ObserveInt64(events, o.skipped.Load(), metric.WithAttributes(outcome("skipped")))
@@ -301,7 +314,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds)
+	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, failures)
 	if err != nil {
 		return nil, err
 	}
@@ -436,10 +449,14 @@ func (o *Telemetry) exportChunk(jobs []spanJob, arena []byte) {
 		if j.from != fsm.StateNone {
 			from = j.from.String()
 		}
-		b.AddTransition(ctx, &correxotel.Transition{
+		tr := correxotel.Transition{
 			SessionID: j.session, CorrelationID: j.corr, From: from, To: j.to.String(),
 			EventType: j.eventType, EventID: id, Version: j.version,
-			OccurredAt: j.occurredAt, InFrom: j.inFrom, Partition: j.partition, Offset: j.offset})
+			OccurredAt: j.occurredAt, InFrom: j.inFrom, Partition: j.partition, Offset: j.offset}
+		if j.failed {
+			tr.FailureCategory, tr.FailureCode = j.category.String(), j.failureCode
+		}
+		b.AddTransition(ctx, &tr)
 	}
 	failed, err := o.spans.Export(o.exportCtx, b)
 	if err != nil {
@@ -529,8 +546,15 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 	case fsm.StatePaused:
 		ms = append(ms, measure{o.paused, out.Closed.Seconds(), nil})
 	}
-	o.add(rec, spanJob{partition: rec.Partition, offset: rec.Offset, session: s.ID, corr: s.CorrelationID, from: out.From, to: out.To,
-		eventType: e.TypeName(), eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed}, ms...)
+	j := spanJob{partition: rec.Partition, offset: rec.Offset, session: s.ID, corr: s.CorrelationID, from: out.From, to: out.To,
+		eventType: e.TypeName(), eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed}
+	if out.To == fsm.StateFailed {
+		if c := s.Failure.Category; int(c) < len(o.failures) {
+			o.failures[c].Add(1)
+		}
+		j.failed, j.category, j.failureCode = true, s.Failure.Category, s.Failure.Code
+	}
+	o.add(rec, j, ms...)
 }
 
 // Skipped implements Observer.
