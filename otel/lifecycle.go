@@ -18,8 +18,12 @@ const (
 	AttrEventID       = attribute.Key("event.id")
 	AttrCorrelationID = attribute.Key("correlation.id")
 	AttrReason        = attribute.Key("session.rejection.reason")
-	AttrPartition     = attribute.Key("messaging.destination.partition.id")
-	AttrOffset        = attribute.Key("messaging.kafka.offset")
+	// AttrFailureCategory and AttrFailureCode are set on the transition
+	// to FAILED (docs/lifecycle.md, "Structured failures").
+	AttrFailureCategory = attribute.Key("session.failure.category")
+	AttrFailureCode     = attribute.Key("session.failure.code")
+	AttrPartition       = attribute.Key("messaging.destination.partition.id")
+	AttrOffset          = attribute.Key("messaging.kafka.offset")
 )
 
 // Span names of the lifecycle.
@@ -42,6 +46,21 @@ type Transition struct {
 	InFrom    time.Duration
 	Partition int32
 	Offset    int64
+	// FailureCategory and FailureCode are the failure's, for a transition
+	// to FAILED ("" otherwise, and FailureCode "" when the failure named
+	// no code).
+	FailureCategory, FailureCode string
+}
+
+// failureAttrs appends the failure attributes of tr, if any.
+func (tr *Transition) failureAttrs(attrs []attribute.KeyValue) []attribute.KeyValue {
+	if tr.FailureCategory != "" {
+		attrs = append(attrs, AttrFailureCategory.String(tr.FailureCategory))
+	}
+	if tr.FailureCode != "" {
+		attrs = append(attrs, AttrFailureCode.String(tr.FailureCode))
+	}
+	return attrs
 }
 
 // RecordTransition emits the session.transition span of tr and returns its
@@ -64,6 +83,7 @@ func RecordTransition(ctx context.Context, tracer trace.Tracer, tr Transition) t
 	if tr.From != "" {
 		attrs = append(attrs, AttrStateFrom.String(tr.From))
 	}
+	attrs = tr.failureAttrs(attrs)
 	_, span := tracer.Start(ctx, SpanTransition, trace.WithTimestamp(tr.OccurredAt.Add(-tr.InFrom)),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	sc := span.SpanContext()

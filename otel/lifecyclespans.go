@@ -155,6 +155,7 @@ func (b *SpanBatch) AddTransition(ctx context.Context, tr *Transition) trace.Spa
 	if tr.From != "" {
 		b.attrs = append(b.attrs, AttrStateFrom.String(tr.From))
 	}
+	b.attrs = tr.failureAttrs(b.attrs)
 	b.add(spanRecord{name: SpanTransition, sc: sc, parent: trace.SpanContextFromContext(ctx),
 		start: tr.OccurredAt.Add(-tr.InFrom), end: tr.OccurredAt, attrs: b.attrs[first:len(b.attrs):len(b.attrs)]})
 	return sc

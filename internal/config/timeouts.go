@@ -3,6 +3,7 @@ package config
 import (
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
 )
@@ -21,6 +22,23 @@ func (b *Binder) Timeouts(t *fsm.Timeouts) {
 		name := k.String()
 		b.Duration(&t[k], "timeout-"+name, "CORREX_TIMEOUT_"+strings.ToUpper(name), d[k],
 			"default "+name+" timeout of a session that names none (Go duration, 1s to 720h; 0 for none)")
+	}
+}
+
+// ForcedGrace registers CORREX_FORCED_GRACE (flag -forced-grace), the
+// grace a forced cancellation gets before its cancellation deadline
+// (docs/timeouts.md), with fsm.DefaultForcedGrace, 0s, as its default: the
+// deadline is the forced request's occurredAt plus the grace, instead of
+// the cancellation timeout.
+func (b *Binder) ForcedGrace(d *time.Duration) {
+	b.Duration(d, "forced-grace", "CORREX_FORCED_GRACE", fsm.DefaultForcedGrace,
+		"grace of a forced cancellation before its deadline fires (Go duration, 0 to 720h)")
+}
+
+// AddForcedGrace reports a forced grace outside 0..720h.
+func (p *Problems) AddForcedGrace(d time.Duration) {
+	if d < 0 || d > fsm.MaxTimeout {
+		p.Addf("CORREX_FORCED_GRACE: %v, must be from 0s to %v", d, fsm.MaxTimeout)
 	}
 }
 

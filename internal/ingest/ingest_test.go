@@ -163,6 +163,13 @@ func TestBadInput(t *testing.T) {
 		{"reason over 1 KiB", "application/x-ndjson", event("s", "SessionStarted") + "\n" +
 			`{"sessionId":"s","type":"SessionFailed","payload":{"reason":"` + strings.Repeat("r", fsm.MaxReasonBytes+1) + `"}}`, 400, "payload.reason"},
 		{"missing timeout kind", "application/json", event("s", "TimeoutExpired"), 400, "payload.timeout"},
+		{"failure category", "application/json", `{"sessionId":"s","type":"SessionFailed","payload":{"category":"network"}}`, 400, "payload.category"},
+		{"failure code", "application/json", `{"sessionId":"s","type":"SessionFailed","payload":{"code":"Bad Code"}}`, 400, "payload.code"},
+		{"failure retryable", "application/json", `{"sessionId":"s","type":"SessionFailed","payload":{"retryable":1}}`, 400, "payload.retryable"},
+		{"approval request id", "application/json", `{"sessionId":"s","type":"ApprovalGranted","payload":{"requestId":"a b"}}`, 400, "payload.requestId"},
+		{"approval by", "application/json", `{"sessionId":"s","type":"ApprovalDenied","payload":{"by":"` + strings.Repeat("b", 257) + `"}}`, 400, "payload.by"},
+		{"approval reason", "application/json", `{"sessionId":"s","type":"ApprovalRequested","payload":{"reason":"` + strings.Repeat("r", 1025) + `"}}`, 400, "payload.reason"},
+		{"cancellation mode", "application/json", `{"sessionId":"s","type":"CancellationRequested","payload":{"mode":"hard"}}`, 400, "payload.mode"},
 		{"labels not an object", "application/json", created(`"labels":["a"]`), 400, "payload.labels"},
 		{"label key syntax", "application/json", created(`"labels":{"Team":"x"}`), 400, "payload.labels.Team"},
 		{"label value over 256 bytes", "application/json", created(`"labels":{"k":"` + strings.Repeat("v", 257) + `"}`), 400, "payload.labels.k"},

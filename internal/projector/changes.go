@@ -94,9 +94,20 @@ type outcome struct {
 	from, to fsm.State
 	version  uint64
 	// digest is the session's digest after the record, kept for an applied
-	// SessionReplaced (its ReplacementLinked carries it).
+	// SessionReplaced (its ReplacementLinked carries it), and goal the
+	// session's goal, which the ReplacementLinked carries too.
 	digest    [32]byte
 	hasDigest bool
+	goal      string
+	// refusal is, for a SessionReplaced the predecessor refused, the
+	// first condition that failed (fsm.ReplacementRefusal): the reason of
+	// the successor's ReplacementRefused.
+	refusal string
+	// failure, for a transition to FAILED, is the failure's category and
+	// code, which its change record carries.
+	failure     bool
+	category    fsm.FailureCategory
+	failureCode string
 }
 
 // change is one noted record before it is encoded (encoding waits for the
@@ -134,6 +145,9 @@ func (ch *change) feedChange(partition int32) feed.Change {
 		Terminal:        ch.out.terminal,
 		ParentSessionID: ch.parent,
 		CorrelationID:   ch.correlation,
+	}
+	if ch.out.failure {
+		c.FailureCategory, c.FailureCode = ch.out.category.String(), ch.out.failureCode
 	}
 	if ch.out.rejected {
 		c.Outcome, c.Reason = feed.Rejected, ch.out.reason.String()
@@ -180,11 +194,14 @@ func (d *derived) add(r *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, o fsm.O
 	var out outcome
 	switch o.Result {
 	case fsm.Rejected:
-		out.rejected, out.reason, out.feed = true, o.Reason, true
+		out.rejected, out.reason, out.feed, out.refusal = true, o.Reason, true, o.Refusal
 	case fsm.Applied:
 		out.feed = o.Transitioned() || e.Type == fsm.EventCustom
 		if e.Type == fsm.SessionReplaced {
-			out.digest, out.hasDigest = s.Digest, true
+			out.digest, out.hasDigest, out.goal = s.Digest, true, s.Goal
+		}
+		if o.Transitioned() && o.To == fsm.StateFailed {
+			out.failure, out.category, out.failureCode = true, s.Failure.Category, s.Failure.Code
 		}
 	case fsm.Orphan:
 		out.orphan = true
@@ -468,19 +485,30 @@ const (
 	obOrphan
 	obFeed
 	obDigest
+	obRefusal
+	obFailure
+	obGoal
 	obFlags = 1<<iota - 1
 )
 
+// refusalReasons are the refusal reasons an outbox entry holds, by index.
+var refusalReasons = [...]string{"", fsm.RefusalNotFailed, fsm.RefusalNotInfrastructure, fsm.RefusalChain, fsm.RefusalAlreadyReplaced}
+
 // appendOutcome encodes one outbox entry: the source offset (uvarint), a
 // flags byte, the reason, from and to states (a byte each), the version
-// (uvarint) and, with obDigest, the 32-byte digest.
+// (uvarint); with obDigest, the 32-byte digest; with obGoal, the goal
+// (uvarint length, bytes); with obRefusal, the refusal's index in refusalReasons (a byte);
+// with obFailure, the failure's category (a byte) and code (uvarint
+// length, bytes). An entry written before obRefusal, obFailure and obGoal
+// existed reads as one without them.
 func appendOutcome(dst []byte, source int64, o outcome) []byte {
 	dst = binary.AppendUvarint(dst, uint64(source))
 	var flags byte
 	for _, f := range [...]struct {
 		set  bool
 		flag byte
-	}{{o.rejected, obRejected}, {o.terminal, obTerminal}, {o.orphan, obOrphan}, {o.feed, obFeed}, {o.hasDigest, obDigest}} {
+	}{{o.rejected, obRejected}, {o.terminal, obTerminal}, {o.orphan, obOrphan}, {o.feed, obFeed}, {o.hasDigest, obDigest},
+		{o.refusal != "", obRefusal}, {o.failure, obFailure}, {o.goal != "", obGoal}} {
 		if f.set {
 			flags |= f.flag
 		}
@@ -490,7 +518,34 @@ func appendOutcome(dst []byte, source int64, o outcome) []byte {
 	if o.hasDigest {
 		dst = append(dst, o.digest[:]...)
 	}
+	if o.goal != "" {
+		dst = binary.AppendUvarint(dst, uint64(len(o.goal)))
+		dst = append(dst, o.goal...)
+	}
+	if o.refusal != "" {
+		i := 0
+		for j, r := range refusalReasons {
+			if r == o.refusal {
+				i = j
+			}
+		}
+		dst = append(dst, byte(i))
+	}
+	if o.failure {
+		dst = append(dst, byte(o.category))
+		dst = binary.AppendUvarint(dst, uint64(len(o.failureCode)))
+		dst = append(dst, o.failureCode...)
+	}
 	return dst
+}
+
+// outboxString reads a uvarint length and that many bytes.
+func outboxString(data []byte) (string, []byte, error) {
+	n, m := binary.Uvarint(data)
+	if m <= 0 || n > uint64(len(data)-m) {
+		return "", nil, errOutbox
+	}
+	return string(data[m : m+int(n)]), data[m+int(n):], nil
 }
 
 var errOutbox = errors.New("truncated or malformed outbox batch")
@@ -519,6 +574,28 @@ func decodeOutcomes(data []byte, fn func(int64, outcome)) error {
 			o.hasDigest = true
 			copy(o.digest[:], data)
 			data = data[32:]
+		}
+		if flags&obGoal != 0 {
+			var err error
+			if o.goal, data, err = outboxString(data); err != nil {
+				return err
+			}
+		}
+		if flags&obRefusal != 0 {
+			if len(data) < 1 || int(data[0]) == 0 || int(data[0]) >= len(refusalReasons) {
+				return errOutbox
+			}
+			o.refusal, data = refusalReasons[data[0]], data[1:]
+		}
+		if flags&obFailure != 0 {
+			if len(data) < 1 || int(data[0]) >= fsm.NumFailureCategories {
+				return errOutbox
+			}
+			o.failure, o.category = true, fsm.FailureCategory(data[0])
+			var err error
+			if o.failureCode, data, err = outboxString(data[1:]); err != nil {
+				return err
+			}
 		}
 		fn(int64(src), o)
 	}

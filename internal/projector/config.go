@@ -100,6 +100,12 @@ type Config struct {
 	// the same settings to show effective timeouts.
 	// default: inactivity 24h, cancellation 5m, others unset (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
+	// ForcedGrace is how long a forced cancellation waits before its
+	// cancellation deadline fires, from the forced request's occurredAt
+	// (CORREX_FORCED_GRACE, docs/timeouts.md), instead of the cancellation
+	// timeout.
+	// default: 0s (fsm.DefaultForcedGrace)
+	ForcedGrace time.Duration
 	// DeadlineResync is how often each owned partition's earliest deadline
 	// is read again from Redis, besides what the flushes report. Not a
 	// setting: tests shorten it.
@@ -204,6 +210,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Duration(&c.RebalanceTimeout, "rebalance-timeout", "CORREX_REBALANCE_TIMEOUT", d.RebalanceTimeout, "how long a rebalance may take before slow members are dropped")
 	c.DeadlineResync = d.DeadlineResync
 	b.Timeouts(&c.Timeouts)
+	b.ForcedGrace(&c.ForcedGrace)
 	b.Bool(&c.ChangeFeed, "change-feed", "CORREX_CHANGE_FEED", d.ChangeFeed, "produce the change feed to <topic>.changes")
 	b.Int(&c.RedisWaitReplicas, "redis-wait-replicas", "CORREX_REDIS_WAIT_REPLICAS", d.RedisWaitReplicas,
 		"Redis replicas that must acknowledge each snapshot batch before its checkpoint is written (0: no wait)")
@@ -255,6 +262,7 @@ func (c *Config) Validate() error {
 		p.Addf("CORREX_SESSION_TIMEOUT: %v, must be at least 6s", c.SessionTimeout)
 	}
 	p.AddTimeouts(c.Timeouts)
+	p.AddForcedGrace(c.ForcedGrace)
 	if c.RebalanceTimeout < time.Second {
 		p.Addf("CORREX_REBALANCE_TIMEOUT: %v, must be at least 1s", c.RebalanceTimeout)
 	}

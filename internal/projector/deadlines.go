@@ -9,11 +9,11 @@ import (
 )
 
 // deadlinesOf returns, by partition, the deadline entry of every snapshot
-// of a batch: its earliest armed deadline (fsm.NextDeadline with the
-// service defaults) at its version, or a disarm when it is terminal or has
+// of a batch: its earliest armed deadline (fsm.NextDeadlineWith the
+// service defaults and forced grace) at its version, or a disarm when it is terminal or has
 // nothing armed. Called by the fold goroutine when the batch is built, so
 // it reads each snapshot as the batch stores it.
-func deadlinesOf(refs []*entry, defaults fsm.Timeouts) map[int32][]projstore.ArmedDeadline {
+func deadlinesOf(refs []*entry, defaults fsm.Timeouts, forcedGrace time.Duration) map[int32][]projstore.ArmedDeadline {
 	if len(refs) == 0 {
 		return nil
 	}
@@ -21,7 +21,7 @@ func deadlinesOf(refs []*entry, defaults fsm.Timeouts) map[int32][]projstore.Arm
 	for _, en := range refs {
 		s := &en.snap
 		d := projstore.ArmedDeadline{SessionID: s.ID, Version: s.Version}
-		if next, ok := fsm.NextDeadline(&s.Session, defaults); ok {
+		if next, ok := fsm.NextDeadlineWith(&s.Session, defaults, forcedGrace); ok {
 			d.Kind, d.At = next.Kind, next.At
 		}
 		out[s.Position.Partition] = append(out[s.Position.Partition], d)

@@ -106,7 +106,7 @@ func (f *flusher) build(c *cache, parts map[int32]*partState, only map[int32]boo
 		job.refs = append(job.refs, en)
 		job.positions = append(job.positions, en.snap.Position)
 	}
-	job.deadlines = deadlinesOf(job.refs, f.cfg.Timeouts)
+	job.deadlines = deadlinesOf(job.refs, f.cfg.Timeouts, f.cfg.ForcedGrace)
 	ids := make([]int32, 0, len(parts))
 	for id := range parts {
 		if only == nil || only[id] {

@@ -8,7 +8,7 @@ import (
 
 // ReasonUnknownPredecessor is the reason of the ReplacementRefused a
 // successor gets when its predecessor does not exist.
-const ReasonUnknownPredecessor = "unknown_predecessor"
+const ReasonUnknownPredecessor = fsm.RefusalUnknownPredecessor
 
 // reaction is an event the projector derives from a folded one, for
 // another session (replacement linking, docs/lifecycle.md):
@@ -16,9 +16,10 @@ const ReasonUnknownPredecessor = "unknown_predecessor"
 //   - a successor's applied SessionCreated naming predecessorSessionId
 //     gives SessionReplaced {"successorSessionId"} for the predecessor;
 //   - the predecessor's SessionReplaced gives the successor
-//     ReplacementLinked {"predecessorDigest"} when applied (the
-//     predecessor's digest after it), ReplacementRefused {"reason"} when
-//     rejected (the rejection's reason), and ReplacementRefused
+//     ReplacementLinked {"predecessorDigest", "goal"} when applied (the
+//     predecessor's digest after it, and its goal), ReplacementRefused
+//     {"reason"} when rejected (the first condition of
+//     fsm.ReplacementRefusal that failed), and ReplacementRefused
 //     {"reason": "unknown_predecessor"} when there is no predecessor (the
 //     record is an orphan, which is not set aside as a dead letter).
 //
@@ -52,9 +53,12 @@ func reactionOf(e *fsm.Event, out outcome) *reaction {
 		case out.orphan:
 			r.fields.Reason = ReasonUnknownPredecessor
 		case out.rejected:
-			r.fields.Reason = out.reason.String()
+			r.fields.Reason = out.refusal
+			if r.fields.Reason == "" { // an outbox entry written before refusals were kept
+				r.fields.Reason = out.reason.String()
+			}
 		case out.hasDigest:
-			r.kind, r.fields.PredecessorDigest = fsm.ReplacementLinked, out.digest
+			r.kind, r.fields.PredecessorDigest, r.fields.Goal = fsm.ReplacementLinked, out.digest, out.goal
 		default:
 			return nil
 		}

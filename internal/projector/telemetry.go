@@ -85,6 +85,7 @@ type Telemetry struct {
 	refusedDLQ  [len(dlqReasons)]atomic.Int64 // dead letters the broker refused
 	rebuilds    atomic.Int64                  // partitions rebuilt after Redis lost or rolled back their read model
 	transitions [fsm.NumStates][fsm.NumStates]atomic.Int64
+	failures    [fsm.NumFailureCategories]atomic.Int64 // transitions to FAILED, by category
 
 	sessionDuration, approvalWait, cancellation, recovery, paused metric.Float64Histogram
 	suspension, propagation                                       metric.Float64Histogram
@@ -190,6 +191,11 @@ type spanJob struct {
 	version                 uint64 // for a rejection: events seen
 	occurredAt              time.Time
 	inFrom                  time.Duration
+	// failed marks a transition to FAILED, with the failure's category and
+	// code.
+	failed      bool
+	category    fsm.FailureCategory
+	failureCode string
 }
 
 // spanChunk is what the queue carries: spans to build and export, the
@@ -323,9 +329,11 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("Records set aside whose dead letter the broker refused (too large, invalid), by reason: skipped without a dead letter."))
 	propagated, e12 := m.Int64ObservableCounter("correx.session.cancellations.propagated", metric.WithUnit("{session}"),
 		metric.WithDescription("Children a parent's close reached: sessions that entered CANCELLING by a cancellation their parent's close produced, by reason (parent_cancelled, parent_completed)."))
+	failures, e13 := m.Int64ObservableCounter("correx.session.failures", metric.WithUnit("{session}"),
+		metric.WithDescription("Sessions that failed, by failure category (correx.failure.category)."))
 	rebuilds, e10 := m.Int64ObservableCounter("correx.projector.rebuilds", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions rebuilt from the log because Redis lost their checkpoint or went back in time (emptied, a lagging replica promoted, a restart from an older file)."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12)
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13)
 	if err != nil {
 		return nil, err
 	}
@@ -337,6 +345,11 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		obs.ObserveInt64(rebuilds, o.rebuilds.Load())
 		for i, r := range cascadeReasons {
 			obs.ObserveInt64(propagated, o.propagated[i].Load(), metric.WithAttributes(attribute.String("correx.reason", r)))
+		}
+		for c := range fsm.FailureCategory(fsm.NumFailureCategories) {
+			if n := o.failures[c].Load(); n > 0 {
+				obs.ObserveInt64(failures, n, metric.WithAttributes(attribute.String("correx.failure.category", c.String())))
+			}
 		}
 		obs.ObserveInt64(events, o.applied.Load(), metric.WithAttributes(outcome("applied")))
 		obs.ObserveInt64(events, o.duplicates.Load(), metric.WithAttributes(outcome("duplicate")))
@@ -369,7 +382,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, propagated)
+	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, propagated, failures)
 	if err != nil {
 		return nil, err
 	}
@@ -504,10 +517,14 @@ func (o *Telemetry) exportChunk(jobs []spanJob, arena []byte) {
 		if j.from != fsm.StateNone {
 			from = j.from.String()
 		}
-		b.AddTransition(ctx, &correxotel.Transition{
+		tr := correxotel.Transition{
 			SessionID: j.session, CorrelationID: j.corr, From: from, To: j.to.String(),
 			EventType: j.eventType, EventID: id, Version: j.version,
-			OccurredAt: j.occurredAt, InFrom: j.inFrom, Partition: j.partition, Offset: j.offset})
+			OccurredAt: j.occurredAt, InFrom: j.inFrom, Partition: j.partition, Offset: j.offset}
+		if j.failed {
+			tr.FailureCategory, tr.FailureCode = j.category.String(), j.failureCode
+		}
+		b.AddTransition(ctx, &tr)
 	}
 	failed, err := o.spans.Export(o.exportCtx, b)
 	if err != nil {
@@ -604,8 +621,15 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 	case fsm.StatePaused:
 		ms = append(ms, measure{o.paused, out.Closed.Seconds(), nil})
 	}
-	o.add(rec, spanJob{partition: rec.Partition, offset: rec.Offset, session: s.ID, corr: s.CorrelationID, from: out.From, to: out.To,
-		eventType: e.TypeName(), eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed}, ms...)
+	j := spanJob{partition: rec.Partition, offset: rec.Offset, session: s.ID, corr: s.CorrelationID, from: out.From, to: out.To,
+		eventType: e.TypeName(), eventID: e.ID, version: s.Version, occurredAt: e.OccurredAt, inFrom: out.Closed}
+	if out.To == fsm.StateFailed {
+		if c := s.Failure.Category; int(c) < len(o.failures) {
+			o.failures[c].Add(1)
+		}
+		j.failed, j.category, j.failureCode = true, s.Failure.Category, s.Failure.Code
+	}
+	o.add(rec, j, ms...)
 }
 
 // Skipped implements Observer.

@@ -388,3 +388,33 @@ func Custom(sessionID, typ string, payload any, opts ...EventOption) Event {
 	}
 	return b.finish()
 }
+
+// Options of the structured failure (SessionFailed) and of approvals
+// (ApprovalRequested, ApprovalGranted, ApprovalDenied); docs/lifecycle.md,
+// "Structured failures" and "Approvals that match their request". The
+// service answers 400 naming the member for a value out of its rule.
+
+// FailureCategory sets SessionFailed's category: infrastructure, provider,
+// tool, policy, timeout, internal or unknown (the default). Only an
+// infrastructure failure may be replaced.
+func FailureCategory(c string) EventOption { return func(b *builder) { b.set("category", c) } }
+
+// FailureCode sets SessionFailed's code, [a-z0-9][a-z0-9_.-]{0,63}, for
+// example "http.503".
+func FailureCode(code string) EventOption { return func(b *builder) { b.set("code", code) } }
+
+// Retryable marks a SessionFailed as worth running again.
+func Retryable() EventOption { return func(b *builder) { b.set("retryable", true) } }
+
+// RequestID names the approval request ([A-Za-z0-9._:-]{1,128}): on
+// ApprovalRequested its id (else its eventId), on a decision the request
+// it decides (a decision for another request is rejected approval_mismatch).
+func RequestID(id string) EventOption { return func(b *builder) { b.set("requestId", id) } }
+
+// DecidedBy names who decided an ApprovalGranted or ApprovalDenied (at most
+// 256 bytes).
+func DecidedBy(who string) EventOption { return func(b *builder) { b.set("by", who) } }
+
+// ApprovalReason sets why an approval is requested, granted or denied (at
+// most 1 KiB).
+func ApprovalReason(r string) EventOption { return func(b *builder) { b.set("reason", r) } }

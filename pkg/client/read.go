@@ -44,7 +44,10 @@ type Snapshot struct {
 	FirstOffset int64            `json:"firstOffset"`
 	Counters    Counters         `json:"counters"`
 	DurationsMs map[string]int64 `json:"durationsMs"`
-	Transitions []Transition     `json:"transitions"`
+	// ExecutionMs is the execution time used: the closed intervals in
+	// CREATED, INITIALIZING, ACTIVE and RECOVERING (docs/timeouts.md).
+	ExecutionMs int64        `json:"executionMs"`
+	Transitions []Transition `json:"transitions"`
 	// Rejections holds the last 16 rejected events.
 	Rejections   []Rejection   `json:"rejections"`
 	Approval     Approval      `json:"approval"`
@@ -95,15 +98,44 @@ type Rejection struct {
 
 // Approval is the snapshot's approval member.
 type Approval struct {
-	PendingSince *time.Time `json:"pendingSince"`
-	WaitedMs     int64      `json:"waitedMs"`
+	// Pending is the request waiting for a decision, nil when none is.
+	Pending      *PendingApproval `json:"pending"`
+	PendingSince *time.Time       `json:"pendingSince"`
+	WaitedMs     int64            `json:"waitedMs"`
+	// Decisions are the last 16 decisions, oldest first.
+	Decisions []ApprovalDecision `json:"decisions"`
 }
 
-// Failure is why and when a session failed.
+// PendingApproval is an approval request waiting for a decision.
+type PendingApproval struct {
+	RequestID string    `json:"requestId"`
+	Since     time.Time `json:"since"`
+	Reason    string    `json:"reason"`
+}
+
+// ApprovalDecision is how one approval request ended: Decision is
+// "granted", "denied", "expired" (the approval timeout) or "cancelled"
+// (the session reached CANCELLING or FAILED). By and Reason are empty on
+// expired and cancelled decisions.
+type ApprovalDecision struct {
+	RequestID string    `json:"requestId"`
+	Decision  string    `json:"decision"`
+	At        time.Time `json:"at"`
+	WaitedMs  int64     `json:"waitedMs"`
+	By        string    `json:"by,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+}
+
+// Failure is why and when a session failed. Category is one of
+// infrastructure, provider, tool, policy, timeout, internal or unknown;
+// Code is nil when the failure named none.
 type Failure struct {
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-	From   string    `json:"from"`
+	Reason    string    `json:"reason"`
+	Category  string    `json:"category"`
+	Code      *string   `json:"code"`
+	Retryable bool      `json:"retryable"`
+	At        time.Time `json:"at"`
+	From      string    `json:"from"`
 }
 
 // Cancellation is a session's cancellation.
@@ -114,6 +146,9 @@ type Cancellation struct {
 	Timeout     string     `json:"timeout,omitempty"`
 	Forced      bool       `json:"forced"`
 	CompletedAt *time.Time `json:"completedAt"`
+	// EscalatedAt is when a forced request escalated a graceful
+	// cancellation; nil when none did.
+	EscalatedAt *time.Time `json:"escalatedAt,omitempty"`
 }
 
 // Recovery is a session's last recovery.

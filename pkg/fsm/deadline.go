@@ -30,16 +30,35 @@ type Deadline struct {
 	At   int64
 }
 
+// DefaultForcedGrace is the service default of the grace a forced
+// cancellation gets before its cancellation deadline (CORREX_FORCED_GRACE,
+// docs/timeouts.md): none.
+const DefaultForcedGrace time.Duration = 0
+
 // Deadlines returns the deadlines armed for s, one per kind (At zero for a
+// kind not armed), with the default forced grace (DefaultForcedGrace); see
+// DeadlinesWith.
+func Deadlines(s *Session, defaults Timeouts) [NumTimeoutKinds]int64 {
+	return DeadlinesWith(s, defaults, DefaultForcedGrace)
+}
+
+// DeadlinesWith returns the deadlines armed for s, one per kind (At zero for a
 // kind not armed), following docs/timeouts.md: each is the start below plus the
 // kind's effective duration (s.Timeouts, else defaults); a kind without a
 // duration is not armed.
 //
-//	execution     from CreatedAt            while not terminal (nor CANCELLING)
+//	execution     the budget left           in CREATED, INITIALIZING, ACTIVE, RECOVERING
 //	inactivity    from UpdatedAt            in CREATED, INITIALIZING, ACTIVE, PAUSED, RECOVERING
 //	approval      from entering the state   in AWAITING_APPROVAL
 //	recovery      from entering the state   in RECOVERING
-//	cancellation  from entering the state   in CANCELLING
+//	cancellation  from entering the state   in CANCELLING (graceful)
+//
+// The execution timeout is a budget of running time: on entering a state
+// that counts (CountsAsExecution) at StateEnteredAt with u already used
+// (Session.ExecutionUsed), it expires at StateEnteredAt + execution - u; in
+// PAUSED and AWAITING_APPROVAL it is not armed. A forced cancellation's
+// deadline is its request (or escalation) plus forcedGrace instead of the
+// cancellation timeout.
 //
 // UpdatedAt is the occurredAt of the last applied event and StateEnteredAt
 // that of the event that entered the current state. In CANCELLING only the
@@ -48,7 +67,7 @@ type Deadline struct {
 // when it fired, and hide the cancellation deadline behind it. Every kind
 // armed is thus one the table applies in the session's state. It is a pure function
 // of the session and the defaults: a replay arms the same deadlines.
-func Deadlines(s *Session, defaults Timeouts) [NumTimeoutKinds]int64 {
+func DeadlinesWith(s *Session, defaults Timeouts, forcedGrace time.Duration) [NumTimeoutKinds]int64 {
 	var out [NumTimeoutKinds]int64
 	if !s.Exists() || s.Terminal() {
 		return out
@@ -59,8 +78,8 @@ func Deadlines(s *Session, defaults Timeouts) [NumTimeoutKinds]int64 {
 			out[k] = start + int64(d)
 		}
 	}
-	if s.State != StateCancelling {
-		arm(TimeoutExecution, s.CreatedAt)
+	if CountsAsExecution(s.State) {
+		arm(TimeoutExecution, s.StateEnteredAt-s.ExecutionUsed())
 	}
 	switch s.State {
 	case StateCreated, StateInitializing, StateActive, StatePaused, StateRecovering:
@@ -72,7 +91,15 @@ func Deadlines(s *Session, defaults Timeouts) [NumTimeoutKinds]int64 {
 	case StateRecovering:
 		arm(TimeoutRecovery, s.StateEnteredAt)
 	case StateCancelling:
-		arm(TimeoutCancellation, s.StateEnteredAt)
+		if s.Cancellation.Mode == CancelForced {
+			start := s.StateEnteredAt
+			if s.Cancellation.EscalatedAt != 0 {
+				start = s.Cancellation.EscalatedAt
+			}
+			out[TimeoutCancellation] = start + int64(max(forcedGrace, 0))
+		} else {
+			arm(TimeoutCancellation, s.StateEnteredAt)
+		}
 	}
 	return out
 }
@@ -81,7 +108,13 @@ func Deadlines(s *Session, defaults Timeouts) [NumTimeoutKinds]int64 {
 // and false when none is armed. Of two kinds due at the same time the one
 // listed first in TimeoutKind order wins, so the result is deterministic.
 func NextDeadline(s *Session, defaults Timeouts) (Deadline, bool) {
-	all := Deadlines(s, defaults)
+	return NextDeadlineWith(s, defaults, DefaultForcedGrace)
+}
+
+// NextDeadlineWith is NextDeadline with the service's forced grace
+// (CORREX_FORCED_GRACE).
+func NextDeadlineWith(s *Session, defaults Timeouts, forcedGrace time.Duration) (Deadline, bool) {
+	all := DeadlinesWith(s, defaults, forcedGrace)
 	var best Deadline
 	for k := TimeoutExecution; int(k) < NumTimeoutKinds; k++ {
 		if at := all[k]; at != 0 && (best.Kind == TimeoutNone || at < best.At) {

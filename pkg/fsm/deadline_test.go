@@ -11,19 +11,19 @@ import (
 // each state, and from which time.
 func TestDeadlines(t *testing.T) {
 	const (
-		fromCreated = iota + 1
+		fromBudget = iota + 1 // entering the state, less the execution already used
 		fromUpdated
 		fromEntered
 	)
 	type armed map[fsm.TimeoutKind]int
-	nonTerminalIdle := armed{fsm.TimeoutExecution: fromCreated, fsm.TimeoutInactivity: fromUpdated}
+	running := armed{fsm.TimeoutExecution: fromBudget, fsm.TimeoutInactivity: fromUpdated}
 	want := map[fsm.State]armed{
-		fsm.StateCreated:          nonTerminalIdle,
-		fsm.StateInitializing:     nonTerminalIdle,
-		fsm.StateActive:           nonTerminalIdle,
-		fsm.StatePaused:           nonTerminalIdle,
-		fsm.StateRecovering:       {fsm.TimeoutExecution: fromCreated, fsm.TimeoutInactivity: fromUpdated, fsm.TimeoutRecovery: fromEntered},
-		fsm.StateAwaitingApproval: {fsm.TimeoutExecution: fromCreated, fsm.TimeoutApproval: fromEntered},
+		fsm.StateCreated:          running,
+		fsm.StateInitializing:     running,
+		fsm.StateActive:           running,
+		fsm.StatePaused:           {fsm.TimeoutInactivity: fromUpdated}, // suspended: the execution clock stops
+		fsm.StateRecovering:       {fsm.TimeoutExecution: fromBudget, fsm.TimeoutInactivity: fromUpdated, fsm.TimeoutRecovery: fromEntered},
+		fsm.StateAwaitingApproval: {fsm.TimeoutApproval: fromEntered},
 		fsm.StateCancelling:       {fsm.TimeoutCancellation: fromEntered}, // the table rejects every other timeout there
 		fsm.StateCancelled:        {},
 		fsm.StateFailed:           {},
@@ -45,8 +45,8 @@ func TestDeadlines(t *testing.T) {
 			for _, k := range fsm.TimeoutKinds() {
 				var start int64
 				switch kinds[k] {
-				case fromCreated:
-					start = s.CreatedAt
+				case fromBudget:
+					start = s.StateEnteredAt - s.ExecutionUsed()
 				case fromUpdated:
 					start = s.UpdatedAt
 				case fromEntered:
@@ -75,12 +75,16 @@ func TestNextDeadlineDefaults(t *testing.T) {
 	if d, _ := fsm.NextDeadline(s, fsm.DefaultTimeouts()); d.Kind != fsm.TimeoutCancellation {
 		t.Fatalf("got %+v, want the cancellation deadline", d)
 	}
-	p := reach(t, fsm.StatePaused)
+	p := reach(t, fsm.StateActive)
 	p.s.Timeouts[fsm.TimeoutInactivity] = time.Hour
 	defaults := fsm.DefaultTimeouts()
 	defaults[fsm.TimeoutExecution] = time.Second
 	if d, _ := fsm.NextDeadline(&p.s, defaults); d.Kind != fsm.TimeoutExecution || d.At != p.s.CreatedAt+int64(time.Second) {
 		t.Fatalf("got %+v, want execution (a default) 1s after creation, before its own inactivity", d)
+	}
+	p.apply(fsm.SessionPaused, fsm.Fields{})
+	if d, _ := fsm.NextDeadline(&p.s, defaults); d.Kind != fsm.TimeoutInactivity {
+		t.Fatalf("PAUSED: got %+v, want inactivity only (the execution clock stops)", d)
 	}
 	a := reach(t, fsm.StateActive)
 	if d, ok := fsm.NextDeadline(&a.s, fsm.DefaultTimeouts()); !ok || d.Kind != fsm.TimeoutInactivity || d.At != a.s.UpdatedAt+int64(24*time.Hour) {
@@ -119,5 +123,59 @@ func TestArmedKindsAreApplied(t *testing.T) {
 				t.Errorf("%s armed in %s: the fold answers %+v", k, st, o)
 			}
 		}
+	}
+}
+
+// TestExecutionBudget: the execution timeout is a budget of running time
+// (docs/timeouts.md): time in PAUSED and AWAITING_APPROVAL does not count,
+// and on returning to a state that counts the deadline is the rest of the
+// budget from then.
+func TestExecutionBudget(t *testing.T) {
+	b := reach(t, fsm.StateActive) // CREATED 250ms, ACTIVE entered at +250ms
+	b.s.Timeouts[fsm.TimeoutExecution] = 10 * time.Second
+	at := func() int64 { return fsm.Deadlines(&b.s, fsm.Timeouts{})[fsm.TimeoutExecution] }
+	if got, want := at(), b.s.CreatedAt+int64(10*time.Second); got != want {
+		t.Fatalf("ACTIVE: got %d, want %d (creation + 10s)", got, want)
+	}
+	b.apply(fsm.SessionPaused, fsm.Fields{}) // ACTIVE for 250ms: 500ms used
+	if got := at(); got != 0 {
+		t.Fatalf("PAUSED: execution armed at %d, want none", got)
+	}
+	b.apply(fsm.SessionResumed, fsm.Fields{}) // PAUSED for 250ms: not counted
+	if used := b.s.ExecutionUsed(); used != int64(500*time.Millisecond) {
+		t.Fatalf("used %v, want 500ms", time.Duration(used))
+	}
+	if got, want := at(), b.s.StateEnteredAt+int64(9500*time.Millisecond); got != want {
+		t.Fatalf("resumed: got %d, want %d (resume + 9.5s)", got, want)
+	}
+	b.apply(fsm.ApprovalRequested, fsm.Fields{})
+	if got := at(); got != 0 {
+		t.Fatalf("AWAITING_APPROVAL: execution armed at %d, want none", got)
+	}
+}
+
+// TestForcedCancellationDeadline: a forced cancellation's deadline is its
+// request plus the forced grace, an escalation's is the escalation plus the
+// grace, and a graceful one keeps the cancellation timeout.
+func TestForcedCancellationDeadline(t *testing.T) {
+	b := reach(t, fsm.StateActive)
+	b.apply(fsm.CancellationRequested, fsm.Fields{Mode: fsm.CancelGraceful})
+	d := fsm.DeadlinesWith(&b.s, fsm.DefaultTimeouts(), 3*time.Second)
+	if want := b.s.StateEnteredAt + int64(5*time.Minute); d[fsm.TimeoutCancellation] != want {
+		t.Fatalf("graceful: got %d, want %d", d[fsm.TimeoutCancellation], want)
+	}
+	entered := b.s.StateEnteredAt
+	o := b.apply(fsm.CancellationRequested, fsm.Fields{Mode: fsm.CancelForced})
+	if o.Result != fsm.Applied || b.s.State != fsm.StateCancelling || b.s.StateEnteredAt != entered {
+		t.Fatalf("escalation: %+v, state %s entered %d (was %d)", o, b.s.State, b.s.StateEnteredAt, entered)
+	}
+	d = fsm.DeadlinesWith(&b.s, fsm.DefaultTimeouts(), 3*time.Second)
+	if want := b.s.Cancellation.EscalatedAt + int64(3*time.Second); b.s.Cancellation.EscalatedAt == 0 || d[fsm.TimeoutCancellation] != want {
+		t.Fatalf("escalated: got %d, want %d", d[fsm.TimeoutCancellation], want)
+	}
+	f := reach(t, fsm.StatePaused)
+	f.apply(fsm.CancellationRequested, fsm.Fields{Mode: fsm.CancelForced})
+	if got, ok := fsm.NextDeadline(&f.s, fsm.DefaultTimeouts()); !ok || got.Kind != fsm.TimeoutCancellation || got.At != f.s.StateEnteredAt {
+		t.Fatalf("forced with the default grace (0s): got %+v, want cancellation at the request", got)
 	}
 }

@@ -63,6 +63,24 @@ func TestDecodeEnvelopeErrors(t *testing.T) {
 		{"long reason beside other errors", `{"sessionId":"s s","type":"CancellationRequested","payload":{"reason":"` +
 			strings.Repeat("é", fsm.MaxReasonBytes/2) + `\u00e9","mode":"gently"}}`, true,
 			[]string{"sessionId: must be 1-128", "payload.reason: is 1026 bytes; the limit is 1024", "payload.mode: must be graceful or forced"}},
+		{"bad failure category", `{"sessionId":"s","type":"SessionFailed","payload":{"category":"network"}}`, true,
+			[]string{"payload.category: must be one of infrastructure"}},
+		{"bad failure code", `{"sessionId":"s","type":"SessionFailed","payload":{"code":"Rate Limited"}}`, true,
+			[]string{"payload.code: must match [a-z0-9]"}},
+		{"failure code over 64", `{"sessionId":"s","type":"SessionFailed","payload":{"code":"` + strings.Repeat("e", 65) + `"}}`, true,
+			[]string{"payload.code: must match"}},
+		{"retryable not bool", `{"sessionId":"s","type":"SessionFailed","payload":{"retryable":"yes"}}`, true,
+			[]string{"payload.retryable: must be a boolean"}},
+		{"bad request id", `{"sessionId":"s","type":"ApprovalRequested","payload":{"requestId":"a b"}}`, true,
+			[]string{"payload.requestId: must match [A-Za-z0-9._:-]{1,128}"}},
+		{"empty request id", `{"sessionId":"s","type":"ApprovalGranted","payload":{"requestId":""}}`, true,
+			[]string{"payload.requestId: must match"}},
+		{"approval reason over 1 KiB", `{"sessionId":"s","type":"ApprovalRequested","payload":{"reason":"` + strings.Repeat("r", fsm.MaxReasonBytes+1) + `"}}`, true,
+			[]string{"payload.reason: is 1025 bytes; the limit is 1024"}},
+		{"decider over 256 bytes", `{"sessionId":"s","type":"ApprovalDenied","payload":{"by":"` + strings.Repeat("b", fsm.MaxDeciderBytes+1) + `","requestId":"r/1"}}`, true,
+			[]string{"payload.by: is 257 bytes; the limit is 256", "payload.requestId: must match"}},
+		{"decider not a string", `{"sessionId":"s","type":"ApprovalGranted","payload":{"by":1}}`, true,
+			[]string{"payload.by: must be a string"}},
 		{"deep nesting", `{"sessionId":"s","type":"SessionStarted","payload":{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, true, []string{": malformed JSON"}},
 	}
 	for _, tt := range tests {
@@ -220,5 +238,42 @@ func TestDecodeEscapedSpellings(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("ingest=%v: got %+v, want %+v", ingest, got, want)
 		}
+	}
+}
+
+// TestStructuredFieldsFromOtherProducers: a record keeps a category, code or
+// requestId out of its rule (ingest refuses them), and the fold bounds them
+// deterministically: category unknown, code dropped, the request known by
+// its eventId, a decision with an invalid requestId a mismatch.
+func TestStructuredFieldsFromOtherProducers(t *testing.T) {
+	rec := func(id, typ, payload string) fsm.Event {
+		t.Helper()
+		var e fsm.Event
+		in := `{"eventId":"00000000-0000-4000-8000-0000000000` + id + `","sessionId":"s","type":"` + typ +
+			`","occurredAt":"2026-11-29T06:00:0` + id[1:] + `Z","payload":` + payload + `}`
+		if err := fsm.DecodeRecord([]byte(in), &e); err != nil {
+			t.Fatalf("record %s: %v", typ, err)
+		}
+		return e
+	}
+	var s fsm.Session
+	var r fsm.Reducer
+	for _, e := range []fsm.Event{rec("01", "SessionCreated", `{}`), rec("02", "SessionStarted", `{}`),
+		rec("03", "ApprovalRequested", `{"requestId":"not valid"}`), rec("04", "ApprovalGranted", `{"requestId":"not valid"}`)} {
+		r.Apply(&s, &e)
+	}
+	if s.Approval.RequestID != "00000000-0000-4000-8000-000000000003" {
+		t.Fatalf("request id %q, want the request's eventId", s.Approval.RequestID)
+	}
+	if s.NumRejections() != 1 || s.RejectionAt(0).Reason != fsm.ReasonApprovalMismatch {
+		t.Fatalf("decision with an invalid requestId: %d rejections, want approval_mismatch", s.NumRejections())
+	}
+	e := rec("05", "SessionFailed", `{"reason":"x","category":"Network","code":"-bad","retryable":true}`)
+	r.Apply(&s, &e)
+	if f := s.Failure; f.Category != fsm.FailureUnknown || f.Code != "" || !f.Retryable || f.From != fsm.StateAwaitingApproval {
+		t.Fatalf("failure %+v, want unknown, no code, retryable", f)
+	}
+	if s.NumDecisions() != 1 || s.DecisionAt(0).Kind != fsm.DecisionCancelled {
+		t.Fatalf("the failure left the request without a cancelled decision")
 	}
 }

@@ -12,9 +12,9 @@ import (
 // writes for the cascade (CancelledByParent). Each is meaningful only for
 // the event types noted; payloadTable lists them by event type.
 type Fields struct {
-	Goal                 string      // SessionCreated.goal
+	Goal                 string      // SessionCreated.goal, ReplacementLinked.goal
 	PredecessorSessionID string      // SessionCreated.predecessorSessionId
-	Reason               string      // SessionFailed.reason, CancellationRequested.reason, ReplacementRefused.reason
+	Reason               string      // SessionFailed, CancellationRequested, ReplacementRefused and the approval events' reason
 	Mode                 CancelMode  // CancellationRequested.mode
 	Timeout              TimeoutKind // TimeoutExpired.timeout
 	ToolFailed           bool        // ToolCompleted with ok == false
@@ -35,6 +35,22 @@ type Fields struct {
 
 	SuccessorSessionID string   // SessionReplaced.successorSessionId
 	PredecessorDigest  [32]byte // ReplacementLinked.predecessorDigest
+
+	// SessionFailed's structured failure (docs/lifecycle.md, "Structured
+	// failures"). Category and Code are kept as written: ingest refuses
+	// values out of their rules, and the fold maps another category to
+	// unknown and drops an invalid code, for records from other producers.
+	Category  string // SessionFailed.category
+	Code      string // SessionFailed.code
+	Retryable bool   // SessionFailed.retryable
+
+	// RequestID (when HasRequestID) is the approval events' requestId,
+	// kept as written: ingest refuses one out of RequestIDRule; the fold
+	// uses the request's eventId for an invalid one on ApprovalRequested,
+	// and treats an invalid one on a decision as a mismatch.
+	RequestID    string
+	HasRequestID bool
+	By           string // ApprovalGranted.by, ApprovalDenied.by
 
 	// CancelledByParent is CancellationRequested.parentSessionId, the
 	// parent whose end cancels the session, which the system writes in the
@@ -120,6 +136,10 @@ type payloadField struct {
 	// the decoder leaves it alone and NewEvent writes it without keeping it
 	// in the event's Fields.
 	unread bool
+	// ingest, for a string kind, checks a value from clients only
+	// (DecodeOptions.Ingest) and returns why it is refused; a record from
+	// another producer keeps the value and the fold bounds it.
+	ingest func(v string) string
 	// set stores a value that passed its kind's checks in f, or returns why
 	// it is refused. pkLabels and pkTimeouts have none: their members are
 	// checked one by one (envelopeDecoder.labels, envelopeDecoder.timeouts).
@@ -177,6 +197,42 @@ var payloadTable = [...]payloadField{
 	{typ: SessionCreated, name: "timeouts", kind: pkTimeouts, put: putTimeouts},
 
 	{typ: SessionFailed, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
+	{typ: SessionFailed, name: "category", kind: pkString,
+		ingest: func(v string) string {
+			if _, ok := ParseFailureCategory(v); !ok {
+				return "must be " + FailureCategoryRule
+			}
+			return ""
+		},
+		set: func(f *Fields, v payloadValue) string { f.Category = v.text; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) { return putText(&dst.Category, src.Category, p) }},
+	{typ: SessionFailed, name: "code", kind: pkString,
+		ingest: func(v string) string {
+			if !ValidFailureCode(v) {
+				return "must match " + FailureCodeRule
+			}
+			return ""
+		},
+		set: func(f *Fields, v payloadValue) string { f.Code = v.text; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) { return putText(&dst.Code, src.Code, p) }},
+	{typ: SessionFailed, name: "retryable", kind: pkBool,
+		set: func(f *Fields, v payloadValue) string { f.Retryable = v.b; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) {
+			if !src.Retryable {
+				return p, false
+			}
+			dst.Retryable = true
+			return append(p, "true"...), true
+		}},
+
+	{typ: ApprovalRequested, name: "requestId", kind: pkString, ingest: checkRequestID, set: setRequestID, put: putRequestID},
+	{typ: ApprovalRequested, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
+	{typ: ApprovalGranted, name: "requestId", kind: pkString, ingest: checkRequestID, set: setRequestID, put: putRequestID},
+	{typ: ApprovalGranted, name: "by", kind: pkText, bound: MaxDeciderBytes, set: setBy, put: putBy},
+	{typ: ApprovalGranted, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
+	{typ: ApprovalDenied, name: "requestId", kind: pkString, ingest: checkRequestID, set: setRequestID, put: putRequestID},
+	{typ: ApprovalDenied, name: "by", kind: pkText, bound: MaxDeciderBytes, set: setBy, put: putBy},
+	{typ: ApprovalDenied, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
 
 	{typ: CancellationRequested, name: "mode", kind: pkString,
 		set: func(f *Fields, v payloadValue) string {
@@ -267,6 +323,9 @@ var payloadTable = [...]payloadField{
 			dst.PredecessorDigest = src.PredecessorDigest
 			return appendQuoted(p, hex.EncodeToString(src.PredecessorDigest[:])), true
 		}},
+	{typ: ReplacementLinked, name: "goal", kind: pkText, bound: MaxGoalBytes,
+		set: func(f *Fields, v payloadValue) string { f.Goal = v.text; return "" },
+		put: func(dst, src *Fields, p []byte) ([]byte, bool) { return putText(&dst.Goal, src.Goal, p) }},
 
 	{typ: ReplacementRefused, name: "reason", kind: pkText, bound: MaxReasonBytes, set: setReason, put: putReason},
 }
@@ -289,6 +348,30 @@ var payloadOf = func() (of [numEventTypes][]payloadField) {
 }()
 
 func setReason(f *Fields, v payloadValue) string { f.Reason = v.text; return "" }
+
+func setBy(f *Fields, v payloadValue) string { f.By = v.text; return "" }
+
+func putBy(dst, src *Fields, p []byte) ([]byte, bool) { return putText(&dst.By, src.By, p) }
+
+func checkRequestID(v string) string {
+	if !ValidRequestID(v) {
+		return "must match " + RequestIDRule
+	}
+	return ""
+}
+
+func setRequestID(f *Fields, v payloadValue) string {
+	f.RequestID, f.HasRequestID = v.text, true
+	return ""
+}
+
+func putRequestID(dst, src *Fields, p []byte) ([]byte, bool) {
+	if !src.HasRequestID && src.RequestID == "" {
+		return p, false
+	}
+	dst.RequestID, dst.HasRequestID = src.RequestID, true
+	return appendQuoted(p, src.RequestID), true
+}
 
 func putReason(dst, src *Fields, p []byte) ([]byte, bool) {
 	dst.Reason = src.Reason
@@ -438,6 +521,11 @@ func (d *envelopeDecoder) payloadMember(pf *payloadField, field string, val []by
 		case pf.kind == pkSessionID && !ValidSessionID(v.text):
 			d.add(field, "must be "+SessionIDRule)
 			return
+		case pf.ingest != nil && d.opts.Ingest:
+			if msg := pf.ingest(v.text); msg != "" {
+				d.add(field, msg)
+				return
+			}
 		}
 	}
 	if msg := pf.set(&d.ev.Fields, v); msg != "" {

@@ -68,10 +68,12 @@ const (
 	ReasonVersionConflict
 	ReasonTooManyCustomTypes
 	ReasonInvalidReplacement
+	ReasonReplacementPending
+	ReasonApprovalMismatch
 
 	// NumReasons is one more than the largest Reason, so arrays indexed by
 	// Reason have room for every reason including ReasonNone.
-	NumReasons = int(ReasonInvalidReplacement) + 1
+	NumReasons = int(ReasonApprovalMismatch) + 1
 )
 
 var reasonNames = [NumReasons]string{
@@ -85,6 +87,8 @@ var reasonNames = [NumReasons]string{
 	ReasonVersionConflict:         "version_conflict",
 	ReasonTooManyCustomTypes:      "too_many_custom_types",
 	ReasonInvalidReplacement:      "invalid_replacement",
+	ReasonReplacementPending:      "replacement_pending",
+	ReasonApprovalMismatch:        "approval_mismatch",
 }
 
 // String returns the reason as spelled in snapshots and metrics.
@@ -140,6 +144,10 @@ type Outcome struct {
 	// ApprovalWait is the approval wait this event ended, if it ended one
 	// (granted, denied, timed out, or left for CANCELLING or FAILED).
 	ApprovalWait time.Duration
+	// Refusal is, for a SessionReplaced rejected invalid_replacement, why
+	// the predecessor refused it (ReplacementRefusal): the reason of the
+	// successor's ReplacementRefused.
+	Refusal string
 }
 
 // Transitioned reports whether the event changed the session's state
@@ -168,11 +176,16 @@ type Reducer struct {
 // after_terminal (except the replacement events, which have their own
 // rule); then an expectedVersion other than the session's version is
 // version_conflict; then a second SessionCreated is duplicate_create; then
+// SessionInitializing or SessionStarted of a successor whose replacement
+// is pending is replacement_pending; then an approval decision in
+// AWAITING_APPROVAL naming another request is approval_mismatch; then
 // custom events (too_many_custom_types) and replacement events
-// (invalid_replacement); then execution events outside ACTIVE are
-// execution_while_suspended (PAUSED, AWAITING_APPROVAL) or
-// execution_outside_active; then the transition table decides
-// (invalid_transition).
+// (invalid_replacement); then execution events where they are not
+// accepted are execution_while_suspended (PAUSED, AWAITING_APPROVAL) or
+// execution_outside_active (ToolCompleted is accepted in PAUSED,
+// AWAITING_APPROVAL and CANCELLING too); then a forced
+// CancellationRequested escalates a graceful CANCELLING; then the
+// transition table decides (invalid_transition).
 func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 	at := e.OccurredAt.UnixNano()
 	if s.State == StateNone {
@@ -204,7 +217,15 @@ func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 			rj.Custom = e.Custom
 		}
 		s.rejections.push(rj, RejectionsKept)
-		return Outcome{Result: Rejected, Reason: reason, From: from, To: from}
+		out := Outcome{Result: Rejected, Reason: reason, From: from, To: from}
+		if e.Type == SessionReplaced && reason == ReasonInvalidReplacement {
+			out.Refusal = ReplacementRefusal(s)
+		}
+		return out
+	}
+	if rule == &escalation {
+		r.escalate(s, e, at)
+		return Outcome{Result: Applied, From: from, To: from}
 	}
 	if rule != nil {
 		waited := s.Approval.Waited
@@ -230,6 +251,9 @@ func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 	case ReplacementLinked:
 		s.Replacement.Status = ReplacementStatusLinked
 		s.Replacement.PredecessorDigest = e.Fields.PredecessorDigest
+		if s.Goal == "" {
+			s.Goal = cutText(e.Fields.Goal, MaxGoalBytes)
+		}
 	case ReplacementRefused:
 		s.Replacement.Status = ReplacementStatusRefused
 		s.Replacement.Reason = cutText(e.Fields.Reason, MaxReasonBytes)
@@ -313,6 +337,10 @@ func check(s *Session, e *Event) (Reason, *Rule) {
 		if !replacementAllowed(s, e.Type) {
 			return ReasonInvalidReplacement, nil
 		}
+		if e.Type == ReplacementRefused && !s.State.Terminal() {
+			// A refusal fails a live successor (the table's row).
+			return ReasonNone, ruleFor(ReplacementRefused, TimeoutNone)
+		}
 		return ReasonNone, nil
 	case s.State.Terminal():
 		return ReasonAfterTerminal, nil
@@ -320,19 +348,29 @@ func check(s *Session, e *Event) (Reason, *Rule) {
 		return ReasonVersionConflict, nil
 	case e.Type == SessionCreated:
 		return ReasonDuplicateCreate, nil
+	case (e.Type == SessionInitializing || e.Type == SessionStarted) && s.Replacement.Status == ReplacementStatusPending:
+		return ReasonReplacementPending, nil
+	case (e.Type == ApprovalGranted || e.Type == ApprovalDenied) && s.State == StateAwaitingApproval &&
+		e.Fields.HasRequestID && e.Fields.RequestID != s.Approval.RequestID:
+		return ReasonApprovalMismatch, nil
 	case e.Type == EventCustom:
 		if len(s.custom) >= MaxCustomTypes && customIndex(s, e.Custom) < 0 {
 			return ReasonTooManyCustomTypes, nil
 		}
 		return ReasonNone, nil
 	case e.Type.Execution():
-		switch s.State {
-		case StateActive:
+		switch {
+		case s.State == StateActive:
 			return ReasonNone, nil
-		case StatePaused, StateAwaitingApproval:
+		case e.Type == ToolCompleted && inFlightStates.Has(s.State):
+			return ReasonNone, nil // work in flight is recorded
+		case s.State == StatePaused, s.State == StateAwaitingApproval:
 			return ReasonExecutionWhileSuspended, nil
 		}
 		return ReasonExecutionOutsideActive, nil
+	case e.Type == CancellationRequested && s.State == StateCancelling && e.Fields.Mode == CancelForced &&
+		s.Cancellation.Mode != CancelForced:
+		return ReasonNone, &escalation
 	}
 	rule := ruleFor(e.Type, e.Fields.Timeout)
 	if rule == nil || !rule.From.Has(s.State) {
@@ -348,9 +386,49 @@ func check(s *Session, e *Event) (Reason, *Rule) {
 // still pending.
 func replacementAllowed(s *Session, t EventType) bool {
 	if t == SessionReplaced {
-		return s.State == StateFailed && s.SuccessorSessionID == ""
+		return ReplacementRefusal(s) == ""
 	}
 	return s.Replacement.Status == ReplacementStatusPending
+}
+
+// escalate applies a forced CancellationRequested to a graceful CANCELLING
+// (docs/lifecycle.md, "Forced cancellation"): the mode becomes forced and
+// the cancellation deadline runs from now; the state, stateEnteredAt and
+// the cancellation's requestedAt and reason stay. It is recorded as a
+// transition CANCELLING -> CANCELLING.
+func (r *Reducer) escalate(s *Session, e *Event, at int64) {
+	s.Cancellation.Mode = CancelForced
+	s.Cancellation.EscalatedAt = at
+	s.transitions.push(Transition{From: s.State, To: s.State, Type: e.Type, EventID: e.ID, At: at}, TransitionsKept)
+	r.applied(s, e, at)
+}
+
+// failureOf returns the failure a SessionFailed describes, bounded for
+// records from other producers: an unknown category is unknown, an
+// invalid code is dropped, the reason is cut.
+func failureOf(f *Fields) Failure {
+	cat, _ := ParseFailureCategory(f.Category)
+	out := Failure{Failed: true, Reason: cutText(f.Reason, MaxReasonBytes), Category: cat, Retryable: f.Retryable}
+	if ValidFailureCode(f.Code) {
+		out.Code = f.Code
+	}
+	return out
+}
+
+// endWait ends the pending approval wait at at, keeping the decision.
+func endWait(s *Session, kind DecisionKind, e *Event, at int64) {
+	waited := nonNegative(at - s.Approval.PendingSince)
+	d := Decision{RequestID: s.Approval.RequestID, Kind: kind, At: at, Waited: waited}
+	if kind == DecisionGranted || kind == DecisionDenied {
+		d.By = cutText(e.Fields.By, MaxDeciderBytes)
+		d.Reason = cutText(e.Fields.Reason, MaxReasonBytes)
+	}
+	s.decisions.push(d, DecisionsKept)
+	s.Approval.Waited += waited
+	s.Approval.Pending = false
+	s.Approval.PendingSince = 0
+	s.Approval.RequestID = ""
+	s.Approval.PendingReason = ""
 }
 
 // boundLabels returns the labels a session keeps from a SessionCreated's
@@ -395,6 +473,11 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 		s.Counters.ApprovalsRequested++
 		s.Approval.Pending = true
 		s.Approval.PendingSince = at
+		s.Approval.RequestID = e.Fields.RequestID
+		if !ValidRequestID(s.Approval.RequestID) {
+			s.Approval.RequestID = e.ID.String()
+		}
+		s.Approval.PendingReason = cutText(e.Fields.Reason, MaxReasonBytes)
 	case ApprovalGranted:
 		s.Counters.ApprovalsGranted++
 	case ApprovalDenied:
@@ -413,9 +496,14 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 	case SessionCancelled:
 		s.Cancellation.Completed = true
 		s.Cancellation.CompletedAt = at
-		s.Cancellation.Forced = s.Cancellation.Mode == CancelForced
 	case SessionFailed:
-		s.Failure = Failure{Failed: true, Reason: cutText(e.Fields.Reason, MaxReasonBytes), At: at, From: from}
+		s.Failure = failureOf(&e.Fields)
+		s.Failure.At, s.Failure.From = at, from
+	case ReplacementRefused:
+		s.Replacement.Status = ReplacementStatusRefused
+		s.Replacement.Reason = cutText(e.Fields.Reason, MaxReasonBytes)
+		s.Failure = Failure{Failed: true, Reason: s.Replacement.Reason, Category: FailurePolicy,
+			Code: RefusalCode, At: at, From: from}
 	case RecoveryStarted:
 		s.Counters.Recoveries++
 		s.Recovery = Recovery{Started: true, Active: true, ResumeTo: from, StartedAt: at}
@@ -425,9 +513,16 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 		s.Recovery.CompletedAt = at
 	}
 	if s.Approval.Pending && to != StateAwaitingApproval && to != StateRecovering {
-		s.Approval.Waited += nonNegative(at - s.Approval.PendingSince)
-		s.Approval.Pending = false
-		s.Approval.PendingSince = 0
+		kind := DecisionCancelled
+		switch {
+		case e.Type == ApprovalGranted:
+			kind = DecisionGranted
+		case e.Type == ApprovalDenied:
+			kind = DecisionDenied
+		case e.Type == TimeoutExpired && e.Fields.Timeout == TimeoutApproval:
+			kind = DecisionExpired
+		}
+		endWait(s, kind, e, at)
 	}
 	closed := nonNegative(at - s.StateEnteredAt)
 	s.Durations[from] += closed

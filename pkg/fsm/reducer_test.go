@@ -109,7 +109,10 @@ func TestTransitionMatrix(t *testing.T) {
 		{fsm.TimeoutExpired, fsm.TimeoutRecovery, []fsm.State{R}, K},
 		{fsm.TimeoutExpired, fsm.TimeoutCancellation, []fsm.State{K}, X},
 	}
-	if got, want := len(fsm.Table()), len(rows)+1; got != want {
+	// +2: SessionCreated, and ReplacementRefused (non-terminal to FAILED),
+	// which applies only to a pending successor (the vectors of
+	// lifecycle-3.json cover it).
+	if got, want := len(fsm.Table()), len(rows)+2; got != want {
 		t.Fatalf("fsm.Table has %d rows, the design %d", got, want)
 	}
 	for _, rw := range rows {
@@ -169,8 +172,17 @@ func TestExecutionEvents(t *testing.T) {
 				var want fsm.Reason
 				switch st {
 				case fsm.StateActive:
-				case fsm.StatePaused, fsm.StateAwaitingApproval:
+				case fsm.StatePaused, fsm.StateAwaitingApproval, fsm.StateCancelling:
+					if et == fsm.ToolCompleted { // work in flight is recorded
+						if o.Result != fsm.Applied || b.s.Counters.ToolFailures != 1 || b.s.State != st {
+							t.Fatalf("got %+v, want applied and counted in %s", o, st)
+						}
+						return
+					}
 					want = fsm.ReasonExecutionWhileSuspended
+					if st == fsm.StateCancelling {
+						want = fsm.ReasonExecutionOutsideActive
+					}
 				case fsm.StateCancelled, fsm.StateFailed, fsm.StateCompleted:
 					want = fsm.ReasonAfterTerminal
 				default:
@@ -323,7 +335,10 @@ func TestCancellation(t *testing.T) {
 	b.apply(fsm.CancellationRequested, fsm.Fields{Reason: "user", Mode: fsm.CancelForced})
 	b.apply(fsm.SessionCancelled, fsm.Fields{})
 	c := b.s.Cancellation
-	if !c.Requested || !c.Completed || !c.Forced || c.Reason != "user" || c.CompletedAt-c.RequestedAt != int64(250*time.Millisecond) {
+	// forced is set only when the cancellation timeout ends the session,
+	// whatever the mode (docs/lifecycle.md).
+	if !c.Requested || !c.Completed || c.Forced || c.Mode != fsm.CancelForced || c.Reason != "user" ||
+		c.CompletedAt-c.RequestedAt != int64(250*time.Millisecond) {
 		t.Fatalf("forced-mode cancellation: %+v", c)
 	}
 	b = reach(t, fsm.StatePaused)
@@ -368,6 +383,13 @@ func TestNegativeIntervalsClamp(t *testing.T) {
 func TestStateKeepingRules(t *testing.T) {
 	for _, st := range fsm.States() {
 		b := reach(t, st)
+		if st == fsm.StateFailed {
+			if o := b.apply(fsm.SessionReplaced, fsm.Fields{SuccessorSessionID: "s-next"}); o.Reason != fsm.ReasonInvalidReplacement ||
+				o.Refusal != fsm.RefusalNotInfrastructure {
+				t.Fatalf("%s with an unknown failure: got %+v, want invalid_replacement (not_infrastructure)", st, o)
+			}
+			b.s.Failure.Category = fsm.FailureInfrastructure
+		}
 		v := b.s.Version
 		o := b.apply(fsm.SessionReplaced, fsm.Fields{SuccessorSessionID: "s-next"})
 		if st == fsm.StateFailed {

@@ -20,6 +20,8 @@ type Histories struct {
 	// Annotations are at most AnnotationsKept, each of a type among
 	// CustomCounts.
 	Annotations []Annotation
+	// Decisions are the approval decisions kept, at most DecisionsKept.
+	Decisions []Decision
 }
 
 // RestoreHistories replaces the histories of s with h, as a decoder of a
@@ -40,6 +42,8 @@ func (s *Session) RestoreHistories(h Histories) error {
 		return fmt.Errorf("fsm: %d custom types, more than %d", len(h.CustomCounts), MaxCustomTypes)
 	case len(h.Annotations) > AnnotationsKept:
 		return fmt.Errorf("fsm: %d annotations, more than %d", len(h.Annotations), AnnotationsKept)
+	case len(h.Decisions) > DecisionsKept:
+		return fmt.Errorf("fsm: %d approval decisions, more than %d", len(h.Decisions), DecisionsKept)
 	}
 	for i := 1; i < len(h.CustomCounts); i++ {
 		if h.CustomCounts[i].Type <= h.CustomCounts[i-1].Type {
@@ -58,6 +62,7 @@ func (s *Session) RestoreHistories(h Histories) error {
 	s.window = ringOf(h.SeenIDs)
 	s.annotations = ringOf(h.Annotations)
 	s.custom = nilIfEmpty(h.CustomCounts)
+	s.decisions = ringOf(h.Decisions)
 	return nil
 }
 

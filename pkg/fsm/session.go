@@ -73,6 +73,7 @@ type Session struct {
 	window      ring[EventID]
 	annotations ring[Annotation]
 	custom      []CustomCount
+	decisions   ring[Decision]
 }
 
 // ReplacementStatus is where the link of a successor to its predecessor
@@ -181,14 +182,22 @@ type Approval struct {
 	Pending      bool
 	PendingSince int64
 	Waited       int64 // total of the finished waits, in nanoseconds
+	// RequestID is the pending request's requestId (its eventId when the
+	// request named none), and PendingReason its reason; both are cleared
+	// when the wait ends.
+	RequestID     string
+	PendingReason string
 }
 
 // Failure describes how a FAILED session failed.
 type Failure struct {
-	Failed bool
-	Reason string
-	At     int64
-	From   State
+	Failed    bool
+	Reason    string
+	Category  FailureCategory
+	Code      string // "" when the failure named no valid code
+	Retryable bool
+	At        int64
+	From      State
 }
 
 // Cancellation describes a cancellation, requested by CancellationRequested
@@ -204,6 +213,11 @@ type Cancellation struct {
 	// Forced is set when the cancellation completed because the cancellation
 	// timeout expired, or when it was requested in forced mode.
 	Forced bool
+	// EscalatedAt is when a forced CancellationRequested escalated a
+	// graceful cancellation (zero when none did); the cancellation
+	// deadline of a forced cancellation runs from it, else from
+	// RequestedAt.
+	EscalatedAt int64
 }
 
 // Recovery describes the latest recovery.

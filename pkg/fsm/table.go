@@ -46,7 +46,23 @@ var table = [...]Rule{
 	{Event: TimeoutExpired, Timeout: TimeoutApproval, From: SetOf(StateAwaitingApproval), To: StateCancelling},
 	{Event: TimeoutExpired, Timeout: TimeoutRecovery, From: SetOf(StateRecovering), To: StateCancelling},
 	{Event: TimeoutExpired, Timeout: TimeoutCancellation, From: SetOf(StateCancelling), To: StateCancelled, Forced: true},
+	{Event: ReplacementRefused, From: nonTerminal, To: StateFailed},
 }
+
+// escalation is the rule of a forced CancellationRequested in a graceful
+// CANCELLING: the state stays CANCELLING, the mode becomes forced
+// (docs/lifecycle.md, "Forced cancellation"). It is not a row of table,
+// which holds one rule per event, and is listed with StateKeepingEvents.
+var escalation = Rule{Event: CancellationRequested, From: SetOf(StateCancelling), To: StateCancelling}
+
+// inFlightStates are the states besides ACTIVE where ToolCompleted is
+// applied: a tool that was running when the session was suspended or asked
+// to stop is recorded.
+var inFlightStates = SetOf(StatePaused, StateAwaitingApproval, StateCancelling)
+
+// RefusalCode is the failure code of a successor that ReplacementRefused
+// fails (category policy).
+const RefusalCode = "replacement_refused"
 
 // ExecutionRule describes an execution event: accepted only in ACTIVE, it
 // increments a counter and never changes the state.
@@ -61,7 +77,7 @@ func ExecutionEvents() []ExecutionRule {
 	return []ExecutionRule{
 		{Event: ModelRequested, Counter: "modelTurns"},
 		{Event: ToolRequested, Counter: "toolCalls"},
-		{Event: ToolCompleted, Counter: "toolFailures", Note: "only when payload.ok is false"},
+		{Event: ToolCompleted, Counter: "toolFailures", Note: "only when payload.ok is false; also accepted in `PAUSED`, `AWAITING_APPROVAL` and `CANCELLING` (work in flight)"},
 		{Event: RepairStarted, Counter: "repairCycles"},
 	}
 }
@@ -83,12 +99,14 @@ func StateKeepingEvents() []StateKeepingRule {
 	return []StateKeepingRule{
 		{Event: "x.<vendor>.<Name>", From: "any non-terminal", Reason: ReasonTooManyCustomTypes,
 			Effect: "`counters.custom[type]` + 1 (at most 64 types); kept in `annotations` (the last 16)"},
-		{Event: SessionReplaced.String(), From: "`FAILED`, once (system only)", Reason: ReasonInvalidReplacement,
+		{Event: SessionReplaced.String(), From: "`FAILED` with `failure.category` `infrastructure`, not itself a successor, once (system only)", Reason: ReasonInvalidReplacement,
 			Effect: "sets `successorSessionId`"},
 		{Event: ReplacementLinked.String(), From: "any state, while `replacement.status` is `pending` (system only)",
 			Reason: ReasonInvalidReplacement, Effect: "`replacement.status` = `linked`, sets `replacement.predecessorDigest`"},
-		{Event: ReplacementRefused.String(), From: "any state, while `replacement.status` is `pending` (system only)",
+		{Event: ReplacementRefused.String(), From: "a terminal state, while `replacement.status` is `pending` (system only; in a non-terminal state see the table)",
 			Reason: ReasonInvalidReplacement, Effect: "`replacement.status` = `refused`"},
+		{Event: CancellationRequested.String() + "` (`mode` `forced`)", From: "`CANCELLING` with `cancellation.mode` `graceful`",
+			Reason: ReasonInvalidTransition, Effect: "`cancellation.mode` = `forced`, the cancellation deadline re-armed from its `occurredAt`; recorded as a transition `CANCELLING` -> `CANCELLING`"},
 	}
 }
 
@@ -109,8 +127,10 @@ func Checks() []Check {
 		{"the session is terminal", "rejected `after_terminal`"},
 		{"`expectedVersion` other than `version`", "rejected `version_conflict`"},
 		{"a second `SessionCreated`", "rejected `duplicate_create`"},
+		{"`SessionInitializing` or `SessionStarted` while `replacement.status` is `pending`", "rejected `replacement_pending`"},
+		{"`ApprovalGranted` or `ApprovalDenied` in `AWAITING_APPROVAL` with a `requestId` other than the pending request's", "rejected `approval_mismatch`"},
 		{"a custom type beyond the 64 counted", "rejected `too_many_custom_types`"},
-		{"an execution event outside `ACTIVE`", "rejected `execution_while_suspended` (`PAUSED`, `AWAITING_APPROVAL`) or `execution_outside_active`"},
+		{"an execution event outside `ACTIVE` (but `ToolCompleted` in `PAUSED`, `AWAITING_APPROVAL`, `CANCELLING`)", "rejected `execution_while_suspended` (`PAUSED`, `AWAITING_APPROVAL`) or `execution_outside_active`"},
 		{"the table allows no transition", "rejected `invalid_transition`"},
 	}
 }

@@ -8,9 +8,9 @@ import (
 )
 
 // The stored form of a snapshot is this compact binary encoding (chosen over
-// JSON by BenchmarkCodec; the HTTP API still speaks JSON). Layout, version 2:
+// JSON by BenchmarkCodec; the HTTP API still speaks JSON). Layout, version 3:
 //
-//	[0]     format version (2; Decode still reads 1)
+//	[0]     format version (3; Decode still reads 1 and 2)
 //	[1:5]   position partition, big-endian uint32
 //	[5:13]  position offset, big-endian uint64
 //	[13]    state
@@ -22,18 +22,24 @@ import (
 // versions. Version 2 adds, for a rejection of a custom type, the type name
 // after the rejection's time, and after the duplicate window a tail with the
 // fields added since (labels, metadata, timeouts, replacement, custom
-// counters and annotations, ...; see appendV2Tail). A version 1 snapshot
-// decodes as a session without them.
+// counters and annotations, ...; see appendV2Tail). Version 3 adds after
+// that a second tail (appendV3Tail): the structured failure, the pending
+// approval request, the cancellation's escalation and the approval
+// decisions. A version 1 snapshot decodes as a session without the
+// version 2 and 3 fields, a version 2 one without the version 3 fields.
 const (
 	FormatBinaryV1 = 1
 	FormatBinaryV2 = 2
-	headerLen      = 14
+	FormatBinaryV3 = 3
+	// FormatBinary is the version AppendBinary writes.
+	FormatBinary = FormatBinaryV3
+	headerLen    = 14
 )
 
 // AppendBinary appends the binary encoding of s to dst. Equal snapshots give
 // equal bytes.
 func (s *Snapshot) AppendBinary(dst []byte) []byte {
-	dst = append(dst, FormatBinaryV2)
+	dst = append(dst, FormatBinary)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(s.Position.Partition))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(s.Position.Offset))
 	dst = append(dst, byte(s.State))
@@ -122,7 +128,69 @@ func (s *Snapshot) AppendBinary(dst []byte) []byte {
 		id := s.SeenIDAt(i)
 		dst = append(dst, id[:]...)
 	}
-	return s.appendV2Tail(dst)
+	dst = s.appendV2Tail(dst)
+	return s.appendV3Tail(dst)
+}
+
+// appendV3Tail appends the fields version 3 added: the failure's category,
+// code and retryable flag, the pending approval's requestId and reason,
+// the cancellation's escalation time (a flag, then the time), and the
+// approval decisions (count, then requestId, kind, time, wait, by and
+// reason). Times are deltas from createdAt, as in the body.
+func (s *Snapshot) appendV3Tail(dst []byte) []byte {
+	u := func(v uint64) { dst = binary.AppendUvarint(dst, v) }
+	str := func(v string) { u(uint64(len(v))); dst = append(dst, v...) }
+	t := func(v int64) { dst = binary.AppendVarint(dst, v-s.CreatedAt) }
+	f := &s.Failure
+	dst = append(dst, byte(f.Category), flags(f.Retryable))
+	str(f.Code)
+	str(s.Approval.RequestID)
+	str(s.Approval.PendingReason)
+	dst = append(dst, flags(s.Cancellation.EscalatedAt != 0))
+	if s.Cancellation.EscalatedAt != 0 {
+		t(s.Cancellation.EscalatedAt)
+	}
+	u(uint64(s.NumDecisions()))
+	for i := range s.NumDecisions() {
+		d := s.DecisionAt(i)
+		str(d.RequestID)
+		dst = append(dst, byte(d.Kind))
+		t(d.At)
+		u(uint64(d.Waited))
+		str(d.By)
+		str(d.Reason)
+	}
+	return dst
+}
+
+// decodeV3Tail reads what appendV3Tail wrote, the decisions into h.
+func (d *decoder) decodeV3Tail(s *Snapshot, h *fsm.Histories) {
+	f := &s.Failure
+	if f.Category = fsm.FailureCategory(d.byte()); int(f.Category) >= fsm.NumFailureCategories {
+		d.fail("bad failure category %d", f.Category)
+	}
+	f.Retryable = d.flags(1) != 0
+	f.Code = d.str()
+	s.Approval.RequestID = d.str()
+	s.Approval.PendingReason = d.str()
+	if d.flags(1) != 0 {
+		s.Cancellation.EscalatedAt = d.time()
+	}
+	n := d.count(fsm.DecisionsKept)
+	h.Decisions = make([]fsm.Decision, 0, n)
+	for ; n > 0 && d.err == nil; n-- {
+		var dc fsm.Decision
+		dc.RequestID = d.str()
+		dc.Kind = fsm.DecisionKind(d.byte())
+		if dc.Kind < fsm.DecisionGranted || dc.Kind > fsm.DecisionCancelled {
+			d.fail("bad decision kind %d", dc.Kind)
+		}
+		dc.At = d.time()
+		dc.Waited = d.nonNegative()
+		dc.By = d.str()
+		dc.Reason = d.str()
+		h.Decisions = append(h.Decisions, dc)
+	}
 }
 
 // appendV2Tail appends the fields version 2 added: supersededTimeouts, the
@@ -273,10 +341,10 @@ func Decode(b []byte, s *Snapshot) error {
 	if len(b) < headerLen {
 		return corrupt("%d bytes, shorter than the header", len(b))
 	}
-	if b[0] != FormatBinaryV1 && b[0] != FormatBinaryV2 {
+	if b[0] < FormatBinaryV1 || b[0] > FormatBinaryV3 {
 		return corrupt("unknown format version %d", b[0])
 	}
-	v2 := b[0] == FormatBinaryV2
+	v2 := b[0] >= FormatBinaryV2
 	*s = Snapshot{}
 	s.Position.Partition = int32(binary.BigEndian.Uint32(b[1:5]))
 	s.Position.Offset = int64(binary.BigEndian.Uint64(b[5:13]))
@@ -388,6 +456,9 @@ func Decode(b []byte, s *Snapshot) error {
 	}
 	if v2 && d.err == nil {
 		d.decodeV2Tail(s, &h)
+	}
+	if b[0] >= FormatBinaryV3 && d.err == nil {
+		d.decodeV3Tail(s, &h)
 	}
 	if d.err == nil && d.i != len(b) {
 		d.fail("%d trailing bytes", len(b)-d.i)

@@ -160,11 +160,12 @@ func TestCodecRoundTrip(t *testing.T) {
 func TestAPIShape(t *testing.T) {
 	b := &builderEvents{}
 	b.add(fsm.SessionCreated, fsm.Fields{Goal: "fix it", PredecessorSessionID: "s-0"})
+	b.add(fsm.ReplacementLinked, fsm.Fields{PredecessorDigest: [32]byte{1}})
 	b.add(fsm.SessionStarted, fsm.Fields{})
-	b.add(fsm.ApprovalRequested, fsm.Fields{})
+	b.add(fsm.ApprovalRequested, fsm.Fields{RequestID: "deploy-1", Reason: "deploy"})
 	b.add(fsm.RecoveryStarted, fsm.Fields{})
 	b.add(fsm.SessionResumed, fsm.Fields{}) // rejected
-	b.add(fsm.SessionFailed, fsm.Fields{Reason: "boom"})
+	b.add(fsm.SessionFailed, fsm.Fields{Reason: "boom", Category: "provider", Code: "http.503", Retryable: true})
 	s := fold(b.events, 1100)
 	s.Position.Partition = 3
 	raw, err := json.Marshal(s)
@@ -175,7 +176,7 @@ func TestAPIShape(t *testing.T) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"annotations", "approval", "cancellation", "correlationId", "counters", "createdAt", "deadline", "digest", "durationsMs",
+	want := []string{"annotations", "approval", "cancellation", "correlationId", "counters", "createdAt", "deadline", "digest", "durationsMs", "executionMs",
 		"failure", "firstOffset", "goal", "labels", "lastEventId", "metadata", "parentClosePolicy", "parentSessionId",
 		"position", "predecessorSessionId", "recovery", "rejections", "replacement", "sessionId", "state",
 		"stateEnteredAt", "successorSessionId", "terminal", "timeouts", "transitions", "updatedAt", "version"}
@@ -188,25 +189,33 @@ func TestAPIShape(t *testing.T) {
 		t.Fatalf("counters\n got %v\nwant %v", got, wantCounters)
 	}
 	checks := map[string]any{
-		"state": "FAILED", "terminal": true, "goal": "fix it", "predecessorSessionId": "s-0", "version": 5.0,
-		"firstOffset": 1100.0, "correlationId": "s-1",
+		"state": "FAILED", "terminal": true, "goal": "fix it", "predecessorSessionId": "s-0", "version": 6.0,
+		"firstOffset": 1100.0, "executionMs": 1250.0, // CREATED 500, ACTIVE 250, RECOVERING 500 "correlationId": "s-1",
 	}
 	for k, v := range checks {
 		if m[k] != v {
 			t.Errorf("%s: got %v, want %v", k, m[k], v)
 		}
 	}
-	if pos := m["position"].(map[string]any); pos["partition"] != 3.0 || pos["offset"] != 1105.0 {
+	if pos := m["position"].(map[string]any); pos["partition"] != 3.0 || pos["offset"] != 1106.0 {
 		t.Errorf("position %v", pos)
 	}
-	if f := m["failure"].(map[string]any); f["reason"] != "boom" || f["from"] != "RECOVERING" {
+	if f := m["failure"].(map[string]any); f["reason"] != "boom" || f["from"] != "RECOVERING" || f["category"] != "provider" ||
+		f["code"] != "http.503" || f["retryable"] != true {
 		t.Errorf("failure %v", f)
 	}
 	if r := m["rejections"].([]any)[0].(map[string]any); r["reason"] != "invalid_transition" || r["state"] != "RECOVERING" {
 		t.Errorf("rejection %v", r)
 	}
-	if a := m["approval"].(map[string]any); a["pendingSince"] != nil || a["waitedMs"] != 750.0 {
+	if a := m["approval"].(map[string]any); a["pendingSince"] != nil || a["pending"] != nil || a["waitedMs"] != 750.0 {
 		t.Errorf("approval %v (want the wait closed by the failure after 750ms)", a)
+	}
+	ds := m["approval"].(map[string]any)["decisions"].([]any)
+	if d := ds[0].(map[string]any); len(ds) != 1 || d["requestId"] != "deploy-1" || d["decision"] != "cancelled" || d["waitedMs"] != 750.0 {
+		t.Errorf("decisions %v, want deploy-1 cancelled after 750ms", ds)
+	}
+	if _, ok := ds[0].(map[string]any)["by"]; ok {
+		t.Errorf("a cancelled decision has by: %v", ds[0])
 	}
 	if _, ok := m["internal"]; ok {
 		t.Error("the API form exposes internal state")

@@ -43,6 +43,7 @@ type jsonSnapshot struct {
 	FirstOffset          int64             `json:"firstOffset"`
 	Counters             jsonCounters      `json:"counters"`
 	DurationsMs          map[string]int64  `json:"durationsMs"`
+	ExecutionMs          int64             `json:"executionMs"`
 	Transitions          []jsonTransition  `json:"transitions"`
 	Rejections           []jsonRejection   `json:"rejections"`
 	Approval             jsonApproval      `json:"approval"`
@@ -108,14 +109,37 @@ type jsonDeadline struct {
 }
 
 type jsonApproval struct {
-	PendingSince *jsonTime `json:"pendingSince"`
-	WaitedMs     int64     `json:"waitedMs"`
+	Pending      *jsonPending   `json:"pending"`
+	PendingSince *jsonTime      `json:"pendingSince"`
+	WaitedMs     int64          `json:"waitedMs"`
+	Decisions    []jsonDecision `json:"decisions"`
+}
+
+// jsonPending is the pending approval request.
+type jsonPending struct {
+	RequestID string   `json:"requestId"`
+	Since     jsonTime `json:"since"`
+	Reason    string   `json:"reason"`
+}
+
+// jsonDecision is how one approval request ended; by and reason are left
+// out of expired and cancelled decisions.
+type jsonDecision struct {
+	RequestID string   `json:"requestId"`
+	Decision  string   `json:"decision"`
+	At        jsonTime `json:"at"`
+	WaitedMs  int64    `json:"waitedMs"`
+	By        *string  `json:"by,omitempty"`
+	Reason    *string  `json:"reason,omitempty"`
 }
 
 type jsonFailure struct {
-	Reason string    `json:"reason"`
-	At     jsonTime  `json:"at"`
-	From   fsm.State `json:"from"`
+	Reason    string    `json:"reason"`
+	Category  string    `json:"category"`
+	Code      *string   `json:"code"`
+	Retryable bool      `json:"retryable"`
+	At        jsonTime  `json:"at"`
+	From      fsm.State `json:"from"`
 }
 
 type jsonCancellation struct {
@@ -125,6 +149,9 @@ type jsonCancellation struct {
 	Timeout     string    `json:"timeout,omitempty"`
 	Forced      bool      `json:"forced"`
 	CompletedAt *jsonTime `json:"completedAt"`
+	// EscalatedAt is when a forced request escalated a graceful
+	// cancellation, absent when none did.
+	EscalatedAt *jsonTime `json:"escalatedAt,omitempty"`
 }
 
 type jsonRecovery struct {
@@ -138,6 +165,9 @@ type jsonInternal struct {
 	EventIDs    []fsm.EventID    `json:"eventIds"`
 	DurationsNs map[string]int64 `json:"durationsNs"`
 	WaitedNs    int64            `json:"waitedNs"`
+	// DecisionsWaitedNs are the approval decisions' exact waits, in the
+	// order of approval.decisions.
+	DecisionsWaitedNs []int64 `json:"decisionsWaitedNs,omitempty"`
 }
 
 // jsonTime is a time in nanoseconds since the Unix epoch, spelled as RFC 3339
@@ -188,7 +218,9 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 		Approval: jsonApproval{
 			PendingSince: timePtr(s.Approval.Pending, s.Approval.PendingSince),
 			WaitedMs:     s.Approval.Waited / int64(time.Millisecond),
+			Decisions:    make([]jsonDecision, s.NumDecisions()),
 		},
+		ExecutionMs:       s.ExecutionUsed() / int64(time.Millisecond),
 		Digest:            hex.EncodeToString(s.Digest[:]),
 		Labels:            map[string]string{},
 		ParentClosePolicy: s.ParentClosePolicy.String(),
@@ -198,6 +230,22 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 	if s.PredecessorSessionID != "" {
 		p := s.PredecessorSessionID
 		v.PredecessorSessionID = &p
+	}
+	if a := s.Approval; a.Pending {
+		v.Approval.Pending = &jsonPending{RequestID: a.RequestID, Since: jsonTime(a.PendingSince), Reason: a.PendingReason}
+	}
+	for i := range v.Approval.Decisions {
+		d := s.DecisionAt(i)
+		v.Approval.Decisions[i] = jsonDecision{RequestID: d.RequestID, Decision: d.Kind.String(), At: jsonTime(d.At),
+			WaitedMs: d.Waited / int64(time.Millisecond)}
+		if d.Kind == fsm.DecisionGranted || d.Kind == fsm.DecisionDenied {
+			if d.By != "" {
+				v.Approval.Decisions[i].By = &d.By
+			}
+			if d.Reason != "" {
+				v.Approval.Decisions[i].Reason = &d.Reason
+			}
+		}
 	}
 	for _, l := range s.Labels {
 		v.Labels[l.Key] = l.Value
@@ -264,11 +312,16 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 		v.Rejections[i] = jsonRejection{r.EventID, name, r.State, r.Reason.String(), jsonTime(r.At)}
 	}
 	if f := s.Failure; f.Failed {
-		v.Failure = &jsonFailure{Reason: f.Reason, At: jsonTime(f.At), From: f.From}
+		v.Failure = &jsonFailure{Reason: f.Reason, Category: f.Category.String(), Retryable: f.Retryable,
+			At: jsonTime(f.At), From: f.From}
+		if f.Code != "" {
+			v.Failure.Code = &f.Code
+		}
 	}
 	if cn := s.Cancellation; cn.Requested {
 		v.Cancellation = &jsonCancellation{RequestedAt: jsonTime(cn.RequestedAt), Reason: cn.Reason,
-			Mode: cn.Mode.String(), Forced: cn.Forced, CompletedAt: timePtr(cn.Completed, cn.CompletedAt)}
+			Mode: cn.Mode.String(), Forced: cn.Forced, CompletedAt: timePtr(cn.Completed, cn.CompletedAt),
+			EscalatedAt: timePtr(cn.EscalatedAt != 0, cn.EscalatedAt)}
 		if cn.Timeout != fsm.TimeoutNone {
 			v.Cancellation.Timeout = cn.Timeout.String()
 		}
@@ -280,6 +333,9 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 	if internal {
 		in := &jsonInternal{EventIDs: make([]fsm.EventID, s.NumSeenIDs()), DurationsNs: map[string]int64{},
 			WaitedNs: s.Approval.Waited}
+		for i := range s.NumDecisions() {
+			in.DecisionsWaitedNs = append(in.DecisionsWaitedNs, s.DecisionAt(i).Waited)
+		}
 		for i := range in.EventIDs {
 			in.EventIDs[i] = s.SeenIDAt(i)
 		}
@@ -358,12 +414,29 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 	if p := v.Approval.PendingSince; p != nil {
 		s.Approval.Pending, s.Approval.PendingSince = true, int64(*p)
 	}
+	if p := v.Approval.Pending; p != nil {
+		s.Approval.Pending, s.Approval.PendingSince = true, int64(p.Since)
+		s.Approval.RequestID, s.Approval.PendingReason = p.RequestID, p.Reason
+	}
+	if err := v.restoreDecisions(&h); err != nil {
+		return err
+	}
 	s.Approval.Waited = v.Approval.WaitedMs * int64(time.Millisecond)
 	if v.Internal != nil {
 		s.Approval.Waited = v.Internal.WaitedNs
 	}
 	if f := v.Failure; f != nil {
-		s.Failure = fsm.Failure{Failed: true, Reason: f.Reason, At: int64(f.At), From: f.From}
+		s.Failure = fsm.Failure{Failed: true, Reason: f.Reason, At: int64(f.At), From: f.From, Retryable: f.Retryable}
+		if f.Category != "" {
+			c, ok := fsm.ParseFailureCategory(f.Category)
+			if !ok {
+				return corrupt("json: bad failure category %q", f.Category)
+			}
+			s.Failure.Category = c
+		}
+		if f.Code != nil {
+			s.Failure.Code = *f.Code
+		}
 	}
 	if cn := v.Cancellation; cn != nil {
 		s.Cancellation = fsm.Cancellation{Requested: true, RequestedAt: int64(cn.RequestedAt), Reason: cn.Reason,
@@ -380,6 +453,9 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		}
 		if cn.CompletedAt != nil {
 			s.Cancellation.Completed, s.Cancellation.CompletedAt = true, int64(*cn.CompletedAt)
+		}
+		if cn.EscalatedAt != nil {
+			s.Cancellation.EscalatedAt = int64(*cn.EscalatedAt)
 		}
 	}
 	if r := v.Recovery; r != nil {
@@ -495,6 +571,40 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot, h *fsm.Histories) error {
 			an.Payload = string(a.Payload)
 		}
 		h.Annotations = append(h.Annotations, an)
+	}
+	return nil
+}
+
+// restoreDecisions reads approval.decisions into h, with the exact waits
+// of the internal form when it has them.
+func (v *jsonSnapshot) restoreDecisions(h *fsm.Histories) error {
+	ds := v.Approval.Decisions
+	if len(ds) > fsm.DecisionsKept {
+		return corrupt("json: %d approval decisions", len(ds))
+	}
+	var exact []int64
+	if v.Internal != nil {
+		exact = v.Internal.DecisionsWaitedNs
+	}
+	if exact != nil && len(exact) != len(ds) {
+		return corrupt("json: %d decision waits for %d decisions", len(exact), len(ds))
+	}
+	for i, d := range ds {
+		kind, ok := fsm.ParseDecisionKind(d.Decision)
+		if !ok || d.WaitedMs < 0 {
+			return corrupt("json: bad approval decision %q", d.Decision)
+		}
+		out := fsm.Decision{RequestID: d.RequestID, Kind: kind, At: int64(d.At), Waited: d.WaitedMs * int64(time.Millisecond)}
+		if exact != nil {
+			out.Waited = exact[i]
+		}
+		if d.By != nil {
+			out.By = *d.By
+		}
+		if d.Reason != nil {
+			out.Reason = *d.Reason
+		}
+		h.Decisions = append(h.Decisions, out)
 	}
 	return nil
 }

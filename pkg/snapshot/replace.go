@@ -17,7 +17,7 @@ import (
 // stored snapshot that differs from it (damaged, or written by a faulty
 // build) without ever moving the session backwards.
 func (s *Store) Replace(ctx context.Context, e Entry) (bool, error) {
-	if len(e.Data) < headerLen || e.Data[0] != FormatBinaryV2 {
+	if len(e.Data) < headerLen || e.Data[0] != FormatBinary {
 		return false, &StoreError{Op: "put", Key: e.SessionID, Err: corrupt("entry is not a binary snapshot")}
 	}
 	keys := []string{s.keys.Index(Bucket(e.SessionID)), s.keys.Snapshot(e.SessionID)}

@@ -51,6 +51,8 @@ var fillerValues = map[reflect.Type]any{
 	reflect.TypeFor[fsm.TimeoutKind]():       fsm.TimeoutCancellation,
 	reflect.TypeFor[fsm.ParentClosePolicy](): fsm.ParentCloseAbandon,
 	reflect.TypeFor[fsm.ReplacementStatus](): fsm.ReplacementStatusLinked,
+	reflect.TypeFor[fsm.FailureCategory]():   fsm.FailureInfrastructure,
+	reflect.TypeFor[fsm.DecisionKind]():      fsm.DecisionDenied,
 }
 
 // fieldValues are the values of fields whose text must have a form (JSON,

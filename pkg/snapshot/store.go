@@ -182,7 +182,7 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 	var groups [Buckets]*group
 	order := make([]int, 0, 64)
 	for _, e := range entries {
-		if len(e.Data) < headerLen || e.Data[0] != FormatBinaryV2 {
+		if len(e.Data) < headerLen || e.Data[0] != FormatBinary {
 			return res, &StoreError{Op: "put", Key: e.SessionID, Err: corrupt("entry is not a binary snapshot")}
 		}
 		b := Bucket(e.SessionID)

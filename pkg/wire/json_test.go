@@ -69,6 +69,10 @@ func TestAppendJSON(t *testing.T) {
 		}, nil},
 		{"negative position", func(c *wire.Change) { c.Position = wire.Position{Partition: -1, Offset: -2} }, nil},
 		{"all empty", func(c *wire.Change) { *c = wire.Change{} }, nil},
+		{"failure", func(c *wire.Change) {
+			c.Type, c.To, c.Terminal, c.FailureCategory, c.FailureCode = "SessionFailed", "FAILED", true, "provider", "http.503"
+		}, []label{{"env", "prod"}}},
+		{"failure without code", func(c *wire.Change) { c.To, c.FailureCategory = "FAILED", "unknown" }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

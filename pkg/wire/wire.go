@@ -73,7 +73,9 @@ func ParsePosition(s string) (Position, error) {
 // Change is one record of the change feed: what one event did to its
 // session. From and To are the states before and after (equal for an
 // applied custom event; To is the unchanged state for a rejection); Version
-// is the session's version after the event; Reason is the rejection's.
+// is the session's version after the event; Reason is the rejection's;
+// FailureCategory and FailureCode are the failure's, on a transition to
+// FAILED (docs/lifecycle.md, "Structured failures").
 type Change struct {
 	SessionID       string            `json:"sessionId"`
 	Version         uint64            `json:"version"`
@@ -89,6 +91,8 @@ type Change struct {
 	Labels          map[string]string `json:"labels,omitempty"`
 	ParentSessionID string            `json:"parentSessionId,omitempty"`
 	CorrelationID   string            `json:"correlationId,omitempty"`
+	FailureCategory string            `json:"failureCategory,omitempty"`
+	FailureCode     string            `json:"failureCode,omitempty"`
 }
 
 // Key is the change's idempotency key: the session and the event's position.
@@ -174,6 +178,8 @@ func (c *Change) AppendJSONWithLabels(dst []byte, n int, label func(i int) (key,
 	}
 	dst = appendMember(dst, "parentSessionId", c.ParentSessionID)
 	dst = appendMember(dst, "correlationId", c.CorrelationID)
+	dst = appendMember(dst, "failureCategory", c.FailureCategory)
+	dst = appendMember(dst, "failureCode", c.FailureCode)
 	return append(dst, '}')
 }
 
@@ -216,7 +222,8 @@ func (c *Change) plain(n int, label func(int) (string, string)) bool {
 	if y := c.OccurredAt.UTC().Year(); y < 0 || y > 9999 {
 		return false
 	}
-	for _, s := range [...]string{c.SessionID, c.EventID, c.Type, c.Outcome, c.Reason, c.From, c.To, c.ParentSessionID, c.CorrelationID} {
+	for _, s := range [...]string{c.SessionID, c.EventID, c.Type, c.Outcome, c.Reason, c.From, c.To, c.ParentSessionID, c.CorrelationID,
+		c.FailureCategory, c.FailureCode} {
 		if !plainString(s) {
 			return false
 		}
