@@ -1,5 +1,6 @@
 // Package service holds the runtime the three services share: logging, the
-// HTTP server with /healthz, /readyz and /metrics, instrumentation hooks, and
+// HTTP server with /healthz, /readyz, /metrics and, for a service with an
+// API, /openapi.json (package api's description), instrumentation hooks, and
 // the effective-configuration banner each service prints at start.
 package service
 
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	openapi "github.com/correx/sessions/api"
 	"github.com/correx/sessions/internal/httpx"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -53,8 +55,9 @@ func Banner(w io.Writer, name string, settings []string) {
 // Endpoint is what a service serves over HTTP.
 type Endpoint struct {
 	Addr string // listen address, unless the runtime has a Listener
-	// API is served under /v1/; nil for none (the projector). The service
-	// puts its own authentication in front of it.
+	// API is served under /v1/, and the description of the ingest and
+	// query APIs (package api) at /openapi.json; nil for none (the
+	// projector). The service puts its own authentication in front of it.
 	API http.Handler
 	// UI is served under /ui/ without a token (the query service's
 	// console: static files that read the API with the user's token); nil
@@ -70,9 +73,9 @@ type Endpoint struct {
 
 // HTTP serves the endpoint's API (under /v1/) with the health and metrics
 // endpoints until ctx is done, then drains: /readyz turns 503, in-flight
-// requests finish. /healthz, /readyz and /metrics never require a token:
-// probes and scrapers must reach them, so they are to be kept off the
-// public network (docs/security.md).
+// requests finish. /healthz, /readyz, /metrics and /openapi.json never
+// require a token: probes and scrapers must reach them, so they are to be
+// kept off the public network (docs/security.md).
 func (rt Runtime) HTTP(ctx context.Context, ep Endpoint) error {
 	var serverTLS *httpx.ServerTLS
 	if ep.TLS.Enabled() {
@@ -100,6 +103,9 @@ func (rt Runtime) HTTP(ctx context.Context, ep Endpoint) error {
 			api = rt.WrapHTTP("api", api)
 		}
 		mux.Handle("/v1/", api)
+		// The description of the API, open as /healthz is: it holds
+		// nothing a token guards.
+		mux.Handle("GET "+openapi.Path, openapi.Handler())
 	}
 	if ui := ep.UI; ui != nil {
 		if serverTLS != nil && serverTLS.RequireClientCert() {

@@ -106,7 +106,7 @@ func TestHTTPSAndClientCertificates(t *testing.T) {
 	client := ca.Client(t, "app")
 	withCert := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true,
 		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{client.TLS}}}}
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json"} {
 		if code, err := get(noCert, path); err != nil || code != 200 {
 			t.Fatalf("%s without a client certificate: %d %v", path, code, err)
 		}
