@@ -97,7 +97,7 @@ func clusterFailover(t *testing.T, firstSeed, wait bool) {
 	go func() {
 		rep, err := loadgen.Run(ctx, loadgen.Config{IngestURL: st.IngestURL, QueryURL: st.QueryURL, Sessions: sessions,
 			Concurrency: 4, Batch: 20, Rate: 1000, DuplicateShare: 0.03, InvalidShare: 0.03, Prefix: prefix, Seed: seed,
-			Verify: true, KeepWritten: true, Progress: func(n int) { accepted.Add(int64(n)) }})
+			Verify: true, KeepWritten: true, Progress: func(n int) { accepted.Add(int64(n)) }, Client: apiCheck.Client(nil)})
 		loadDone <- loadResult{rep, err}
 	}()
 

@@ -94,6 +94,7 @@ func TestEndToEnd(t *testing.T) {
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		IngestURL: st.IngestURL, QueryURL: st.QueryURL, Sessions: 2000, Concurrency: 8, Batch: 40,
 		InvalidShare: 0.05, DuplicateShare: 0.05, Seed: 42, Verify: true, KeepWritten: true,
+		Client: apiCheck.Client(nil),
 	})
 	if err != nil {
 		t.Fatal(err)

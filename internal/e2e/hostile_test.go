@@ -273,7 +273,7 @@ type ndjsonTraffic struct {
 func (v *ndjsonTraffic) run(ingestURL, token string, bodies, perBody int) error {
 	v.last = map[string]string{}
 	v.tools = 20
-	hc := &http.Client{Timeout: 30 * time.Second}
+	hc := apiCheck.Client(&http.Client{Timeout: 30 * time.Second})
 	defer hc.CloseIdleConnections()
 	for b := range bodies {
 		var ids []string
@@ -403,7 +403,7 @@ func waitSlots(t *testing.T, c client, ingestURL, queryURL string, tok map[strin
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var flood sync.WaitGroup
-	hc := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 300}}
+	hc := &http.Client{Transport: apiCheck.Transport(&http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 300})}
 	defer hc.CloseIdleConnections()
 	for range 300 {
 		flood.Add(1)
@@ -453,7 +453,7 @@ func hungRedis(t *testing.T, srv *redistest.Server, queryURL, token string) {
 		}
 	}
 	defer resume()
-	hc := &http.Client{Timeout: 30 * time.Second}
+	hc := apiCheck.Client(&http.Client{Timeout: 30 * time.Second})
 	req, _ := http.NewRequest(http.MethodGet, queryURL+"/v1/sessions/warm:1", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	began := time.Now()
@@ -588,7 +588,7 @@ func freeTCPPort(t testing.TB) int {
 
 func waitHTTP(t testing.TB, u string, d time.Duration) {
 	t.Helper()
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := apiCheck.Client(&http.Client{Timeout: 5 * time.Second})
 	testwait.UntilSeen(t, u+" answering 200", d, func() (bool, string) {
 		resp, err := hc.Get(u)
 		if err != nil {

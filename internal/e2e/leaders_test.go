@@ -80,7 +80,7 @@ func TestBrokerLeaderMoves(t *testing.T) {
 	began := time.Now()
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{IngestURL: st.IngestURL, QueryURL: st.QueryURL,
 		Sessions: 800, Concurrency: 6, Batch: 20, Rate: 2000, InvalidShare: 0.03, DuplicateShare: 0.03, Seed: 11,
-		Prefix: "lm", Verify: true, KeepWritten: true})
+		Prefix: "lm", Verify: true, KeepWritten: true, Client: apiCheck.Client(nil)})
 	close(stop)
 	wg.Wait()
 	if err != nil {

@@ -259,7 +259,8 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := loadgen.Config{IngestURL: s.ingestURL, QueryURL: s.queryURL, Sessions: lossSessions, Concurrency: 6, Batch: 20,
-		Rate: lossRate, InvalidShare: 0.03, DuplicateShare: 0.03, Seed: seed, Prefix: "pl", KeepWritten: true}
+		Rate: lossRate, InvalidShare: 0.03, DuplicateShare: 0.03, Seed: seed, Prefix: "pl", KeepWritten: true,
+		Client: apiCheck.Client(nil)}
 	var accepted atomic.Int64
 	cfg.Progress = func(n int) { accepted.Add(int64(n)) }
 	loadDone := make(chan loadResult, 1)

@@ -382,9 +382,9 @@ func TestSecureStack(t *testing.T) {
 		t.Fatalf("ingest at %s", st.IngestURL)
 	}
 	appClient := f.CA.Client(t, "app")
-	withCert := client{t: t, http: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: f.CA.Pool(), Certificates: []tls.Certificate{appClient.TLS}}}}}
-	noCert := client{t: t, http: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.CA.Pool()}}}}
+	withCert := client{t: t, http: &http.Client{Transport: apiCheck.Transport(&http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: f.CA.Pool(), Certificates: []tls.Certificate{appClient.TLS}}})}}
+	noCert := client{t: t, http: &http.Client{Transport: apiCheck.Transport(&http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.CA.Pool()}})}}
 	// Without a client certificate: /v1/ is refused even with a token,
 	// while probes and metrics answer.
 	wantProblem(t, "no client certificate", noCert.do(http.MethodPost, st.IngestURL+"/v1/events", f.Tokens["writer"], "application/json",

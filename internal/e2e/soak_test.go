@@ -115,7 +115,7 @@ func TestSoak(t *testing.T) {
 	var hostileClients []*http.Client
 	const workers = 12
 	for w := range workers {
-		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4},
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: apiCheck.Transport(&http.Transport{MaxIdleConnsPerHost: 4}),
 			// A traversal that the server answers with a redirect to the
 			// cleaned path counts as that redirect.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -389,7 +389,7 @@ const validSessions = 300
 
 func (v *validTraffic) run(t *testing.T, st *devstack.Stack, token string) {
 	v.last = map[string]string{}
-	hc := &http.Client{Timeout: 10 * time.Second}
+	hc := apiCheck.Client(&http.Client{Timeout: 10 * time.Second})
 	defer hc.CloseIdleConnections()
 	// A well-behaved client: at most 200 requests per second, under the
 	// stack's limit of 300 per token.

@@ -258,7 +258,7 @@ type soakWatch struct {
 	err    error
 }
 
-var soakHTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: soakWatches}}
+var soakHTTP = &http.Client{Transport: apiCheck.Transport(&http.Transport{MaxIdleConnsPerHost: soakWatches})}
 
 func openSoakWatch(u, token, cursor string) *soakWatch {
 	w := &soakWatch{seen: map[string]bool{}}
