@@ -57,6 +57,11 @@
 // says when a stream is established, so that what is sent after it is
 // delivered.
 //
+// The shapes read are pkg/wire's, which imports only the standard library:
+// Snapshot and its members (Counters, Approval, Failure, ...) are aliases
+// of wire.Snapshot and its members, the type the query service encodes,
+// and History's entries are wire.HistoryEntry.
+//
 // # Errors
 //
 // A service's refusal is a *StatusError (ErrNotFound for 404). What retries

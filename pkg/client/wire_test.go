@@ -13,9 +13,9 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
-// TestSnapshotMatchesTheServersJSON keeps the client's Snapshot, which is
-// written out so that the client needs nothing but the standard library,
-// in step with the JSON the query service writes (pkg/snapshot): the
+// TestSnapshotMatchesTheServersJSON keeps the client's Snapshot (pkg/wire's,
+// which needs nothing but the standard library) in step with the JSON the
+// query service writes (pkg/snapshot): the
 // server's document decodes with no unknown field, and the client's type
 // has no member the server does not write.
 func TestSnapshotMatchesTheServersJSON(t *testing.T) {

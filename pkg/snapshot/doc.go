@@ -22,9 +22,12 @@
 //
 // Snapshots are stored in a compact, versioned binary form (AppendBinary,
 // Decode); BenchmarkCodec measures it against JSON, and `make bench` prints
-// both. The JSON form (MarshalJSON) is what the query API serves; EncodeJSON
-// is a complete JSON form that Decode also reads. Both are deterministic:
-// equal snapshots give equal bytes.
+// both. The JSON form (MarshalJSON) is what the query API serves: the
+// encoding of the wire.Snapshot that Wire builds, pkg/wire's type, which
+// pkg/client decodes, so the shape is written once. EncodeJSON is a
+// complete JSON form that Decode also reads: the same members and an
+// "internal" one with the fold state the API hides. Both are deterministic:
+// equal snapshots give equal bytes (testdata/json-v3.jsonl pins them).
 //
 // # Store layout and guarantees
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // The JSON form of a snapshot is the read model (docs/lifecycle.md, "The
@@ -19,146 +20,12 @@ import (
 // too (measured against the binary form by BenchmarkCodec, and readable by
 // Decode).
 
-type jsonSnapshot struct {
-	SessionID            string            `json:"sessionId"`
-	State                fsm.State         `json:"state"`
-	Terminal             bool              `json:"terminal"`
-	CorrelationID        string            `json:"correlationId"`
-	Goal                 string            `json:"goal"`
-	PredecessorSessionID *string           `json:"predecessorSessionId"`
-	Labels               map[string]string `json:"labels"`
-	Metadata             json.RawMessage   `json:"metadata"`
-	ParentSessionID      *string           `json:"parentSessionId"`
-	ParentClosePolicy    string            `json:"parentClosePolicy"`
-	Timeouts             map[string]string `json:"timeouts"`
-	Deadline             *jsonDeadline     `json:"deadline"`
-	SuccessorSessionID   *string           `json:"successorSessionId"`
-	Replacement          *jsonReplacement  `json:"replacement"`
-	CreatedAt            jsonTime          `json:"createdAt"`
-	UpdatedAt            jsonTime          `json:"updatedAt"`
-	StateEnteredAt       jsonTime          `json:"stateEnteredAt"`
-	Version              uint64            `json:"version"`
-	LastEventID          fsm.EventID       `json:"lastEventId"`
-	Position             Position          `json:"position"`
-	FirstOffset          int64             `json:"firstOffset"`
-	Counters             jsonCounters      `json:"counters"`
-	DurationsMs          map[string]int64  `json:"durationsMs"`
-	ExecutionMs          int64             `json:"executionMs"`
-	Transitions          []jsonTransition  `json:"transitions"`
-	Rejections           []jsonRejection   `json:"rejections"`
-	Approval             jsonApproval      `json:"approval"`
-	Failure              *jsonFailure      `json:"failure"`
-	Cancellation         *jsonCancellation `json:"cancellation"`
-	Recovery             *jsonRecovery     `json:"recovery"`
-	Annotations          []jsonAnnotation  `json:"annotations"`
-	Digest               string            `json:"digest"`
-	Internal             *jsonInternal     `json:"internal,omitempty"`
-}
-
-type jsonCounters struct {
-	Events             uint64            `json:"events"`
-	ModelTurns         uint64            `json:"modelTurns"`
-	ToolCalls          uint64            `json:"toolCalls"`
-	ToolFailures       uint64            `json:"toolFailures"`
-	RepairCycles       uint64            `json:"repairCycles"`
-	Pauses             uint64            `json:"pauses"`
-	ApprovalsRequested uint64            `json:"approvalsRequested"`
-	ApprovalsGranted   uint64            `json:"approvalsGranted"`
-	ApprovalsDenied    uint64            `json:"approvalsDenied"`
-	Recoveries         uint64            `json:"recoveries"`
-	Rejected           uint64            `json:"rejected"`
-	Duplicates         uint64            `json:"duplicates"`
-	SupersededTimeouts uint64            `json:"supersededTimeouts"`
-	Custom             map[string]uint64 `json:"custom"`
-}
-
-type jsonReplacement struct {
-	PredecessorSessionID string `json:"predecessorSessionId"`
-	Status               string `json:"status"`
-	PredecessorDigest    string `json:"predecessorDigest,omitempty"`
-	Reason               string `json:"reason,omitempty"`
-}
-
-type jsonAnnotation struct {
-	EventID fsm.EventID     `json:"eventId"`
-	Type    string          `json:"type"`
-	At      jsonTime        `json:"at"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
-
-type jsonTransition struct {
-	From    fsm.State     `json:"from"`
-	To      fsm.State     `json:"to"`
-	Type    fsm.EventType `json:"type"`
-	EventID fsm.EventID   `json:"eventId"`
-	At      jsonTime      `json:"at"`
-}
-
-type jsonRejection struct {
-	EventID fsm.EventID `json:"eventId"`
-	Type    string      `json:"type"`
-	State   fsm.State   `json:"state"`
-	Reason  string      `json:"reason"`
-	At      jsonTime    `json:"at"`
-}
-
-// jsonDeadline is the earliest armed deadline (docs/timeouts.md).
-type jsonDeadline struct {
-	Kind string   `json:"kind"`
-	At   jsonTime `json:"at"`
-}
-
-type jsonApproval struct {
-	Pending      *jsonPending   `json:"pending"`
-	PendingSince *jsonTime      `json:"pendingSince"`
-	WaitedMs     int64          `json:"waitedMs"`
-	Decisions    []jsonDecision `json:"decisions"`
-}
-
-// jsonPending is the pending approval request.
-type jsonPending struct {
-	RequestID string   `json:"requestId"`
-	Since     jsonTime `json:"since"`
-	Reason    string   `json:"reason"`
-}
-
-// jsonDecision is how one approval request ended; by and reason are left
-// out of expired and cancelled decisions.
-type jsonDecision struct {
-	RequestID string   `json:"requestId"`
-	Decision  string   `json:"decision"`
-	At        jsonTime `json:"at"`
-	WaitedMs  int64    `json:"waitedMs"`
-	By        *string  `json:"by,omitempty"`
-	Reason    *string  `json:"reason,omitempty"`
-}
-
-type jsonFailure struct {
-	Reason    string    `json:"reason"`
-	Category  string    `json:"category"`
-	Code      *string   `json:"code"`
-	Retryable bool      `json:"retryable"`
-	At        jsonTime  `json:"at"`
-	From      fsm.State `json:"from"`
-}
-
-type jsonCancellation struct {
-	RequestedAt jsonTime  `json:"requestedAt"`
-	Reason      string    `json:"reason"`
-	Mode        string    `json:"mode"`
-	Timeout     string    `json:"timeout,omitempty"`
-	Forced      bool      `json:"forced"`
-	CompletedAt *jsonTime `json:"completedAt"`
-	// EscalatedAt is when a forced request escalated a graceful
-	// cancellation, absent when none did.
-	EscalatedAt *jsonTime `json:"escalatedAt,omitempty"`
-}
-
-type jsonRecovery struct {
-	Active      bool      `json:"active"`
-	ResumeTo    fsm.State `json:"resumeTo"`
-	StartedAt   jsonTime  `json:"startedAt"`
-	CompletedAt *jsonTime `json:"completedAt"`
+// storedJSON is the complete JSON form: the API's members (wire.Snapshot,
+// embedded so that they stay members of the one object) and, last, the
+// internal fold state.
+type storedJSON struct {
+	wire.Snapshot
+	Internal *jsonInternal `json:"internal,omitempty"`
 }
 
 type jsonInternal struct {
@@ -170,81 +37,90 @@ type jsonInternal struct {
 	DecisionsWaitedNs []int64 `json:"decisionsWaitedNs,omitempty"`
 }
 
-// jsonTime is a time in nanoseconds since the Unix epoch, spelled as RFC 3339
-// with nanoseconds in UTC.
-type jsonTime int64
+// at is a time in nanoseconds since the Unix epoch as the JSON form writes
+// it: RFC 3339 with nanoseconds in UTC.
+func at(ns int64) time.Time { return time.Unix(0, ns).UTC() }
 
-func (t jsonTime) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 32)
-	b = append(b, '"')
-	b = time.Unix(0, int64(t)).UTC().AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), nil
-}
-
-func (t *jsonTime) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	v, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return err
-	}
-	*t = jsonTime(v.UnixNano())
-	return nil
-}
-
-func timePtr(set bool, v int64) *jsonTime {
+func atPtr(set bool, ns int64) *time.Time {
 	if !set {
 		return nil
 	}
-	t := jsonTime(v)
+	t := at(ns)
 	return &t
 }
 
-func (s *Snapshot) view(internal bool) *jsonSnapshot {
+// namer spells states and event types as the JSON form does, keeping the
+// first one that has no spelling (a snapshot that cannot be encoded).
+type namer struct{ err error }
+
+func (n *namer) state(s fsm.State) string {
+	if !s.Valid() && n.err == nil {
+		n.err = fmt.Errorf("snapshot: invalid state %d", uint8(s))
+	}
+	return s.String()
+}
+
+func (n *namer) eventType(t fsm.EventType) string {
+	if !t.Valid() && n.err == nil {
+		n.err = fmt.Errorf("snapshot: invalid event type %d", uint8(t))
+	}
+	return t.String()
+}
+
+// Wire returns the snapshot as the query API serves it: the wire.Snapshot
+// that MarshalJSON encodes. It fails only for a snapshot whose state or
+// history holds a value with no JSON spelling (the zero Snapshot).
+func (s *Snapshot) Wire() (*wire.Snapshot, error) {
+	v, err := s.view(false)
+	if err != nil {
+		return nil, err
+	}
+	return &v.Snapshot, nil
+}
+
+func (s *Snapshot) view(internal bool) (*storedJSON, error) {
+	var n namer
 	c := s.Counters
-	v := &jsonSnapshot{
-		SessionID: s.ID, State: s.State, Terminal: s.Terminal(), CorrelationID: s.CorrelationID,
-		Goal: s.Goal, CreatedAt: jsonTime(s.CreatedAt), UpdatedAt: jsonTime(s.UpdatedAt),
-		StateEnteredAt: jsonTime(s.StateEnteredAt), Version: s.Version, LastEventID: s.LastEventID,
+	out := &storedJSON{}
+	v := &out.Snapshot
+	*v = wire.Snapshot{
+		SessionID: s.ID, State: n.state(s.State), Terminal: s.Terminal(), CorrelationID: s.CorrelationID,
+		Goal: s.Goal, CreatedAt: at(s.CreatedAt), UpdatedAt: at(s.UpdatedAt),
+		StateEnteredAt: at(s.StateEnteredAt), Version: s.Version, LastEventID: s.LastEventID.String(),
 		Position: s.Position, FirstOffset: s.FirstOffset,
-		Counters: jsonCounters{c.Events, c.ModelTurns, c.ToolCalls, c.ToolFailures, c.RepairCycles,
-			c.Pauses, c.ApprovalsRequested, c.ApprovalsGranted, c.ApprovalsDenied, c.Recoveries,
-			c.Rejected, c.Duplicates, c.SupersededTimeouts, map[string]uint64{}},
+		Counters: wire.Counters{Events: c.Events, ModelTurns: c.ModelTurns, ToolCalls: c.ToolCalls,
+			ToolFailures: c.ToolFailures, RepairCycles: c.RepairCycles, Pauses: c.Pauses,
+			ApprovalsRequested: c.ApprovalsRequested, ApprovalsGranted: c.ApprovalsGranted,
+			ApprovalsDenied: c.ApprovalsDenied, Recoveries: c.Recoveries, Rejected: c.Rejected,
+			Duplicates: c.Duplicates, SupersededTimeouts: c.SupersededTimeouts, Custom: map[string]uint64{}},
 		DurationsMs: map[string]int64{},
-		Transitions: make([]jsonTransition, s.NumTransitions()),
-		Rejections:  make([]jsonRejection, s.NumRejections()),
-		Approval: jsonApproval{
-			PendingSince: timePtr(s.Approval.Pending, s.Approval.PendingSince),
+		Transitions: make([]wire.Transition, s.NumTransitions()),
+		Rejections:  make([]wire.Rejection, s.NumRejections()),
+		Approval: wire.Approval{
+			PendingSince: atPtr(s.Approval.Pending, s.Approval.PendingSince),
 			WaitedMs:     s.Approval.Waited / int64(time.Millisecond),
-			Decisions:    make([]jsonDecision, s.NumDecisions()),
+			Decisions:    make([]wire.ApprovalDecision, s.NumDecisions()),
 		},
 		ExecutionMs:       s.ExecutionUsed() / int64(time.Millisecond),
 		Digest:            hex.EncodeToString(s.Digest[:]),
 		Labels:            map[string]string{},
 		ParentClosePolicy: s.ParentClosePolicy.String(),
 		Timeouts:          map[string]string{},
-		Annotations:       make([]jsonAnnotation, s.NumAnnotations()),
+		Annotations:       make([]wire.Annotation, s.NumAnnotations()),
 	}
 	if s.PredecessorSessionID != "" {
 		p := s.PredecessorSessionID
 		v.PredecessorSessionID = &p
 	}
 	if a := s.Approval; a.Pending {
-		v.Approval.Pending = &jsonPending{RequestID: a.RequestID, Since: jsonTime(a.PendingSince), Reason: a.PendingReason}
+		v.Approval.Pending = &wire.PendingApproval{RequestID: a.RequestID, Since: at(a.PendingSince), Reason: a.PendingReason}
 	}
 	for i := range v.Approval.Decisions {
 		d := s.DecisionAt(i)
-		v.Approval.Decisions[i] = jsonDecision{RequestID: d.RequestID, Decision: d.Kind.String(), At: jsonTime(d.At),
+		v.Approval.Decisions[i] = wire.ApprovalDecision{RequestID: d.RequestID, Decision: d.Kind.String(), At: at(d.At),
 			WaitedMs: d.Waited / int64(time.Millisecond)}
 		if d.Kind == fsm.DecisionGranted || d.Kind == fsm.DecisionDenied {
-			if d.By != "" {
-				v.Approval.Decisions[i].By = &d.By
-			}
-			if d.Reason != "" {
-				v.Approval.Decisions[i].Reason = &d.Reason
-			}
+			v.Approval.Decisions[i].By, v.Approval.Decisions[i].Reason = d.By, d.Reason
 		}
 	}
 	for _, l := range s.Labels {
@@ -270,14 +146,14 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 		}
 	}
 	if d, ok := fsm.NextDeadline(&s.Session, s.TimeoutDefaults); ok {
-		v.Deadline = &jsonDeadline{Kind: d.Kind.String(), At: jsonTime(d.At)}
+		v.Deadline = &wire.Deadline{Kind: d.Kind.String(), At: at(d.At)}
 	}
 	if s.SuccessorSessionID != "" {
 		p := s.SuccessorSessionID
 		v.SuccessorSessionID = &p
 	}
 	if rp := s.Replacement; rp.Status != fsm.ReplacementStatusNone {
-		v.Replacement = &jsonReplacement{PredecessorSessionID: s.PredecessorSessionID, Status: rp.Status.String(),
+		v.Replacement = &wire.Replacement{PredecessorSessionID: s.PredecessorSessionID, Status: rp.Status.String(),
 			Reason: rp.Reason}
 		if rp.Status == fsm.ReplacementStatusLinked {
 			v.Replacement.PredecessorDigest = hex.EncodeToString(rp.PredecessorDigest[:])
@@ -289,7 +165,7 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 	}
 	for i := range v.Annotations {
 		a := s.AnnotationAt(i)
-		v.Annotations[i] = jsonAnnotation{EventID: a.EventID, Type: a.Type, At: jsonTime(a.At)}
+		v.Annotations[i] = wire.Annotation{EventID: a.EventID.String(), Type: a.Type, At: at(a.At)}
 		if a.Payload != "" {
 			v.Annotations[i].Payload = json.RawMessage(a.Payload)
 		}
@@ -301,7 +177,8 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 	}
 	for i := range v.Transitions {
 		t := s.TransitionAt(i)
-		v.Transitions[i] = jsonTransition{t.From, t.To, t.Type, t.EventID, jsonTime(t.At)}
+		v.Transitions[i] = wire.Transition{From: n.state(t.From), To: n.state(t.To), Type: n.eventType(t.Type),
+			EventID: t.EventID.String(), At: at(t.At)}
 	}
 	for i := range v.Rejections {
 		r := s.RejectionAt(i)
@@ -309,26 +186,27 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 		if r.Type == fsm.EventCustom {
 			name = r.Custom
 		}
-		v.Rejections[i] = jsonRejection{r.EventID, name, r.State, r.Reason.String(), jsonTime(r.At)}
+		v.Rejections[i] = wire.Rejection{EventID: r.EventID.String(), Type: name, State: n.state(r.State),
+			Reason: r.Reason.String(), At: at(r.At)}
 	}
 	if f := s.Failure; f.Failed {
-		v.Failure = &jsonFailure{Reason: f.Reason, Category: f.Category.String(), Retryable: f.Retryable,
-			At: jsonTime(f.At), From: f.From}
+		v.Failure = &wire.Failure{Reason: f.Reason, Category: f.Category.String(), Retryable: f.Retryable,
+			At: at(f.At), From: n.state(f.From)}
 		if f.Code != "" {
 			v.Failure.Code = &f.Code
 		}
 	}
 	if cn := s.Cancellation; cn.Requested {
-		v.Cancellation = &jsonCancellation{RequestedAt: jsonTime(cn.RequestedAt), Reason: cn.Reason,
-			Mode: cn.Mode.String(), Forced: cn.Forced, CompletedAt: timePtr(cn.Completed, cn.CompletedAt),
-			EscalatedAt: timePtr(cn.EscalatedAt != 0, cn.EscalatedAt)}
+		v.Cancellation = &wire.Cancellation{RequestedAt: at(cn.RequestedAt), Reason: cn.Reason,
+			Mode: cn.Mode.String(), Forced: cn.Forced, CompletedAt: atPtr(cn.Completed, cn.CompletedAt),
+			EscalatedAt: atPtr(cn.EscalatedAt != 0, cn.EscalatedAt)}
 		if cn.Timeout != fsm.TimeoutNone {
 			v.Cancellation.Timeout = cn.Timeout.String()
 		}
 	}
 	if r := s.Recovery; r.Started {
-		v.Recovery = &jsonRecovery{Active: r.Active, ResumeTo: r.ResumeTo, StartedAt: jsonTime(r.StartedAt),
-			CompletedAt: timePtr(!r.Active, r.CompletedAt)}
+		v.Recovery = &wire.Recovery{Active: r.Active, ResumeTo: n.state(r.ResumeTo), StartedAt: at(r.StartedAt),
+			CompletedAt: atPtr(!r.Active, r.CompletedAt)}
 	}
 	if internal {
 		in := &jsonInternal{EventIDs: make([]fsm.EventID, s.NumSeenIDs()), DurationsNs: map[string]int64{},
@@ -344,9 +222,12 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 				in.DurationsNs[fsm.State(st).String()] = ns
 			}
 		}
-		v.Internal = in
+		out.Internal = in
 	}
-	return v
+	if n.err != nil {
+		return nil, n.err
+	}
+	return out, nil
 }
 
 // MarshalJSON returns the snapshot as the query API serves it
@@ -355,7 +236,10 @@ func (s *Snapshot) view(internal bool) *jsonSnapshot {
 // in the API is its size.
 func (s *Snapshot) MarshalJSON() ([]byte, error) { return marshalView(s.view(false)) }
 
-func marshalView(v *jsonSnapshot) ([]byte, error) {
+func marshalView(v *storedJSON, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -373,22 +257,23 @@ func EncodeJSON(s *Snapshot) ([]byte, error) { return marshalView(s.view(true)) 
 // UnmarshalJSON reads the JSON form. Without the "internal" member (the API
 // form) the duplicate window is empty and durations are whole milliseconds.
 func (s *Snapshot) UnmarshalJSON(b []byte) error {
-	var v jsonSnapshot
+	var v storedJSON
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v); err != nil {
 		return corrupt("json: %v", err)
 	}
-	if !v.State.Valid() {
+	if v.State == "" {
 		return corrupt("json: missing state")
 	}
+	var p parser
 	*s = Snapshot{Position: v.Position, FirstOffset: v.FirstOffset}
-	s.ID, s.State, s.CorrelationID, s.Goal = v.SessionID, v.State, v.CorrelationID, v.Goal
+	s.ID, s.State, s.CorrelationID, s.Goal = v.SessionID, p.state(v.State), v.CorrelationID, v.Goal
 	if v.PredecessorSessionID != nil {
 		s.PredecessorSessionID = *v.PredecessorSessionID
 	}
-	s.CreatedAt, s.UpdatedAt, s.StateEnteredAt = int64(v.CreatedAt), int64(v.UpdatedAt), int64(v.StateEnteredAt)
-	s.Version, s.LastEventID = v.Version, v.LastEventID
+	s.CreatedAt, s.UpdatedAt, s.StateEnteredAt = v.CreatedAt.UnixNano(), v.UpdatedAt.UnixNano(), v.StateEnteredAt.UnixNano()
+	s.Version, s.LastEventID = v.Version, p.eventID(v.LastEventID)
 	c := v.Counters
 	s.Counters = fsm.Counters{Events: c.Events, ModelTurns: c.ModelTurns, ToolCalls: c.ToolCalls,
 		ToolFailures: c.ToolFailures, RepairCycles: c.RepairCycles, Pauses: c.Pauses,
@@ -396,7 +281,7 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		ApprovalsDenied: c.ApprovalsDenied, Recoveries: c.Recoveries, Rejected: c.Rejected, Duplicates: c.Duplicates,
 		SupersededTimeouts: c.SupersededTimeouts}
 	var h fsm.Histories
-	if err := v.restoreV2(s, &h); err != nil {
+	if err := v.restoreV2(s, &h, &p); err != nil {
 		return err
 	}
 	durations := v.DurationsMs
@@ -412,10 +297,10 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		s.Durations[st] = d * scale
 	}
 	if p := v.Approval.PendingSince; p != nil {
-		s.Approval.Pending, s.Approval.PendingSince = true, int64(*p)
+		s.Approval.Pending, s.Approval.PendingSince = true, p.UnixNano()
 	}
 	if p := v.Approval.Pending; p != nil {
-		s.Approval.Pending, s.Approval.PendingSince = true, int64(p.Since)
+		s.Approval.Pending, s.Approval.PendingSince = true, p.Since.UnixNano()
 		s.Approval.RequestID, s.Approval.PendingReason = p.RequestID, p.Reason
 	}
 	if err := v.restoreDecisions(&h); err != nil {
@@ -426,7 +311,7 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		s.Approval.Waited = v.Internal.WaitedNs
 	}
 	if f := v.Failure; f != nil {
-		s.Failure = fsm.Failure{Failed: true, Reason: f.Reason, At: int64(f.At), From: f.From, Retryable: f.Retryable}
+		s.Failure = fsm.Failure{Failed: true, Reason: f.Reason, At: f.At.UnixNano(), From: p.state(f.From), Retryable: f.Retryable}
 		if f.Category != "" {
 			c, ok := fsm.ParseFailureCategory(f.Category)
 			if !ok {
@@ -439,7 +324,7 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		}
 	}
 	if cn := v.Cancellation; cn != nil {
-		s.Cancellation = fsm.Cancellation{Requested: true, RequestedAt: int64(cn.RequestedAt), Reason: cn.Reason,
+		s.Cancellation = fsm.Cancellation{Requested: true, RequestedAt: cn.RequestedAt.UnixNano(), Reason: cn.Reason,
 			Forced: cn.Forced}
 		if cn.Mode == "forced" {
 			s.Cancellation.Mode = fsm.CancelForced
@@ -452,16 +337,17 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 			s.Cancellation.Timeout = k
 		}
 		if cn.CompletedAt != nil {
-			s.Cancellation.Completed, s.Cancellation.CompletedAt = true, int64(*cn.CompletedAt)
+			s.Cancellation.Completed, s.Cancellation.CompletedAt = true, cn.CompletedAt.UnixNano()
 		}
 		if cn.EscalatedAt != nil {
-			s.Cancellation.EscalatedAt = int64(*cn.EscalatedAt)
+			s.Cancellation.EscalatedAt = cn.EscalatedAt.UnixNano()
 		}
 	}
 	if r := v.Recovery; r != nil {
-		s.Recovery = fsm.Recovery{Started: true, Active: r.Active, ResumeTo: r.ResumeTo, StartedAt: int64(r.StartedAt)}
+		s.Recovery = fsm.Recovery{Started: true, Active: r.Active, ResumeTo: p.state(r.ResumeTo),
+			StartedAt: r.StartedAt.UnixNano()}
 		if r.CompletedAt != nil {
-			s.Recovery.CompletedAt = int64(*r.CompletedAt)
+			s.Recovery.CompletedAt = r.CompletedAt.UnixNano()
 		}
 	}
 	if n, err := hex.Decode(s.Digest[:], []byte(v.Digest)); err != nil || n != len(s.Digest) {
@@ -472,7 +358,8 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 	}
 	h.Transitions = make([]fsm.Transition, len(v.Transitions))
 	for i, t := range v.Transitions {
-		h.Transitions[i] = fsm.Transition{From: t.From, To: t.To, Type: t.Type, EventID: t.EventID, At: int64(t.At)}
+		h.Transitions[i] = fsm.Transition{From: p.state(t.From), To: p.state(t.To), Type: p.eventType(t.Type),
+			EventID: p.eventID(t.EventID), At: t.At.UnixNano()}
 	}
 	h.Rejections = make([]fsm.Rejection, 0, len(v.Rejections))
 	for _, r := range v.Rejections {
@@ -480,7 +367,7 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		if !ok || !reason.Rejection() {
 			return corrupt("json: bad rejection reason %q", r.Reason)
 		}
-		rj := fsm.Rejection{EventID: r.EventID, State: r.State, Reason: reason, At: int64(r.At)}
+		rj := fsm.Rejection{EventID: p.eventID(r.EventID), State: p.state(r.State), Reason: reason, At: r.At.UnixNano()}
 		if t, ok := fsm.ParseEventType([]byte(r.Type)); ok {
 			rj.Type = t
 		} else if fsm.ValidCustomType([]byte(r.Type)) {
@@ -496,16 +383,53 @@ func (s *Snapshot) UnmarshalJSON(b []byte) error {
 		}
 		h.SeenIDs = v.Internal.EventIDs
 	}
+	if p.err != nil {
+		return p.err
+	}
 	if err := s.RestoreHistories(h); err != nil {
 		return corrupt("json: %v", err)
 	}
 	return nil
 }
 
+// parser reads the JSON spellings of states, event types and event ids,
+// keeping the first that is none as a corrupt error.
+type parser struct{ err error }
+
+func (p *parser) fail(what, s string) {
+	if p.err == nil {
+		p.err = corrupt("json: bad %s %q", what, s)
+	}
+}
+
+func (p *parser) state(s string) fsm.State {
+	st, ok := fsm.ParseState(s)
+	if !ok {
+		p.fail("state", s)
+	}
+	return st
+}
+
+func (p *parser) eventType(s string) fsm.EventType {
+	t, ok := fsm.ParseEventType([]byte(s))
+	if !ok {
+		p.fail("event type", s)
+	}
+	return t
+}
+
+func (p *parser) eventID(s string) fsm.EventID {
+	id, ok := fsm.ParseEventID([]byte(s))
+	if !ok {
+		p.fail("event id", s)
+	}
+	return id
+}
+
 // restoreV2 reads the fields added to the snapshot since its first form into
 // s, the histories among them into h; a snapshot stored before they existed
 // has none of them and decodes as a session without.
-func (v *jsonSnapshot) restoreV2(s *Snapshot, h *fsm.Histories) error {
+func (v *storedJSON) restoreV2(s *Snapshot, h *fsm.Histories, p *parser) error {
 	if len(v.Labels) > fsm.MaxLabels {
 		return corrupt("json: %d labels", len(v.Labels))
 	}
@@ -566,7 +490,7 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot, h *fsm.Histories) error {
 		if !ok {
 			return corrupt("json: annotation of uncounted type %q", a.Type)
 		}
-		an := fsm.Annotation{EventID: a.EventID, Type: types[i], At: int64(a.At)}
+		an := fsm.Annotation{EventID: p.eventID(a.EventID), Type: types[i], At: a.At.UnixNano()}
 		if len(a.Payload) > 0 {
 			an.Payload = string(a.Payload)
 		}
@@ -577,7 +501,7 @@ func (v *jsonSnapshot) restoreV2(s *Snapshot, h *fsm.Histories) error {
 
 // restoreDecisions reads approval.decisions into h, with the exact waits
 // of the internal form when it has them.
-func (v *jsonSnapshot) restoreDecisions(h *fsm.Histories) error {
+func (v *storedJSON) restoreDecisions(h *fsm.Histories) error {
 	ds := v.Approval.Decisions
 	if len(ds) > fsm.DecisionsKept {
 		return corrupt("json: %d approval decisions", len(ds))
@@ -594,15 +518,10 @@ func (v *jsonSnapshot) restoreDecisions(h *fsm.Histories) error {
 		if !ok || d.WaitedMs < 0 {
 			return corrupt("json: bad approval decision %q", d.Decision)
 		}
-		out := fsm.Decision{RequestID: d.RequestID, Kind: kind, At: int64(d.At), Waited: d.WaitedMs * int64(time.Millisecond)}
+		out := fsm.Decision{RequestID: d.RequestID, Kind: kind, At: d.At.UnixNano(), Waited: d.WaitedMs * int64(time.Millisecond),
+			By: d.By, Reason: d.Reason}
 		if exact != nil {
 			out.Waited = exact[i]
-		}
-		if d.By != nil {
-			out.By = *d.By
-		}
-		if d.Reason != nil {
-			out.Reason = *d.Reason
 		}
 		h.Decisions = append(h.Decisions, out)
 	}

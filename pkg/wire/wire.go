@@ -1,18 +1,23 @@
 // Package wire holds the shapes correx-sessions puts on the wire for its
 // readers: Change, the change feed's record (the value of each record of
 // "<events topic>.changes" and the data of each change of the query
-// service's watch stream), with its JSON encoding and decoding;
-// HistoryPage and HistoryEntry, a page of a session's history as the query
-// service answers it; and Position, where an event sits in the events
-// topic, with the "P:O" form the HTTP API writes and reads.
+// service's watch stream), with its JSON encoding and decoding; Snapshot
+// and its members (Counters, Transition, Approval, ...), a session's
+// snapshot as the query service serves it, written once: pkg/snapshot
+// builds one to encode its snapshots (Snapshot.Wire, MarshalJSON) and
+// reads its JSON form through it, pkg/client decodes the service's answers
+// into it; HistoryPage and HistoryEntry, a page of a session's history as
+// the query service answers it; and Position, where an event sits in the
+// events topic, with the "P:O" form the HTTP API writes and reads.
 //
 // It imports nothing but the standard library, so that a program that only
 // reads those shapes (pkg/client, which speaks HTTP) links no Kafka or
 // Redis client: pkg/feed, which consumes the feed from Kafka and keeps its
 // checkpoint in Redis, and pkg/snapshot, which stores snapshots in Redis,
-// name these types as aliases. The name says what the package is about at
-// its call sites: wire.Change and wire.Position are the forms exchanged,
-// not the consumer's or the store's.
+// name these types as aliases (pkg/client names the snapshot's too). The
+// name says what the package is about at its call sites: wire.Change,
+// wire.Snapshot and wire.Position are the forms exchanged, not the
+// consumer's or the store's.
 package wire
 
 import (
