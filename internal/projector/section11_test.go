@@ -1,0 +1,116 @@
+package projector
+
+import (
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/testwait"
+	"github.com/correx/sessions/pkg/fsm"
+)
+
+// quiet moves the clock by d and waits until every partition's firer waits
+// again and the log is folded: whatever the move fired is in the snapshots.
+func (e *timeoutEnv) quiet(d time.Duration) {
+	e.t.Helper()
+	e.clock.Advance(d)
+	testwait.Until(e.t, "every partition's firer waiting again", 30*time.Second, func() bool { return e.clock.waitingSinceAdvance() >= 4 })
+	e.waitSettled(e.prefix)
+}
+
+// state returns sid's state, or StateNone when it is not stored.
+func (e *timeoutEnv) state(sid string) fsm.State {
+	if s := e.get(sid); s != nil {
+		return s.State
+	}
+	return fsm.StateNone
+}
+
+// TestSection11ExecutionBudget: the execution timeout is a budget of
+// running time (11.4). Running 4m, paused 30m, running 3m, awaiting
+// approval 20m, then running: the budget of 10m is used up 3m after the
+// grant, 57m later than it would run out by the wall, and the timeout
+// fires then, not a moment before.
+func TestSection11ExecutionBudget(t *testing.T) {
+	e := newTimeoutEnv(t)
+	t0 := clockStart
+	sid := "budget"
+	e.produce([]fsm.Event{
+		e.event(sid, fsm.SessionCreated, t0, timeouts(fsm.TimeoutExecution, 10*time.Minute)),
+		e.event(sid, fsm.SessionStarted, t0, fsm.Fields{}),
+		e.event(sid, fsm.SessionPaused, t0.Add(4*time.Minute), fsm.Fields{}),
+		e.event(sid, fsm.SessionResumed, t0.Add(34*time.Minute), fsm.Fields{}),
+		e.event(sid, fsm.ApprovalRequested, t0.Add(37*time.Minute), fsm.Fields{RequestID: "r-1", HasRequestID: true}),
+		e.event(sid, fsm.ApprovalGranted, t0.Add(57*time.Minute), fsm.Fields{RequestID: "r-1", HasRequestID: true}),
+	})
+	r := e.start(nil)
+	defer r.halt()
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	want := t0.Add(60 * time.Minute) // 4m + 3m + 3m of running time
+	if s := e.get(sid); s == nil || s.State != fsm.StateActive || s.ExecutionUsed() != int64(7*time.Minute) {
+		t.Fatalf("after the grant: %+v", s)
+	}
+	// By the wall the budget ran out at t0+10m, and after the pause at
+	// t0+40m: neither fires, nor does a second before the budget's end.
+	for _, at := range []time.Duration{10*time.Minute + time.Second, 30 * time.Minute, 19*time.Minute + 58*time.Second} {
+		e.quiet(at)
+		if st := e.state(sid); st != fsm.StateActive {
+			t.Fatalf("clock at %v (%v before the budget ends): %v, want ACTIVE", e.clock.Now(), want.Sub(e.clock.Now()), st)
+		}
+	}
+	if got := e.clock.Now(); !got.Equal(want.Add(-time.Second)) {
+		t.Fatalf("clock at %v, want %v", got, want.Add(-time.Second))
+	}
+	e.quiet(time.Second)
+	s := e.get(sid)
+	if s.State != fsm.StateCancelling || s.Cancellation.Timeout != fsm.TimeoutExecution {
+		t.Fatalf("at the budget's end: %v, cancellation %+v; want CANCELLING by the execution timeout", s.State, s.Cancellation)
+	}
+	if got := time.Unix(0, s.Cancellation.RequestedAt).UTC(); !got.Equal(want) {
+		t.Fatalf("execution timeout at %v, want %v", got, want)
+	}
+}
+
+// TestSection11ForcedCancel: a forced CancellationRequested ends the
+// session CANCELLED, forced, with the default grace of 0, within a second
+// of the request by the projector's clock (11.6), and its children get
+// forced cancellations and end the same way.
+func TestSection11ForcedCancel(t *testing.T) {
+	e := newTimeoutEnv(t)
+	t0 := clockStart
+	e.produce([]fsm.Event{
+		e.event("fp", fsm.SessionCreated, t0.Add(-time.Minute), fsm.Fields{}),
+		e.event("fp", fsm.SessionStarted, t0.Add(-time.Minute), fsm.Fields{}),
+		e.event("fk1", fsm.SessionCreated, t0.Add(-time.Minute), fsm.Fields{ParentSessionID: "fp"}),
+		e.event("fk1", fsm.SessionStarted, t0.Add(-time.Minute), fsm.Fields{}),
+		e.event("fk2", fsm.SessionCreated, t0.Add(-time.Minute), fsm.Fields{ParentSessionID: "fp"}),
+	})
+	r := e.start(nil)
+	defer r.halt()
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	e.produce([]fsm.Event{e.event("fp", fsm.CancellationRequested, t0, fsm.Fields{Reason: "stop", Mode: fsm.CancelForced})})
+	ids := []string{"fp", "fk1", "fk2"}
+	e.advanceUntil("the family cancelled", 50*time.Millisecond, func() bool {
+		for _, id := range ids {
+			if e.state(id) != fsm.StateCancelled {
+				return false
+			}
+		}
+		return true
+	})
+	if d := e.clock.Now().Sub(t0); d > time.Second {
+		t.Errorf("cancelled %v after the request, want within a second", d)
+	}
+	for _, id := range ids {
+		s := e.get(id)
+		cn := s.Cancellation
+		if cn.Mode != fsm.CancelForced || !cn.Forced || cn.CompletedAt != t0.UnixNano() {
+			t.Errorf("%s: cancellation %+v, want forced, completed at %v", id, cn, t0)
+		}
+		if id != "fp" && cn.Reason != ReasonParentCancelled {
+			t.Errorf("%s: reason %q, want %s", id, cn.Reason, ReasonParentCancelled)
+		}
+		if s.Counters.Rejected != 0 {
+			t.Errorf("%s: %d rejected", id, s.Counters.Rejected)
+		}
+	}
+}
