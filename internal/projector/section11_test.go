@@ -6,6 +6,7 @@ import (
 
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // quiet moves the clock by d and waits until every partition's firer waits
@@ -108,6 +109,69 @@ func TestSection11ForcedCancel(t *testing.T) {
 		}
 		if id != "fp" && cn.Reason != ReasonParentCancelled {
 			t.Errorf("%s: reason %q, want %s", id, cn.Reason, ReasonParentCancelled)
+		}
+		if s.Counters.Rejected != 0 {
+			t.Errorf("%s: %d rejected", id, s.Counters.Rejected)
+		}
+	}
+}
+
+// escalated reports the index of s's CANCELLING->CANCELLING transition, or -1.
+func escalated(s *snapshot.Snapshot) int {
+	for i := range s.NumTransitions() {
+		if t := s.TransitionAt(i); t.From == fsm.StateCancelling && t.To == fsm.StateCancelling {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestSection11Escalation: a forced request escalates a graceful
+// CANCELLING (11.6): a CANCELLING -> CANCELLING transition is recorded,
+// and the session ends CANCELLED at the forced deadline (the escalation,
+// grace 0), not when the graceful cancellation timeout (5m) would have
+// ended it. The escalation reaches the children its graceful
+// cancellation cancelled: each gets a forced cancellation of its own,
+// which escalates it in turn.
+func TestSection11Escalation(t *testing.T) {
+	e := newTimeoutEnv(t)
+	t0 := clockStart
+	e.produce([]fsm.Event{
+		e.event("ep", fsm.SessionCreated, t0.Add(-time.Minute), fsm.Fields{}),
+		e.event("ep", fsm.SessionStarted, t0.Add(-time.Minute), fsm.Fields{}),
+		e.event("ek", fsm.SessionCreated, t0.Add(-time.Minute), fsm.Fields{ParentSessionID: "ep"}),
+		e.event("ek", fsm.SessionStarted, t0.Add(-time.Minute), fsm.Fields{}),
+		e.event("eg", fsm.SessionCreated, t0.Add(-time.Minute), fsm.Fields{ParentSessionID: "ek"}),
+		e.event("ep", fsm.CancellationRequested, t0, fsm.Fields{Reason: "stop"}),
+	})
+	r := e.start(nil)
+	defer r.halt()
+	e.waitSettled(e.prefix)
+	e.quiet(time.Minute)
+	ids := []string{"ep", "ek", "eg"}
+	for _, id := range ids {
+		if s := e.get(id); s == nil || s.State != fsm.StateCancelling || s.Cancellation.Mode != fsm.CancelGraceful {
+			t.Fatalf("%s before the escalation: %+v, want CANCELLING, graceful", id, s)
+		}
+	}
+	forcedAt := t0.Add(time.Minute)
+	e.produce([]fsm.Event{e.event("ep", fsm.CancellationRequested, forcedAt, fsm.Fields{Reason: "now", Mode: fsm.CancelForced})})
+	e.advanceUntil("the parent cancelled", 100*time.Millisecond, func() bool { return e.state("ep") == fsm.StateCancelled })
+	e.quiet(time.Second)
+	if d := e.clock.Now().Sub(forcedAt); d > 2*time.Second {
+		t.Errorf("clock %v after the forced request, want within 2s", d)
+	}
+	for _, id := range ids {
+		s := e.get(id)
+		cn := s.Cancellation
+		if s.State != fsm.StateCancelled || cn.Mode != fsm.CancelForced || !cn.Forced || cn.EscalatedAt != forcedAt.UnixNano() ||
+			cn.CompletedAt != forcedAt.UnixNano() || cn.RequestedAt != t0.UnixNano() {
+			t.Errorf("%s: %v, cancellation %+v; want CANCELLED, escalated and completed at %v, requested at %v",
+				id, s.State, cn, forcedAt, t0)
+			continue
+		}
+		if i := escalated(s); i < 0 || s.TransitionAt(i).At != forcedAt.UnixNano() {
+			t.Errorf("%s: no CANCELLING -> CANCELLING transition at %v", id, forcedAt)
 		}
 		if s.Counters.Rejected != 0 {
 			t.Errorf("%s: %d rejected", id, s.Counters.Rejected)
