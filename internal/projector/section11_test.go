@@ -178,3 +178,68 @@ func TestSection11Escalation(t *testing.T) {
 		}
 	}
 }
+
+// TestSection11ReplacementRefusals: a successor whose predecessor refuses
+// the replacement ends FAILED with failure category policy, code
+// replacement_refused and the refusal's reason (11.2), for each reason,
+// end to end: the successor's creation, the derived SessionReplaced, the
+// predecessor's refusal and the derived ReplacementRefused.
+func TestSection11ReplacementRefusals(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xb1)
+	infra := fsm.Fields{Reason: "node lost", Category: "infrastructure"}
+	failed := func(id string, f fsm.Fields, extra fsm.Fields) []fsm.Event {
+		return []fsm.Event{ev(id, fsm.SessionCreated, extra), ev(id, fsm.SessionStarted, fsm.Fields{}), ev(id, fsm.SessionFailed, f)}
+	}
+	succ := func(id, pred string) fsm.Event {
+		return ev(id, fsm.SessionCreated, fsm.Fields{PredecessorSessionID: pred})
+	}
+	var setup []fsm.Event
+	setup = append(setup, ev("rp-active", fsm.SessionCreated, fsm.Fields{}), ev("rp-active", fsm.SessionStarted, fsm.Fields{}))
+	setup = append(setup, failed("rp-provider", fsm.Fields{Reason: "503", Category: "provider"}, fsm.Fields{})...)
+	setup = append(setup, failed("rp-base", infra, fsm.Fields{})...)
+	setup = append(setup, failed("rp-replaced", infra, fsm.Fields{})...)
+	e.produce(setup)
+	r := e.start(e.config("a"), "refuse", nil)
+	defer r.halt()
+	e.waitSettled("refuse")
+	// rp-chain replaces rp-base, and rp-replaced gets its successor.
+	e.produce([]fsm.Event{succ("rp-chain", "rp-base"), succ("rs-first", "rp-replaced")})
+	e.waitSettled("refuse")
+	e.produce([]fsm.Event{ev("rp-chain", fsm.SessionStarted, fsm.Fields{}), ev("rp-chain", fsm.SessionFailed, infra)})
+	e.waitSettled("refuse")
+	st := e.store("refuse")
+	for _, id := range []string{"rp-chain", "rs-first"} {
+		if s, err := st.Get(ctx, id); err != nil || s.Replacement.Status != fsm.ReplacementStatusLinked {
+			t.Fatalf("%s: %+v %v, want linked", id, s, err)
+		}
+	}
+	cases := []struct{ successor, predecessor, reason string }{
+		{"rs-not-failed", "rp-active", fsm.RefusalNotFailed},
+		{"rs-not-infra", "rp-provider", fsm.RefusalNotInfrastructure},
+		{"rs-chain", "rp-chain", fsm.RefusalChain},
+		{"rs-second", "rp-replaced", fsm.RefusalAlreadyReplaced},
+		{"rs-orphan", "rp-none", fsm.RefusalUnknownPredecessor},
+	}
+	var events []fsm.Event
+	for _, c := range cases {
+		events = append(events, succ(c.successor, c.predecessor))
+	}
+	e.produce(events)
+	e.waitSettled("refuse")
+	for _, c := range cases {
+		t.Run(c.reason, func(t *testing.T) {
+			s, err := st.Get(ctx, c.successor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := s.Failure
+			if s.State != fsm.StateFailed || f.Category != fsm.FailurePolicy || f.Code != fsm.RefusalCode || f.Reason != c.reason {
+				t.Errorf("%s: %v, failure %+v; want FAILED policy/%s %q", c.successor, s.State, f, fsm.RefusalCode, c.reason)
+			}
+			if s.Replacement.Status != fsm.ReplacementStatusRefused || s.Replacement.Reason != c.reason {
+				t.Errorf("%s: replacement %+v, want refused %q", c.successor, s.Replacement, c.reason)
+			}
+		})
+	}
+}
