@@ -243,3 +243,38 @@ func TestSection11ReplacementRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestSection11ApprovalRequestID: a decision naming another request than
+// the pending one is rejected approval_mismatch through the pipeline, and
+// leaves the session AWAITING_APPROVAL; the decision naming the pending
+// request applies (11.7).
+func TestSection11ApprovalRequestID(t *testing.T) {
+	e := newEnv(t, 4)
+	ev := eventsOf(0xa7)
+	req := func(id string) fsm.Fields { return fsm.Fields{RequestID: id, HasRequestID: true} }
+	wrong := ev("ap", fsm.ApprovalGranted, req("r-other"))
+	e.produce([]fsm.Event{ev("ap", fsm.SessionCreated, fsm.Fields{}), ev("ap", fsm.SessionStarted, fsm.Fields{}),
+		ev("ap", fsm.ApprovalRequested, req("r-1")), wrong})
+	r := e.start(e.config("a"), "appr", nil)
+	defer r.halt()
+	e.waitSettled("appr")
+	st := e.store("appr")
+	s, err := st.Get(ctx, "ap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != fsm.StateAwaitingApproval || s.NumRejections() != 1 || s.RejectionAt(0).Reason != fsm.ReasonApprovalMismatch ||
+		s.RejectionAt(0).EventID != wrong.ID || s.NumDecisions() != 0 {
+		t.Fatalf("after the mismatched decision: %v, %d rejections, %d decisions; want AWAITING_APPROVAL, one approval_mismatch",
+			s.State, s.NumRejections(), s.NumDecisions())
+	}
+	e.produce([]fsm.Event{ev("ap", fsm.ApprovalGranted, req("r-1"))})
+	e.waitSettled("appr")
+	if s, err = st.Get(ctx, "ap"); err != nil {
+		t.Fatal(err)
+	}
+	if s.State != fsm.StateActive || s.NumRejections() != 1 || s.NumDecisions() != 1 || s.DecisionAt(0).RequestID != "r-1" {
+		t.Fatalf("after the matching decision: %v, %d rejections, %d decisions; want ACTIVE, the grant of r-1",
+			s.State, s.NumRejections(), s.NumDecisions())
+	}
+}
