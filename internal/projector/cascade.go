@@ -44,7 +44,9 @@ const (
 // family is what a noted record means for cancellation reaching children
 // (docs/lifecycle.md, "Replacements and children"): a child's creation names
 // its parent, a session that enters CANCELLING, COMPLETED, FAILED or
-// CANCELLED cancels its children (no orphans), and a child that ends leaves its parent's index.
+// CANCELLED cancels its children (no orphans), a session whose graceful
+// cancellation escalates to forced escalates its children's, and a child
+// that ends leaves its parent's index.
 //
 // Children are known from the index in Redis (projstore.Store.AddChildren,
 // ChildrenPages): a child's creation adds it before the child's parent is
@@ -64,10 +66,14 @@ type family struct {
 	// ended: the session entered CANCELLING or COMPLETED, or FAILED or
 	// CANCELLED from a state other than CANCELLING (from CANCELLING, its
 	// entering CANCELLING already cancelled its children).
-	ended  bool
-	mode   fsm.CancelMode // the session's cancellation mode (graceful when none)
-	reason string         // the children's cancellation reason (closeReason)
-	leaves string         // the session ended: the parent whose children index it leaves
+	ended bool
+	// escalates: a forced CancellationRequested escalated the session's
+	// graceful CANCELLING (CANCELLING -> CANCELLING); ended is set too, and
+	// the children it reaches include those still graceful CANCELLING.
+	escalates bool
+	mode      fsm.CancelMode // the session's cancellation mode (graceful when none)
+	reason    string         // the children's cancellation reason (closeReason)
+	leaves    string         // the session ended: the parent whose children index it leaves
 }
 
 // cascades reports whether entering st cancels a session's children:
@@ -89,6 +95,9 @@ func familyOf(e *fsm.Event, s *snapshot.Snapshot, out outcome) *family {
 		return nil
 	}
 	if out.from == out.to {
+		if escalation(e, s, out) {
+			return &family{ended: true, escalates: true, mode: fsm.CancelForced, reason: closeReason(out.to)}
+		}
 		return nil
 	}
 	var f family
@@ -105,6 +114,14 @@ func familyOf(e *fsm.Event, s *snapshot.Snapshot, out outcome) *family {
 		return nil
 	}
 	return &f
+}
+
+// escalation reports whether e, folded into s with out, escalated a
+// graceful CANCELLING to forced: an applied CancellationRequested that
+// left the session CANCELLING is one (the fold rejects any other there).
+func escalation(e *fsm.Event, s *snapshot.Snapshot, out outcome) bool {
+	return e.Type == fsm.CancellationRequested && out.from == fsm.StateCancelling && out.to == fsm.StateCancelling &&
+		s.Cancellation.Mode == fsm.CancelForced
 }
 
 // cascade records the batch's new children in the index and takes its
@@ -255,7 +272,12 @@ func (d *derived) reach(ctx context.Context, store Store, ended []*change, emit 
 // cancellation of each one still to cancel: stored, neither CANCELLING
 // (by its own cancellation, or already by this one) nor ended, not
 // abandoned, and still naming that parent. Sending one to a child that
-// is CANCELLING or ended would only record a rejection.
+// is CANCELLING or ended would only record a rejection; but a parent's
+// escalation to forced (family.escalates) reaches its children still
+// graceful CANCELLING too, whose forced cancellation escalates them in
+// turn. That one's id is derived from the escalating event, so it is not
+// a duplicate of the graceful one, which was derived from the parent's
+// entry into CANCELLING.
 func (d *derived) cancelPage(ctx context.Context, store Store, kids []string, of []*change, emit func(*kgo.Record)) error {
 	if d.pageRead != nil {
 		d.pageRead(len(kids))
@@ -269,8 +291,9 @@ func (d *derived) cancelPage(ctx context.Context, store Store, kids []string, of
 	}
 	for i, k := range snaps {
 		ch := of[i]
-		if k == nil || k.State.Terminal() || k.State == fsm.StateCancelling || k.ParentClosePolicy == fsm.ParentCloseAbandon ||
-			k.ParentSessionID != ch.session {
+		escalate := ch.fam.escalates && k != nil && k.State == fsm.StateCancelling && k.Cancellation.Mode != fsm.CancelForced
+		if k == nil || k.State.Terminal() || (k.State == fsm.StateCancelling && !escalate) ||
+			k.ParentClosePolicy == fsm.ParentCloseAbandon || k.ParentSessionID != ch.session {
 			continue
 		}
 		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.fam.reason, ch.headers))
