@@ -87,9 +87,10 @@ func TestCascadingCancellation(t *testing.T) {
 		mode   fsm.CancelMode
 		parent string
 	}{
-		{"c1", fsm.StateCancelling, fsm.CancelForced, "root"},
-		{"g1", fsm.StateCancelling, fsm.CancelForced, "c1"},
-		{"late", fsm.StateCancelling, fsm.CancelForced, "root"},
+		// Forced, with the default grace of 0s: the firer ends them at once.
+		{"c1", fsm.StateCancelled, fsm.CancelForced, "root"},
+		{"g1", fsm.StateCancelled, fsm.CancelForced, "c1"},
+		{"late", fsm.StateCancelled, fsm.CancelForced, "root"},
 		{"fc", fsm.StateCancelling, fsm.CancelGraceful, "fp"},
 		{"c2", fsm.StateActive, 0, ""},
 		{"c3", fsm.StateCompleted, 0, ""},

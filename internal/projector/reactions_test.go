@@ -28,7 +28,7 @@ func replacementEvents() []fsm.Event {
 	return []fsm.Event{
 		ev("p-failed", fsm.SessionCreated, fsm.Fields{Goal: "first try"}),
 		ev("p-failed", fsm.SessionStarted, fsm.Fields{}),
-		ev("p-failed", fsm.SessionFailed, fsm.Fields{Reason: "boom"}),
+		ev("p-failed", fsm.SessionFailed, fsm.Fields{Reason: "boom", Category: "infrastructure"}),
 		ev("p-active", fsm.SessionCreated, fsm.Fields{}),
 		ev("p-active", fsm.SessionStarted, fsm.Fields{}),
 		ev("s-ok", fsm.SessionCreated, fsm.Fields{PredecessorSessionID: "p-failed"}),
@@ -57,7 +57,7 @@ func TestReplacementLinking(t *testing.T) {
 	// s-second names p-failed once s-ok is its successor.
 	at := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
 	e.produce([]fsm.Event{fsm.NewEvent(fsm.EventID{0x5e, 0xff, 1}, "s-second", fsm.SessionCreated, at, fsm.Fields{PredecessorSessionID: "p-failed"})})
-	want := map[string]string{"s-notfailed": "invalid_replacement", "s-second": "invalid_replacement", "s-orphan": ReasonUnknownPredecessor}
+	want := map[string]string{"s-notfailed": fsm.RefusalNotFailed, "s-second": fsm.RefusalAlreadyReplaced, "s-orphan": ReasonUnknownPredecessor}
 	for id, reason := range want {
 		testwait.Until(t, id+" refused", 30*time.Second, func() bool { s := get(id); return s != nil && s.Replacement.Status == fsm.ReplacementStatusRefused })
 		if s := get(id); s.Replacement.Reason != reason {

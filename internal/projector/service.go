@@ -5,8 +5,8 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/internal/service/redisstore"
 )

@@ -37,6 +37,12 @@ type Options struct {
 
 // Generator makes sessions from a seeded random source. It is not safe for
 // concurrent use.
+//
+// Its cancellations are graceful: a forced one ends the session by the
+// projector's own timeout at once (CORREX_FORCED_GRACE, default 0s), which a
+// fold of the events a client sent cannot foresee, and the workloads are
+// verified that way. Forced cancellation has its own tests (the conformance
+// vectors, internal/projector's section 11 tests).
 type Generator struct {
 	rng  *rand.Rand
 	opts Options
@@ -96,7 +102,7 @@ func (g *Generator) randomFields(t fsm.EventType) fsm.Fields {
 	case fsm.SessionFailed:
 		return fsm.Fields{Reason: "provider_failure"}
 	case fsm.CancellationRequested:
-		return fsm.Fields{Reason: "user", Mode: fsm.CancelMode(g.rng.IntN(2))}
+		return fsm.Fields{Reason: "user"} // graceful: see the forced note on Generator
 	case fsm.SessionCreated:
 		return fsm.Fields{Goal: "again"}
 	}
@@ -180,7 +186,7 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 	case k < 14:
 		b.emit(fsm.SessionFailed, fsm.Fields{Reason: "provider_failure"})
 	case k < 17:
-		b.emit(fsm.CancellationRequested, fsm.Fields{Reason: "user", Mode: fsm.CancelMode(r.IntN(2))})
+		b.emit(fsm.CancellationRequested, fsm.Fields{Reason: "user"}) // graceful, as above
 		b.end(false)
 	case k < 19:
 		b.emit(fsm.TimeoutExpired, fsm.Fields{Timeout: []fsm.TimeoutKind{fsm.TimeoutExecution, fsm.TimeoutInactivity}[r.IntN(2)]})
