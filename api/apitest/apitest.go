@@ -301,6 +301,12 @@ func (v *Validator) check(req *http.Request, resp *http.Response, body []byte) {
 	if body != nil {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	// An NDJSON body is a stream of documents, which the validator cannot
+	// read as one: its events are checked by ingest's own answer (a 400
+	// naming each bad line), so only the other requests are checked here.
+	if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt == "application/x-ndjson" {
+		return
+	}
 	if ok, errs := v.v.ValidateHttpRequest(req); !ok && (resp.StatusCode < 400 || resp.StatusCode > 499) {
 		v.violation(req, resp.StatusCode, "the request is invalid by the description, and was not answered 4xx: %s", describe(errs))
 	}
@@ -314,6 +320,11 @@ func (v *Validator) undescribed(req *http.Request, resp *http.Response, errs []*
 		if e.ValidationSubType == helpers.ValidationMissingOperation {
 			status, typ = http.StatusMethodNotAllowed, "https://correx.dev/problems/method-not-allowed"
 		}
+	}
+	if resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(req.URL.Path, "/v1/") {
+		// Authentication comes before routing under /v1/: a caller without
+		// a valid token learns nothing of which paths exist.
+		status, typ = http.StatusUnauthorized, "https://correx.dev/problems/unauthenticated"
 	}
 	if resp.StatusCode != status {
 		v.violation(req, resp.StatusCode, "neither the path nor its method is described (%s), so the answer must be %d", describe(errs), status)
@@ -344,7 +355,6 @@ func describe(errs []*verrors.ValidationError) string {
 	}
 	return strings.Join(parts, "; ")
 }
-
 
 // sse checks each event of a stream as the caller reads it.
 type sse struct {
