@@ -18,8 +18,9 @@
 'use strict';
 
 (function () {
-  const STATES = ['CREATED', 'INITIALIZING', 'ACTIVE', 'PAUSED', 'AWAITING_APPROVAL',
-    'CANCELLING', 'CANCELLED', 'FAILED', 'COMPLETED', 'RECOVERING'];
+  // The lifecycle's states in order, written into the page from pkg/fsm
+  // when the service starts (console.go).
+  const STATES = JSON.parse(document.getElementById('fsm-states').textContent);
   const WAITING = ['AWAITING_APPROVAL', 'PAUSED', 'CANCELLING'];
   const TOKEN_KEY = 'correx.console.token';
   const FALLBACK_MS = 15000; // polling while a watch stream cannot be opened
