@@ -186,8 +186,8 @@ does not match the stored snapshot).`,
 	}
 	root.AddCommand(
 		getCommand(s), listCommand(s), watchCommand(s), sendCommand(s),
-		approveCommand(s), denyCommand(s), cancelCommand(s), pauseCommand(s), resumeCommand(s),
-		replayCommand(s), rebuildCommand(s), statsCommand(s), topCommand(s), tokensCommand(s),
+		approveCommand(s), denyCommand(s), cancelCommand(s), pauseCommand(s), resumeCommand(s), failCommand(s),
+		historyCommand(s), replayCommand(s), rebuildCommand(s), statsCommand(s), topCommand(s), tokensCommand(s),
 	)
 	return root, s
 }

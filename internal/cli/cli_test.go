@@ -54,7 +54,7 @@ var (
 		{regexp.MustCompile(`\b[A-Za-z0-9_-]{48,}\b`), "<CURSOR>"}, // watch cursors
 		{regexp.MustCompile(`(^|\s)/\S*/`), "$1<DIR>/"},
 		{regexp.MustCompile(`\b\d+:\d+\b`), "P:O"},
-		{regexp.MustCompile(`"(partition|offset|firstOffset|checkpoint|highWatermark|lag|waitedMs)": \d+`), `"$1": N`},
+		{regexp.MustCompile(`"(partition|offset|firstOffset|checkpoint|highWatermark|lag|waitedMs|executionMs)": \d+`), `"$1": N`},
 		{regexp.MustCompile(`"durationsMs": \{[^}]*\}`), `"durationsMs": {...}`},
 		// Tables are aligned to their widest cell, which normalising
 		// changes: runs of spaces inside a line become two.
@@ -203,7 +203,15 @@ func TestCommands(t *testing.T) {
 		golden(t, "ls_bad_state", r)
 	})
 	step("cancel", func(t *testing.T) {
-		golden(t, "cancel", run(t, "", "cancel", "acme:cli-2", "--forced", "--reason", "done here", "--event-id", "00000000-0000-7000-8000-000000000030"))
+		golden(t, "cancel", run(t, "", "cancel", "acme:cli-2", "--reason", "done here", "--event-id", "00000000-0000-7000-8000-000000000030"))
+		// Escalated to forced, it ends at once (CORREX_FORCED_GRACE 0s): the
+		// projector's TimeoutExpired makes it CANCELLED (the state the send
+		// prints races with it), which stats shows.
+		wantCode(t, run(t, "", "cancel", "acme:cli-2", "--forced", "--event-id", "00000000-0000-7000-8000-000000000031"), ExitOK)
+		testwait.UntilSeen(t, "acme:cli-2 CANCELLED", 20*time.Second, func() (bool, string) {
+			r := run(t, "", "get", "acme:cli-2")
+			return strings.Contains(r.stdout, "CANCELLED"), r.stdout
+		})
 	})
 	step("stats", func(t *testing.T) {
 		golden(t, "stats", run(t, "", "stats"))
@@ -216,6 +224,30 @@ func TestCommands(t *testing.T) {
 		r := run(t, "", "replay", "acme:cli-1")
 		wantCode(t, r, ExitError)
 		golden(t, "replay_forbidden", r)
+	})
+	step("approvals on request ids, a structured failure, the history", func(t *testing.T) {
+		in := `{"eventId":"00000000-0000-7000-8000-000000000040","sessionId":"acme:cli-3","type":"SessionCreated"}
+{"eventId":"00000000-0000-7000-8000-000000000041","sessionId":"acme:cli-3","type":"SessionStarted"}
+{"eventId":"00000000-0000-7000-8000-000000000042","sessionId":"acme:cli-3","type":"ApprovalRequested","payload":{"requestId":"deploy-1","reason":"deploy to production"}}
+`
+		wantCode(t, run(t, in, "send", "-f", "-"), ExitOK)
+		golden(t, "approve_request_id", run(t, "", "approve", "acme:cli-3", "--request-id", "deploy-1", "--by", "alice",
+			"--reason", "change reviewed", "--event-id", "00000000-0000-7000-8000-000000000043"))
+		wantCode(t, run(t, "", "send", "-t", "ApprovalRequested", "-s", "acme:cli-3", "--field", "requestId=deploy-2",
+			"--event-id", "00000000-0000-7000-8000-000000000044"), ExitOK)
+		r := run(t, "", "deny", "acme:cli-3", "--request-id", "deploy-9", "--by", "bob", "--event-id", "00000000-0000-7000-8000-000000000045")
+		wantCode(t, r, ExitRejected)
+		golden(t, "deny_mismatch", r)
+		wantCode(t, run(t, "", "deny", "acme:cli-3", "--request-id", "deploy-2", "--by", "bob", "--event-id", "00000000-0000-7000-8000-000000000046"), ExitOK)
+		r = run(t, "", "fail", "acme:cli-3", "--category", "weather", "--event-id", "00000000-0000-7000-8000-000000000047")
+		wantCode(t, r, ExitRejected)
+		golden(t, "fail_bad_category", r)
+		golden(t, "fail", run(t, "", "fail", "acme:cli-3", "--category", "provider", "--code", "rate_limited", "--retryable",
+			"--reason", "provider answered 429", "--event-id", "00000000-0000-7000-8000-000000000048"))
+		golden(t, "history", run(t, "", "history", "acme:cli-3", "--page-size", "2"))
+		golden(t, "history_wide", run(t, "", "history", "acme:cli-3", "--limit", "3", "-o", "wide"))
+		golden(t, "history_json", run(t, "", "history", "acme:cli-3", "--limit", "2", "-o", "json"))
+		golden(t, "get_failed_json", run(t, "", "get", "acme:cli-3", "-o", "json"))
 	})
 	step("watch", func(t *testing.T) { testWatch(t, st, env) })
 	step("usage", func(t *testing.T) {

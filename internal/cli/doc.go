@@ -20,5 +20,5 @@
 //
 // A command is a function returning a *cobra.Command, added in
 // NewCommand; each reads its Client from the shared settings, so a new
-// command (say, a session's history) is one file and one line there.
+// command is one file and one line there (history.go is one).
 package cli

@@ -350,17 +350,73 @@ func lifecycleCommand(s *settings, use, short string, build func(id string, opts
 	return cmd
 }
 
-// approveCommand and denyCommand answer an ApprovalRequested. The client's
-// events carry no request id, approver or reason yet; when they do, their
-// flags (--request-id, --by, --reason) go here.
+// approveCommand and denyCommand answer an ApprovalRequested: --request-id
+// names the request decided (a different one than the pending request's is
+// rejected approval_mismatch), --by who decided, --reason why.
 func approveCommand(s *settings) *cobra.Command {
+	var d decisionFlags
 	return lifecycleCommand(s, "approve", "Grant a session's pending approval (ApprovalGranted)",
-		func(id string, o []client.EventOption) client.Event { return client.ApprovalGranted(id, o...) }, nil)
+		func(id string, o []client.EventOption) client.Event {
+			return client.ApprovalGranted(id, d.options(o)...)
+		}, d.register)
 }
 
 func denyCommand(s *settings) *cobra.Command {
+	var d decisionFlags
 	return lifecycleCommand(s, "deny", "Deny a session's pending approval (ApprovalDenied)",
-		func(id string, o []client.EventOption) client.Event { return client.ApprovalDenied(id, o...) }, nil)
+		func(id string, o []client.EventOption) client.Event {
+			return client.ApprovalDenied(id, d.options(o)...)
+		}, d.register)
+}
+
+// decisionFlags are an approval decision's payload.
+type decisionFlags struct{ requestID, by, reason string }
+
+func (d *decisionFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&d.requestID, "request-id", "", "the request decided (default: the pending one)")
+	cmd.Flags().StringVar(&d.by, "by", "", "who decided (at most 256 bytes)")
+	cmd.Flags().StringVar(&d.reason, "reason", "", "why (at most 1 KiB)")
+}
+
+func (d *decisionFlags) options(o []client.EventOption) []client.EventOption {
+	if d.requestID != "" {
+		o = append(o, client.RequestID(d.requestID))
+	}
+	if d.by != "" {
+		o = append(o, client.DecidedBy(d.by))
+	}
+	if d.reason != "" {
+		o = append(o, client.ApprovalReason(d.reason))
+	}
+	return o
+}
+
+// failCommand ends a session as FAILED with a structured failure.
+func failCommand(s *settings) *cobra.Command {
+	var (
+		reason, category, code string
+		retryable              bool
+	)
+	return lifecycleCommand(s, "fail", "End a session as FAILED (SessionFailed) with a category, code and whether a retry may succeed",
+		func(id string, o []client.EventOption) client.Event {
+			if category != "" {
+				o = append(o, client.FailureCategory(category))
+			}
+			if code != "" {
+				o = append(o, client.FailureCode(code))
+			}
+			if retryable {
+				o = append(o, client.Retryable())
+			}
+			return client.SessionFailed(id, reason, o...)
+		},
+		func(cmd *cobra.Command) {
+			cmd.Flags().StringVar(&reason, "reason", "", "what happened (at most 1 KiB)")
+			cmd.Flags().StringVar(&category, "category", "", "infrastructure, provider, tool, policy, timeout, internal or unknown (default)")
+			cmd.Flags().StringVar(&code, "code", "", "a machine-readable code, [a-z0-9][a-z0-9_.-]{0,63}")
+			cmd.Flags().BoolVar(&retryable, "retryable", false, "a retry may succeed")
+			_ = cmd.RegisterFlagCompletionFunc("category", fixedCompletion("infrastructure", "provider", "tool", "policy", "timeout", "internal", "unknown"))
+		})
 }
 
 func pauseCommand(s *settings) *cobra.Command {

@@ -489,6 +489,46 @@ func TestSessionPage(t *testing.T) {
 		t.Errorf("at 390 px the page is %d px wide", scrollW)
 	}
 	b.screenshot(t, "console-session-narrow")
+
+	// The rules an operator acts on: the pending request and the last
+	// decisions, the execution time, the whole history in pages, and a
+	// structured failure.
+	b.do(t, "wide", chromedp.EmulateViewport(1280, 800))
+	rules := []ev{{typ: "SessionCreated", at: 0}, {typ: "SessionStarted", at: 1}, // CREATED 1 s
+		{typ: "ApprovalRequested", at: 4, payload: map[string]any{"requestId": "req-a", "reason": "spend 5 EUR"}}, // ACTIVE 3 s
+		{typ: "ApprovalGranted", at: 6, payload: map[string]any{"requestId": "req-a", "by": "bob", "reason": "within budget"}}}
+	for k := range 28 { // ACTIVE 1 s before each pause
+		rules = append(rules, ev{typ: "SessionPaused", at: float64(7 + 2*k)}, ev{typ: "SessionResumed", at: float64(8 + 2*k)})
+	}
+	rules = append(rules, ev{typ: "ApprovalRequested", at: 63, payload: map[string]any{"requestId": "req-b", "reason": "spend 9 EUR"}})
+	for i := range rules {
+		rules[i].id = "acme:rules"
+	}
+	send(t, st, "", "", append(rules, ev{id: "acme:failed", typ: "SessionCreated", at: 0}, ev{id: "acme:failed", typ: "SessionFailed", at: 1,
+		payload: map[string]any{"reason": "provider answered 429", "category": "provider", "code": "rate_limited", "retryable": true}})...)
+	b.do(t, "open the approvals", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:rules"))
+	b.waitJS(t, "the pending request", `document.querySelector('#approval-pending [data-request="req-b"]') !== null`)
+	b.eval(t, `[document.querySelector('#approval-pending').innerText, document.querySelector('#decisions tbody').innerText,
+		document.querySelector('#s-execution').innerText].join('|')`, &text)
+	for _, want := range []string{"spend 9 EUR", "req-a\tgranted\tbob\twithin budget\t2.00 s", "|33.0 s"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("approvals and execution time: %q, want %q in it", text, want)
+		}
+	}
+	b.do(t, "read the history", chromedp.Click(chromedp.ID(`#history-load`)))
+	b.waitJS(t, "the first page", `document.querySelector('#history tbody').rows.length === 50 && !document.querySelector('#history-more').hidden`)
+	b.do(t, "read more", chromedp.Click(chromedp.ID(`#history-more`)))
+	b.waitJS(t, "the whole history", `document.querySelector('#history tbody').rows.length === 61 && document.querySelector('#history-more').hidden`)
+	b.eval(t, `document.querySelector('#history tbody').rows[60].innerText`, &text)
+	if !strings.Contains(text, "ApprovalRequested\tapplied") {
+		t.Errorf("the history's last row: %q", text)
+	}
+	b.do(t, "open the failure", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:failed"))
+	b.waitJS(t, "the failure", `document.querySelector('#failure-category') !== null`)
+	b.eval(t, `document.querySelector('#s-failure').innerText`, &text)
+	if want := "Failed: category provider, code rate_limited, retryable: provider answered 429"; !strings.Contains(text, want) {
+		t.Errorf("failure: %q, want %q", text, want)
+	}
 	b.checkClean(t)
 }
 
@@ -545,7 +585,7 @@ func TestHostileText(t *testing.T) {
 		}
 		var imgs, scripts int
 		b.eval(t, `document.querySelectorAll('img').length`, &imgs)
-		b.eval(t, `document.querySelectorAll('script').length`, &scripts)
+		b.eval(t, `document.querySelectorAll('script:not(#fsm-states)').length`, &scripts) // the states are data, not a script
 		if imgs != 0 || scripts != 1 {
 			t.Errorf("%s: %d img and %d script elements on the page, want 0 and 1", c.id, imgs, scripts)
 		}

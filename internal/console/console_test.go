@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/correx/sessions/internal/console"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 func get(t *testing.T, h http.Handler, method, path string, header ...string) (*http.Response, string) {
@@ -124,5 +125,22 @@ func TestConditionalGet(t *testing.T) {
 	}
 	if resp, _ := get(t, h, "GET", "/ui/console.css", "If-None-Match", etag); resp.StatusCode != 200 {
 		t.Fatalf("status %d with another file's ETag", resp.StatusCode)
+	}
+}
+
+// TestStatesFromFSM: the page carries the lifecycle's states, in order,
+// from pkg/fsm, which console.js reads instead of a list of its own.
+func TestStatesFromFSM(t *testing.T) {
+	_, body := get(t, console.New(), http.MethodGet, console.Path)
+	var names []string
+	for _, st := range fsm.States() {
+		names = append(names, `"`+st.String()+`"`)
+	}
+	want := `<script type="application/json" id="fsm-states">[` + strings.Join(names, ",") + `]</script>`
+	if !strings.Contains(body, want) {
+		t.Fatalf("the page does not carry %s", want)
+	}
+	if _, js := get(t, console.New(), http.MethodGet, console.Path+"console.js"); strings.Contains(js, "'CREATED', 'INITIALIZING'") {
+		t.Fatal("console.js keeps a list of the states of its own")
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
+	"github.com/correx/sessions/pkg/client"
 )
 
 // Config is the configuration of cmd/devstack (`make run`): the stack's
@@ -137,6 +138,7 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 	lines := &lockedWriter{w: stdout} // progress and the demo's timeout print lines concurrently
 	if c.Demo {
 		go demoTimeout(ctx, st, lines, o.Log)
+		go demoRules(ctx, st, lines, o.Log)
 		go demo(ctx, st, c, o.Log, &sent)
 	}
 	progress(ctx, lines, st, &sent, c.Progress)
@@ -179,12 +181,24 @@ Try:
   # sessions by label; every change as it happens (Server-Sent Events; Ctrl-C ends it)
   curl -s '%s/v1/sessions?label=team=demo&prefix=demo:quiet'
   curl -N %s/v1/watch
+  # an approval decided on its request id, by whom and why; then every event and its outcome, in pages
+  curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' -d '{"events":[
+    {"sessionId":"demo:2","type":"SessionCreated"},{"sessionId":"demo:2","type":"SessionStarted"},
+    {"sessionId":"demo:2","type":"ApprovalRequested","payload":{"requestId":"deploy-1","reason":"deploy to production"}},
+    {"sessionId":"demo:2","type":"ApprovalGranted","payload":{"requestId":"deploy-1","by":"alice","reason":"change reviewed"}}]}'
+  curl -s '%s/v1/sessions/demo:2/history?limit=3'
+  # a structured failure (category, code, retryable); a forced cancellation, which ends at once
+  curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
+    -d '{"sessionId":"demo:2","type":"SessionFailed","payload":{"reason":"provider answered 429","category":"provider","code":"rate_limited","retryable":true}}'
+  curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
+    -d '{"sessionId":"demo:1","type":"CancellationRequested","payload":{"mode":"forced","reason":"runaway"}}'
   # or the command line, which defaults to these ports: go install ./cmd/correx
   correx ls --prefix demo: --limit 10; correx watch; correx top
 
 Ctrl-C stops it. Settings: %s
 `, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL,
-		st.IngestURL, quietSessionEvents("demo:quiet"), st.QueryURL, st.QueryURL, st.QueryURL, strings.Join(settings, ", "))
+		st.IngestURL, quietSessionEvents("demo:quiet"), st.QueryURL, st.QueryURL, st.QueryURL,
+		st.IngestURL, st.QueryURL, st.IngestURL, st.IngestURL, strings.Join(settings, ", "))
 }
 
 // demo runs rounds of realistic sessions against the stack until ctx ends.
@@ -321,4 +335,89 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// demoRules shows the rules an operator acts on: an approval decided on its
+// request id, by whom and why; a forced cancellation, which the projector
+// ends itself once the forced grace (CORREX_FORCED_GRACE) has passed; and a
+// structured failure. It prints a line to w for each once the query service
+// shows it.
+func demoRules(ctx context.Context, st *Stack, w io.Writer, log *slog.Logger) {
+	c, err := client.New(client.IngestURL(st.IngestURL), client.QueryURL(st.QueryURL))
+	if err != nil {
+		log.Warn("demo rules", "err", err)
+		return
+	}
+	n := time.Now().Unix()
+	approval, forced, failed := fmt.Sprintf("demo:approval-%d", n), fmt.Sprintf("demo:forced-%d", n), fmt.Sprintf("demo:failed-%d", n)
+	var evs []client.Event
+	for _, id := range []string{approval, forced, failed} {
+		evs = append(evs, client.SessionCreated(id, client.Goal("show "+strings.TrimPrefix(id, "demo:")), client.Labels(map[string]string{"team": "demo"})),
+			client.SessionStarted(id))
+	}
+	evs = append(evs,
+		client.ApprovalRequested(approval, client.RequestID("deploy-1"), client.ApprovalReason("deploy to production")),
+		client.ApprovalGranted(approval, client.RequestID("deploy-1"), client.DecidedBy("alice"), client.ApprovalReason("change reviewed")),
+		client.CancellationRequested(forced, "runaway tool loop", client.Forced),
+		client.SessionFailed(failed, "provider answered 429", client.FailureCategory("provider"), client.FailureCode("rate_limited"), client.Retryable()))
+	if _, err := c.Send(ctx, evs...); err != nil {
+		log.Warn("demo rules", "err", err)
+		return
+	}
+	type snap struct {
+		State    string
+		Approval struct {
+			Decisions []struct{ RequestID, Decision, By, Reason string }
+		}
+		Cancellation *struct {
+			Mode   string
+			Forced bool
+		}
+		Failure *struct {
+			Category, Code string
+			Retryable      bool
+		}
+	}
+	show := map[string]func(s snap) string{
+		approval: func(s snap) string {
+			if len(s.Approval.Decisions) == 0 {
+				return ""
+			}
+			d := s.Approval.Decisions[len(s.Approval.Decisions)-1]
+			return fmt.Sprintf("approval %s %s by %s (%s); now %s", d.RequestID, d.Decision, d.By, d.Reason, s.State)
+		},
+		forced: func(s snap) string {
+			if s.State != "CANCELLED" || s.Cancellation == nil {
+				return ""
+			}
+			return fmt.Sprintf("cancelled in %s mode: %s", s.Cancellation.Mode, s.State)
+		},
+		failed: func(s snap) string {
+			if s.Failure == nil {
+				return ""
+			}
+			return fmt.Sprintf("failed: category %s, code %s, retryable %t", s.Failure.Category, s.Failure.Code, s.Failure.Retryable)
+		},
+	}
+	for len(show) > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		for id, f := range show {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.QueryURL+"/v1/sessions/"+id, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue
+			}
+			var s snap
+			err = json.NewDecoder(resp.Body).Decode(&s)
+			resp.Body.Close()
+			if line := f(s); err == nil && line != "" {
+				fmt.Fprintf(w, "demo: session %s %s\n", id, line)
+				delete(show, id)
+			}
+		}
+	}
 }

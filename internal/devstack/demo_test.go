@@ -3,29 +3,39 @@ package devstack
 import (
 	"bytes"
 	"context"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/testwait"
 )
 
 // TestDemoTimeoutFires runs the devstack's demo until its quiet session is
-// timed out by the projector (its inactivity timeout is 5 s), and checks
+// timed out by the projector (its inactivity timeout is 5 s) and its other
+// sessions show an approval decided on its request id, a forced
+// cancellation the projector ended, and a structured failure; and checks
 // that the query service shows the next deadline from the service defaults.
 func TestDemoTimeoutFires(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs bytes.Buffer
-	out := &watchBuffer{want: "timed out: CANCELLING", found: cancel}
+	out := &watchBuffer{want: []string{"timed out: CANCELLING", "approval deploy-1 granted by alice (change reviewed)",
+		"cancelled in forced mode: CANCELLED", "failed: category provider, code rate_limited, retryable true"}, found: cancel}
 	c := DefaultConfig()
 	c.DataDir, c.KafkaPort, c.Redis.URL, c.Progress = t.TempDir(), 0, srv.URL(), time.Second
 	c.IngestAddr, c.QueryAddr, c.ProjectorAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	err := Run(ctx, c, nil, func(string) string { return "" }, out, &errs)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errs.String())
+	}
+	for _, w := range out.want {
+		if !strings.Contains(out.String(), w) {
+			t.Fatalf("the demo did not show %q:\n%s", w, out.String())
+		}
 	}
 	if s := out.String(); !strings.Contains(s, "timed out: CANCELLING, timeout:inactivity") {
 		t.Fatalf("the demo's quiet session did not time out:\n%s", s)
@@ -42,14 +52,17 @@ func TestDemoTimeoutFires(t *testing.T) {
 type watchBuffer struct {
 	mu    sync.Mutex
 	b     bytes.Buffer
-	want  string
+	want  []string // every one of them
 	found func()
 }
 
 func (w *watchBuffer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	n, err := w.b.Write(p)
-	done := strings.Contains(w.b.String(), w.want)
+	done := true
+	for _, s := range w.want {
+		done = done && strings.Contains(w.b.String(), s)
+	}
 	w.mu.Unlock()
 	if done {
 		w.found()
@@ -61,4 +74,50 @@ func (w *watchBuffer) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// TestBannerHints runs the banner's curl lines, as printed, against a stack
+// and checks that every write is accepted and the approval, the history,
+// the structured failure and the forced cancellation show in the answers.
+func TestBannerHints(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skipf("the hints need curl: %v", err)
+	}
+	st, err := Start(context.Background(), Options{Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Stop()
+	var banner bytes.Buffer
+	printBanner(&banner, st, nil, "")
+	_, hints, _ := strings.Cut(banner.String(), "Try:\n")
+	hints, _, _ = strings.Cut(hints, "  # or the command line")
+	var script []string
+	for _, l := range strings.Split(hints, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "curl -N") { // the watch streams until stopped
+			continue
+		}
+		script = append(script, strings.ReplaceAll(l, "<position from the answer>", "0:0"))
+	}
+	run := func(s string) string {
+		out, err := exec.Command("bash", "-c", s).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s\n%s", err, s, out)
+		}
+		return string(out)
+	}
+	out := run(strings.Join(script, "\n") + "\ntrue")
+	if strings.Contains(out, `"status":400`) {
+		t.Fatalf("a hint was refused:\n%s", out)
+	}
+	testwait.UntilSeen(t, "the hints' sessions", 20*time.Second, func() (bool, string) {
+		two := run("curl -s " + st.QueryURL + "/v1/sessions/demo:2")
+		one := run("curl -s " + st.QueryURL + "/v1/sessions/demo:1")
+		ok := strings.Contains(two, `"requestId":"deploy-1","decision":"granted"`) && strings.Contains(two, `"category":"provider"`) &&
+			strings.Contains(one, `"mode":"forced"`) && strings.Contains(one, `"state":"CANCELLED"`)
+		return ok, one + "\n" + two
+	})
+	if h := run("curl -s '" + st.QueryURL + "/v1/sessions/demo:2/history?limit=3'"); !strings.Contains(h, `"next":"`) {
+		t.Fatalf("the history hint answered no next page:\n%s", h)
+	}
 }

@@ -1,6 +1,7 @@
 // Package workload generates realistic session event streams: sessions that
-// walk random lifecycle paths (initialization, execution, pauses, approvals,
-// recoveries, and an ending by completion, failure, cancellation or timeout),
+// walk random lifecycle paths (initialization, execution, pauses, approvals
+// with request ids and who decided, recoveries, and an ending by completion,
+// structured failure, graceful cancellation or timeout),
 // with a chosen share of invalid and duplicate events mixed in. Everything is
 // derived from a seed, so a failing test names the seed that reproduces it.
 //
@@ -155,7 +156,8 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 			}
 			b.emit(fsm.SessionResumed, fsm.Fields{})
 		case k < 17:
-			b.emit(fsm.ApprovalRequested, fsm.Fields{})
+			req := fmt.Sprintf("req-%d", len(b.events))
+			b.emit(fsm.ApprovalRequested, fsm.Fields{RequestID: req, HasRequestID: true, Reason: "tool call needs a human"})
 			if r.IntN(8) == 0 {
 				b.emit(fsm.RecoveryStarted, fsm.Fields{})
 				b.emit(fsm.RecoveryCompleted, fsm.Fields{})
@@ -166,9 +168,9 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 				b.end(true)
 				return b.events
 			case 1, 2:
-				b.emit(fsm.ApprovalDenied, fsm.Fields{})
+				b.emit(fsm.ApprovalDenied, fsm.Fields{RequestID: req, HasRequestID: true, By: "reviewer", Reason: "too risky"})
 			default:
-				b.emit(fsm.ApprovalGranted, fsm.Fields{})
+				b.emit(fsm.ApprovalGranted, fsm.Fields{RequestID: req, HasRequestID: true, By: "reviewer"})
 			}
 		default:
 			b.emit(fsm.RecoveryStarted, fsm.Fields{})
@@ -184,7 +186,7 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 	case k < 12:
 		b.emit(fsm.SessionCompleted, fsm.Fields{})
 	case k < 14:
-		b.emit(fsm.SessionFailed, fsm.Fields{Reason: "provider_failure"})
+		b.emit(fsm.SessionFailed, failures[len(b.events)%len(failures)])
 	case k < 17:
 		b.emit(fsm.CancellationRequested, fsm.Fields{Reason: "user"}) // graceful, as above
 		b.end(false)
@@ -195,6 +197,13 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 		// left running: no ending
 	}
 	return b.events
+}
+
+// failures are the structured failures sessions end with.
+var failures = []fsm.Fields{
+	{Reason: "provider_failure", Category: "provider", Code: "rate_limited", Retryable: true},
+	{Reason: "tool crashed", Category: "tool", Code: "tool.exit_1"},
+	{Reason: "policy forbids the action", Category: "policy", Code: "forbidden"},
 }
 
 // end completes a cancellation that is in progress, gracefully or by the

@@ -18,8 +18,9 @@
 'use strict';
 
 (function () {
-  const STATES = ['CREATED', 'INITIALIZING', 'ACTIVE', 'PAUSED', 'AWAITING_APPROVAL',
-    'CANCELLING', 'CANCELLED', 'FAILED', 'COMPLETED', 'RECOVERING'];
+  // The lifecycle's states in order, written into the page from pkg/fsm
+  // when the service starts (console.go).
+  const STATES = JSON.parse(document.getElementById('fsm-states').textContent);
   const WAITING = ['AWAITING_APPROVAL', 'PAUSED', 'CANCELLING'];
   const TOKEN_KEY = 'correx.console.token';
   const FALLBACK_MS = 15000; // polling while a watch stream cannot be opened
@@ -40,7 +41,7 @@
   // server writes is in one of the two (TestSessionPageFields).
   const KNOWN = new Set(['sessionId', 'state', 'terminal', 'correlationId', 'goal', 'predecessorSessionId',
     'createdAt', 'updatedAt', 'stateEnteredAt', 'version', 'lastEventId', 'position', 'firstOffset',
-    'counters', 'durationsMs', 'transitions', 'rejections', 'approval', 'failure', 'cancellation',
+    'counters', 'durationsMs', 'executionMs', 'transitions', 'rejections', 'approval', 'failure', 'cancellation',
     'recovery', 'digest']);
   const LINK_FIELDS = new Set(['parentSessionId', 'successorSessionId', 'predecessorSessionId']);
   const EXTRAS_FIRST = ['labels', 'metadata', 'parentSessionId', 'deadline', 'successorSessionId', 'replacement',
@@ -681,8 +682,10 @@
     renderTimeline(s);
 
     renderDeadline(s);
+    renderFailure(s);
     renderChain(s);
     renderActions(s);
+    renderApprovals(s);
 
     const pos = s.position ? s.position.partition + ':' + s.position.offset : null;
     dl($('facts'), [
@@ -692,6 +695,7 @@
       ['updated', timeEl(s.updatedAt)],
       ['correlation id', el('span', { class: 'mono' }, s.correlationId || '')],
       ['predecessor', s.predecessorSessionId ? sessionLink(s.predecessorSessionId) : null],
+      ['execution time', el('span', { id: 's-execution', title: 'time in CREATED, INITIALIZING, ACTIVE and RECOVERING, closed intervals' }, fmtMs(s.executionMs || 0))],
       ['version', String(s.version)],
       ['position', pos ? el('span', { class: 'mono' }, pos) : null],
       ['first offset', String(s.firstOffset)],
@@ -750,6 +754,42 @@
     }
     box.append('Next deadline: ', el('strong', { class: 'mono' }, String(d.kind || 'timeout')), ' at ', timeEl(d.at), ' · ',
       el('strong', { 'data-until': d.at, id: 's-countdown' }, countdown(ms(d.at) - Date.now())));
+  }
+
+  // renderFailure shows how a FAILED session failed: its category, code
+  // and whether a retry may succeed (DESIGN 11.1).
+  function renderFailure(s) {
+    const box = $('s-failure');
+    clear(box);
+    const f = s.failure;
+    box.hidden = !f;
+    if (!f) return;
+    box.append('Failed: category ', el('strong', { class: 'mono', id: 'failure-category' }, f.category || 'unknown'),
+      ', code ', el('strong', { class: 'mono', id: 'failure-code' }, f.code || 'none'),
+      ', ', el('strong', { id: 'failure-retryable' }, f.retryable ? 'retryable' : 'not retryable'),
+      f.reason ? ': ' : '', f.reason ? el('q', {}, f.reason) : '');
+  }
+
+  // renderApprovals shows the pending request, whoever may act on it, and
+  // the last decisions, newest first (DESIGN 11.7).
+  function renderApprovals(s) {
+    const p = pendingApproval(s);
+    const pend = $('approval-pending');
+    clear(pend);
+    if (p) {
+      pend.append('Pending: request ', el('span', { class: 'mono', 'data-request': p.requestId || '' }, p.requestId || '(no id)'),
+        p.since ? ' since ' : '', p.since ? timeEl(p.since) : '', p.reason ? ': ' : '', p.reason ? el('q', {}, p.reason) : '');
+    } else {
+      pend.append(el('span', { class: 'muted small' }, 'No request pending.'));
+    }
+    const tb = $('decisions').tBodies[0];
+    clear(tb);
+    const ds = ((s.approval || {}).decisions || []).slice().reverse();
+    for (const d of ds) {
+      tb.append(el('tr', { 'data-decision': d.decision }, el('td', {}, timeEl(d.at)), el('td', { class: 'mono' }, d.requestId),
+        el('td', {}, d.decision), el('td', {}, d.by || ''), el('td', { class: 'reason' }, d.reason || ''), el('td', {}, fmtMs(d.waitedMs || 0))));
+    }
+    if (!ds.length) tb.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'No decision yet.')));
   }
 
   // renderChain shows the replacement chain as links: the predecessor this
@@ -907,6 +947,32 @@
     for (const b of $('actions').querySelectorAll('button[data-action]')) {
       b.addEventListener('click', () => act(b.dataset.action));
     }
+    // The whole history, read from the log a page at a time on request.
+    const hpath = path + '/history';
+    $('history-json').href = hpath + '?limit=' + PAGE;
+    let hnext = null;
+    async function loadHistory(after) {
+      const note = $('history-note');
+      note.textContent = 'reading the log…';
+      try {
+        const { body } = await api(hpath + '?limit=' + PAGE + (after ? '&after=' + encodeURIComponent(after) : ''));
+        const tb = $('history').tBodies[0];
+        if (!after) clear(tb);
+        for (const h of body.history || []) {
+          tb.append(el('tr', { 'data-outcome': h.outcome }, el('td', {}, String(h.version)), el('td', {}, timeEl(h.occurredAt)),
+            el('td', { class: 'mono' }, h.type), el('td', {}, h.outcome), el('td', {}, h.from ? badge(h.from) : ''),
+            el('td', {}, h.to ? badge(h.to) : ''), el('td', { class: 'reason' }, h.reason || ''), el('td', { class: 'mono' }, h.eventId)));
+        }
+        $('history').hidden = false;
+        hnext = body.next || null;
+        $('history-more').hidden = !hnext;
+        note.textContent = tb.rows.length + ' events shown' + (hnext ? '; more follow' : '; the whole history');
+      } catch (e) {
+        note.textContent = 'History unavailable: ' + e.message;
+      }
+    }
+    $('history-load').addEventListener('click', () => loadHistory(null));
+    $('history-more').addEventListener('click', () => { if (hnext) loadHistory(hnext); });
     // The listing has no index by parent: it filters each scanned page,
     // so a page may hold no child while more follow. Read up to
     // CHILDREN_PAGES pages of 1000 sessions for the first CHILDREN_SHOWN.
