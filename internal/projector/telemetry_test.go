@@ -367,8 +367,8 @@ func histograms(rm *metricdata.ResourceMetrics, name, key string) map[string][2]
 			}
 			for _, p := range d.DataPoints {
 				v, _ := p.Attributes.Value(attribute.Key(key))
-				c := out[v.Emit()]
-				out[v.Emit()] = [2]float64{c[0] + float64(p.Count), c[1] + p.Sum}
+				c := out[v.String()]
+				out[v.String()] = [2]float64{c[0] + float64(p.Count), c[1] + p.Sum}
 			}
 		}
 	}
@@ -386,7 +386,7 @@ func counters(rm *metricdata.ResourceMetrics, name, key string) map[string]int64
 			}
 			for _, p := range d.DataPoints {
 				v, _ := p.Attributes.Value(attribute.Key(key))
-				out[v.Emit()] += p.Value
+				out[v.String()] += p.Value
 			}
 		}
 	}

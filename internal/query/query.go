@@ -28,6 +28,7 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/correx/sessions/pkg/wire"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -477,30 +478,12 @@ fill:
 	return buf.Bytes(), nil
 }
 
-// Stats is the body of GET /v1/stats. For a token bound to a session-id
-// prefix, Prefix is set, the counts are of that prefix's sessions, and
-// Partitions is left out: checkpoints and lag are global. Partitions is
-// left out for a token without the admin scope too.
-type Stats struct {
-	Topic    string `json:"topic"`
-	Prefix   string `json:"prefix,omitempty"`
-	Sessions struct {
-		Total   int64            `json:"total"`
-		ByState map[string]int64 `json:"byState"`
-	} `json:"sessions"`
-	Partitions []PartitionStats `json:"partitions,omitzero"`
-}
+// Stats is the body of GET /v1/stats (pkg/wire's, which the client reads
+// too).
+type Stats = wire.Stats
 
 // PartitionStats is one partition's progress.
-type PartitionStats struct {
-	Partition     int32      `json:"partition"`
-	Checkpoint    int64      `json:"checkpoint"`
-	CheckpointAt  *time.Time `json:"checkpointAt"`
-	HighWatermark *int64     `json:"highWatermark"`
-	// Lag is the high watermark minus the checkpoint, as the projector saw
-	// them when it wrote the checkpoint; null when unknown.
-	Lag *int64 `json:"lag"`
-}
+type PartitionStats = wire.PartitionStats
 
 func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 	if !onlyGET(w, r) {

@@ -2,43 +2,21 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // Stats is the query service's GET /v1/stats: sessions per state and, for
 // an admin token without a session-id prefix, each partition's progress.
-type Stats struct {
-	Topic string `json:"topic"`
-	// Prefix is the token's session-id prefix; the counts are then of its
-	// sessions alone, and Partitions is empty.
-	Prefix   string `json:"prefix,omitempty"`
-	Sessions struct {
-		Total int64 `json:"total"`
-		// ByState has every state, zero counts included.
-		ByState map[string]int64 `json:"byState"`
-	} `json:"sessions"`
-	// Partitions is empty for a token without the admin scope.
-	Partitions []PartitionStats `json:"partitions,omitempty"`
-}
+type Stats = wire.Stats
 
 // PartitionStats is one partition's progress as the projector last wrote
 // its checkpoint.
-type PartitionStats struct {
-	Partition     int32      `json:"partition"`
-	Checkpoint    int64      `json:"checkpoint"`
-	CheckpointAt  *time.Time `json:"checkpointAt"`
-	HighWatermark *int64     `json:"highWatermark"`
-	// Lag is the high watermark minus the checkpoint when the checkpoint
-	// was written; nil when unknown.
-	Lag *int64 `json:"lag"`
-}
+type PartitionStats = wire.PartitionStats
 
 // Replay is GET /v1/sessions/{id}/replay: the session rebuilt from the
 // Kafka log up to its stored position, and whether it equals the stored
@@ -115,32 +93,5 @@ func (c *Client) readJSON(ctx context.Context, method, op, sessionID string, u *
 }
 
 func (c *Client) queryJSON(ctx context.Context, method, op string, u *url.URL, v any) error {
-	if method == http.MethodGet {
-		return c.getJSON(ctx, op, u, 0, v)
-	}
-	actx, cancel := context.WithTimeout(ctx, c.retry.reqTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(actx, method, u.String(), nil)
-	if err != nil {
-		return fmt.Errorf("client: %s: %w", op, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	c.setHeaders(req)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("client: %s: %w", op, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes*8))
-	if err != nil {
-		return fmt.Errorf("client: %s: reading the answer: %w", op, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		_, se := statusError(op, resp, body)
-		return se
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("client: %s: decoding the answer: %w", op, err)
-	}
-	return nil
+	return c.doJSON(ctx, method, op, u, 0, v)
 }

@@ -128,9 +128,16 @@ func readError(ctx context.Context, op, sessionID string, attempts int, err erro
 }
 
 func (c *Client) getJSON(ctx context.Context, op string, u *url.URL, extra time.Duration, v any) error {
+	return c.doJSON(ctx, http.MethodGet, op, u, extra, v)
+}
+
+// doJSON sends one request without a body to the query service, within the
+// request timeout plus extra, and decodes a 200's body into v; any other
+// answer is a *StatusError.
+func (c *Client) doJSON(ctx context.Context, method, op string, u *url.URL, extra time.Duration, v any) error {
 	actx, cancel := context.WithTimeout(ctx, c.retry.reqTimeout+extra)
 	defer cancel()
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(actx, method, u.String(), nil)
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", op, err)
 	}
