@@ -121,7 +121,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	began := time.Now()
 	for w := range cfg.Concurrency {
 		var mine []*session
-		g := workload.New(cfg.Seed+uint64(w)*7919, workload.Options{InvalidShare: cfg.InvalidShare, DuplicateShare: cfg.DuplicateShare})
+		g := workload.New(cfg.Seed+uint64(w)*7919, workload.Options{InvalidShare: cfg.InvalidShare, DuplicateShare: cfg.DuplicateShare, Structured: true})
 		for i := w; i < cfg.Sessions; i += cfg.Concurrency {
 			id := cfg.Prefix + "-" + strconv.FormatUint(cfg.Seed, 36) + "-" + strconv.Itoa(i)
 			s := &session{id: id, events: g.Session(id, cfg.Start.Add(time.Duration(i)*time.Millisecond))}

@@ -34,12 +34,23 @@ type Options struct {
 	// where about 60% of events are transitions; 40 gives an agent-like run
 	// with about 15% transitions.
 	ExecutionWeight int
+	// Structured gives approvals a request id, who decided and why, and
+	// failures a category and a code (DESIGN 11.1, 11.7), as cmd/loadgen
+	// and the demo send them. Off, those payloads stay as they were before
+	// those rules, so that stored fixtures keep their digests.
+	Structured bool
+	// ForcedCancellations makes half the cancellations forced, as the
+	// stored-format fixtures were written. Off (the default), every
+	// cancellation is graceful: see Generator. Either way the same random
+	// draws are made, so the rest of the stream does not change.
+	ForcedCancellations bool
 }
 
 // Generator makes sessions from a seeded random source. It is not safe for
 // concurrent use.
 //
-// Its cancellations are graceful: a forced one ends the session by the
+// Its cancellations are graceful unless Options.ForcedCancellations: a
+// forced one ends the session by the
 // projector's own timeout at once (CORREX_FORCED_GRACE, default 0s), which a
 // fold of the events a client sent cannot foresee, and the workloads are
 // verified that way. Forced cancellation has its own tests (the conformance
@@ -103,7 +114,7 @@ func (g *Generator) randomFields(t fsm.EventType) fsm.Fields {
 	case fsm.SessionFailed:
 		return fsm.Fields{Reason: "provider_failure"}
 	case fsm.CancellationRequested:
-		return fsm.Fields{Reason: "user"} // graceful: see the forced note on Generator
+		return fsm.Fields{Reason: "user", Mode: g.cancelMode(g.rng.IntN(2))}
 	case fsm.SessionCreated:
 		return fsm.Fields{Goal: "again"}
 	}
@@ -156,8 +167,14 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 			}
 			b.emit(fsm.SessionResumed, fsm.Fields{})
 		case k < 17:
-			req := fmt.Sprintf("req-%d", len(b.events))
-			b.emit(fsm.ApprovalRequested, fsm.Fields{RequestID: req, HasRequestID: true, Reason: "tool call needs a human"})
+			var asked, granted, denied fsm.Fields
+			if g.opts.Structured {
+				req := fmt.Sprintf("req-%d", len(b.events))
+				asked = fsm.Fields{RequestID: req, HasRequestID: true, Reason: "tool call needs a human"}
+				granted = fsm.Fields{RequestID: req, HasRequestID: true, By: "reviewer"}
+				denied = fsm.Fields{RequestID: req, HasRequestID: true, By: "reviewer", Reason: "too risky"}
+			}
+			b.emit(fsm.ApprovalRequested, asked)
 			if r.IntN(8) == 0 {
 				b.emit(fsm.RecoveryStarted, fsm.Fields{})
 				b.emit(fsm.RecoveryCompleted, fsm.Fields{})
@@ -168,9 +185,9 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 				b.end(true)
 				return b.events
 			case 1, 2:
-				b.emit(fsm.ApprovalDenied, fsm.Fields{RequestID: req, HasRequestID: true, By: "reviewer", Reason: "too risky"})
+				b.emit(fsm.ApprovalDenied, denied)
 			default:
-				b.emit(fsm.ApprovalGranted, fsm.Fields{RequestID: req, HasRequestID: true, By: "reviewer"})
+				b.emit(fsm.ApprovalGranted, granted)
 			}
 		default:
 			b.emit(fsm.RecoveryStarted, fsm.Fields{})
@@ -186,9 +203,13 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 	case k < 12:
 		b.emit(fsm.SessionCompleted, fsm.Fields{})
 	case k < 14:
-		b.emit(fsm.SessionFailed, failures[len(b.events)%len(failures)])
+		failed := fsm.Fields{Reason: "provider_failure"}
+		if g.opts.Structured {
+			failed = failures[len(b.events)%len(failures)]
+		}
+		b.emit(fsm.SessionFailed, failed)
 	case k < 17:
-		b.emit(fsm.CancellationRequested, fsm.Fields{Reason: "user"}) // graceful, as above
+		b.emit(fsm.CancellationRequested, fsm.Fields{Reason: "user", Mode: g.cancelMode(r.IntN(2))})
 		b.end(false)
 	case k < 19:
 		b.emit(fsm.TimeoutExpired, fsm.Fields{Timeout: []fsm.TimeoutKind{fsm.TimeoutExecution, fsm.TimeoutInactivity}[r.IntN(2)]})
@@ -199,7 +220,16 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 	return b.events
 }
 
-// failures are the structured failures sessions end with.
+// cancelMode is the mode of a cancellation whose random draw is n (0 or 1):
+// graceful unless Options.ForcedCancellations.
+func (g *Generator) cancelMode(n int) fsm.CancelMode {
+	if !g.opts.ForcedCancellations {
+		return fsm.CancelGraceful
+	}
+	return fsm.CancelMode(n)
+}
+
+// failures are the structured failures sessions end with (Options.Structured).
 var failures = []fsm.Fields{
 	{Reason: "provider_failure", Category: "provider", Code: "rate_limited", Retryable: true},
 	{Reason: "tool crashed", Category: "tool", Code: "tool.exit_1"},

@@ -13,7 +13,7 @@ import (
 // cancellations are graceful (see Generator: a forced one would end by the
 // projector's clock, which the verifying fold cannot foresee).
 func TestSessionsShowTheStructuredRules(t *testing.T) {
-	g := New(1, Options{})
+	g := New(1, Options{Structured: true})
 	var matched, categorised, forced int
 	for _, evs := range g.Sessions("w", 400, time.Unix(0, 0)) {
 		var s fsm.Session

@@ -76,7 +76,7 @@ func randomEvents(rng *rand.Rand, id string, n int) []fsm.Event {
 // corpus returns thousands of sequences: realistic lifecycles with invalid
 // and duplicate events mixed in, and arbitrary sequences.
 func corpus(t testing.TB) [][]fsm.Event {
-	g := workload.New(7, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1})
+	g := workload.New(7, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1, ForcedCancellations: true})
 	seqs := g.Sessions("w", 2000, t0)
 	rng := rand.New(rand.NewPCG(7, 7))
 	for i := range 1000 {

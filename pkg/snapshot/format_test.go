@@ -27,7 +27,7 @@ func TestFormatV1StillDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	g := workload.New(11, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1})
+	g := workload.New(11, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1, ForcedCancellations: true})
 	seqs := g.Sessions("old", 6, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC))
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
@@ -119,7 +119,7 @@ func TestFormatV2StillDecodes(t *testing.T) {
 	}
 	hl := bytes.Split(bytes.TrimSpace(hexes), []byte("\n"))
 	jl := bytes.Split(bytes.TrimSpace(jsons), []byte("\n"))
-	g := workload.New(12, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1})
+	g := workload.New(12, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1, ForcedCancellations: true})
 	seqs := g.Sessions("v2", 8, time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC))
 	if len(hl) != len(seqs) || len(jl) != len(seqs) {
 		t.Fatalf("%d binary and %d JSON fixtures, want %d", len(hl), len(jl), len(seqs))
