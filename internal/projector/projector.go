@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
@@ -154,8 +155,9 @@ var ErrShutdownTimeout = errors.New("projector: the final writes did not complet
 func producerOpts(cfg Config) []kgo.Opt {
 	return []kgo.Opt{
 		// Dead letters keep the key hash; change records name their
-		// source record's partition.
-		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(cfg.Topic))),
+		// source record's partition, and changelog records their
+		// session's events partition.
+		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(cfg.Topic), changelog.Topic(cfg.Topic))),
 	}
 }
 
