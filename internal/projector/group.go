@@ -100,6 +100,8 @@ func (p *Projector) drop(ids []int32) {
 			delete(p.parts, id)
 			p.stalls.clear(id)
 			p.stalls.done(id)
+			p.stalls.restored(id)
+			p.stalls.clearGap(id)
 		}
 	}
 	p.assigned.Store(int32(len(p.parts)))

@@ -95,6 +95,7 @@ type Projector struct {
 	rebuiltNow map[int32]bool
 
 	assigned atomic.Int32 // partitions owned, for tests and logs
+	restores atomic.Int64 // partitions restored from the changelog, for tests and benchmarks
 	crash    crashPoints  // test hooks
 
 	clock Clock  // the wall clock deadlines fire by (WithClock)
