@@ -271,9 +271,11 @@ func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restore
 	if err != nil || again {
 		return cp, again, err
 	}
-	if p.crash.at(crashRestoreCheckpoint) {
-		return cp, false, errCrashed
-	}
+	defer func() {
+		if p.crash.at(crashRestoreCheckpoint) {
+			cp, err = snapshot.Checkpoint{}, errCrashed
+		}
+	}()
 	p.log.Info("restored the partition from the changelog", "partition", id, "sessions", n, "records", pl.records,
 		"checkpoint", cp.Offset, "took", time.Since(start))
 	if r, ok := p.obs.(interface {

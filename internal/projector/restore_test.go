@@ -1,14 +1,13 @@
 package projector
 
 import (
+	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/correx/sessions/internal/changelog"
-	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -23,8 +22,10 @@ type restoreCounts struct {
 	restoredSessions atomic.Int64
 }
 
-func (c *restoreCounts) Folded(*kgo.Record, *fsm.Event, *snapshot.Snapshot, fsm.Outcome) { c.folded.Add(1) }
-func (c *restoreCounts) Skipped(*kgo.Record)                                               { c.skipped.Add(1) }
+func (c *restoreCounts) Folded(*kgo.Record, *fsm.Event, *snapshot.Snapshot, fsm.Outcome) {
+	c.folded.Add(1)
+}
+func (c *restoreCounts) Skipped(*kgo.Record) { c.skipped.Add(1) }
 func (c *restoreCounts) Restored(_ int32, n int, gap bool) {
 	c.restores.Add(1)
 	c.restoredSessions.Add(int64(n))
@@ -172,6 +173,72 @@ func TestRestoreSkipsArchived(t *testing.T) {
 	e.assertSame(stored, got)
 }
 
-var _ = fmt.Sprint
-var _ = strings.Contains
-var _ = kafka.DLQTopic
+// TestRestoreAtEveryCrashPoint kills the projector at each crash point of
+// the changelog's write and of a restore, with Redis emptied before or
+// after, restarts it, and requires the read model equal to an
+// uninterrupted fold every time.
+func TestRestoreAtEveryCrashPoint(t *testing.T) {
+	flush := func(point crashPoint, n int) lossStep { return lossStep{point: point, n: n, flush: true} }
+	kill := func(point crashPoint, n int) lossStep { return lossStep{point: point, n: n, crash: true} }
+	flushKill := func(point crashPoint, n int) lossStep { return lossStep{point: point, n: n, flush: true, crash: true} }
+	cases := []struct {
+		name  string
+		steps []lossStep
+	}{
+		{"killed after the changelog's snapshots, emptied later", []lossStep{kill(crashAfterChangelog, 2), flush(crashAfterCheckpoint, 2)}},
+		{"killed after the changelog's checkpoint, emptied and killed", []lossStep{kill(crashAfterChangelogCheckpoint, 2), flushKill(crashAfterPut, 1)}},
+		{"emptied, killed once the restore is written", []lossStep{flush(crashAfterCheckpoint, 3), kill(crashRestoreWritten, 1)}},
+		{"emptied, killed once the restore's checkpoint is stored", []lossStep{flush(crashAfterCheckpoint, 3), kill(crashRestoreCheckpoint, 1)}},
+		{"emptied and killed, killed in the restore on start", []lossStep{flushKill(crashAfterCheckpoint, 3), kill(crashRestoreWritten, 1)}},
+		{"emptied and killed, killed after the reset on start", []lossStep{flushKill(crashAfterCheckpoint, 3), kill(crashRebuildReset, 1)}},
+		{"emptied and killed, killed after the deletes on start", []lossStep{flushKill(crashAfterCheckpoint, 3), kill(crashRebuildDeleted, 1)}},
+		{"emptied during the restore's write", []lossStep{flush(crashAfterCheckpoint, 3), flush(crashRestoreWritten, 1)}},
+		{"emptied after the changelog's snapshots, before the checkpoints", []lossStep{flush(crashAfterChangelog, 3)}},
+		{"emptied after the snapshots, before the changelog's", []lossStep{flush(crashAfterChangelog, 2), flush(crashAfterPut, 1)}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 3)
+			e.produce(workloadEvents(64, 200))
+			prefix := fmt.Sprintf("cp%d", i)
+			l := &losses{e: e, steps: c.steps}
+			var counts []*restoreCounts
+			for run := 0; ; run++ {
+				if run > len(c.steps) {
+					t.Fatalf("%d restarts for %d steps", run, len(c.steps))
+				}
+				r, rc := e.startCounting(prefix, l.hook)
+				counts = append(counts, rc)
+				if !testwait.Eventually(30*time.Second, func() bool { return l.killedRun() || l.done() }) {
+					t.Fatalf("step %d of %d not reached", l.i, len(c.steps))
+				}
+				if l.takeKill() {
+					select {
+					case err := <-r.done:
+						if !errors.Is(err, errCrashed) {
+							t.Fatalf("run %d: %v", run, err)
+						}
+					case <-time.After(30 * time.Second):
+						t.Fatalf("run %d: still running 30s after it was killed", run)
+					}
+					continue
+				}
+				e.waitCaughtUp(prefix, 60*time.Second)
+				if err := r.halt(); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+			got := e.dump(prefix)
+			e.assertSame(e.reference("ref"), got)
+			restores := int64(0)
+			for _, rc := range counts {
+				restores += rc.restores.Load()
+			}
+			if restores == 0 {
+				t.Fatal("Redis was emptied and nothing was restored from the changelog")
+			}
+			t.Logf("%d runs, %d restores", len(counts), restores)
+		})
+	}
+}
