@@ -1,16 +1,22 @@
 package projector
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/correx/sessions/internal/changelog"
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -240,5 +246,112 @@ func TestRestoreAtEveryCrashPoint(t *testing.T) {
 			}
 			t.Logf("%d runs, %d restores", len(counts), restores)
 		})
+	}
+}
+
+// TestRestoreWithAFiniteLog runs over an events topic with a short
+// retention.ms, which kfake applies on ApplyRetention: a restore from a
+// changelog checkpoint at or after the log's start is exact, and one from
+// a checkpoint older than the log's start (the events in between are gone)
+// restores what the changelog holds and raises the alert: /readyz names
+// the partition and the restore is counted as a gap.
+func TestRestoreWithAFiniteLog(t *testing.T) {
+	cluster := kafkatest.Start(t)
+	srv := redistest.Start(t)
+	e := &env{t: t, brokers: cluster.ListenAddrs(), rdb: srv.Client(t), srv: srv}
+	cl := e.client()
+	adm := kadm.NewClient(cl)
+	retention := "1000"
+	for _, tp := range []string{topic, kafka.DLQTopic(topic)} {
+		if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"retention.ms": &retention}, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func() int64 {
+		t.Helper()
+		starts, err := adm.ListStartOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := starts.Lookup(topic, 0)
+		return o.Offset
+	}
+	expire := func() {
+		t.Helper()
+		time.Sleep(1200 * time.Millisecond) // past retention.ms
+	}
+	a, b := workloadEvents(71, 40), workloadEvents(72, 40)
+	e.produce(a)
+	r, _ := e.startCounting("f", nil)
+	e.waitCaughtUp("f", 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	expire()
+	e.produce(b)
+	want := e.reference("ref") // a and b, before a expires
+	cluster.ApplyRetention()
+	if s, end := start(), int64(len(a)); s != end {
+		t.Fatalf("the log starts at %d after retention, want %d (kfake applies retention.ms)", s, end)
+	}
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, c := e.startCounting("f", nil)
+	e.waitCaughtUp("f", 60*time.Second)
+	if err := r.p.Ready(ctx); err != nil {
+		t.Fatalf("readiness after a restore within the log: %v", err)
+	}
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if c.restores.Load() != 1 || c.gaps.Load() != 0 {
+		t.Fatalf("%d restores, %d over a gap; want 1 and 0", c.restores.Load(), c.gaps.Load())
+	}
+	e.assertSame(want, e.dump("f"))
+
+	// The changelog's checkpoint is now at the end of b. d expires before
+	// any projector folds it: the next restore starts before the log.
+	d, g := workloadEvents(73, 30), workloadEvents(74, 30)
+	e.produce(d)
+	expire()
+	e.produce(g)
+	cluster.ApplyRetention()
+	if s := start(); s != int64(len(a)+len(b)+len(d)) {
+		t.Fatalf("the log starts at %d after retention, want %d", s, len(a)+len(b)+len(d))
+	}
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, c = e.startCounting("f", nil)
+	e.waitCaughtUp("f", 60*time.Second)
+	ready := r.p.Ready(ctx)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if c.restores.Load() != 1 || c.gaps.Load() != 1 {
+		t.Fatalf("%d restores, %d over a gap; want 1 and 1", c.restores.Load(), c.gaps.Load())
+	}
+	wantMsg := fmt.Sprintf("partition 0: restored from the changelog's checkpoint %d, older than the log's start %d", len(a)+len(b), len(a)+len(b)+len(d))
+	if ready == nil || !strings.Contains(ready.Error(), wantMsg) {
+		t.Fatalf("readiness: %v, want %q", ready, wantMsg)
+	}
+	got := e.dump("f")
+	for id, w := range want {
+		if !bytes.Equal(got[id], w) {
+			t.Fatalf("session %s restored from the changelog differs", id)
+		}
+	}
+	fromD, fromG := 0, 0
+	for id := range got {
+		switch {
+		case strings.HasPrefix(id, "s73"):
+			fromD++
+		case strings.HasPrefix(id, "s74"):
+			fromG++
+		}
+	}
+	if fromD != 0 || fromG == 0 {
+		t.Fatalf("%d sessions of the expired events, %d of those after them; want none and some", fromD, fromG)
 	}
 }
