@@ -343,6 +343,14 @@ func (p *Projector) shutdown() error {
 		return fmt.Errorf("projector: final flush: %w", err)
 	}
 	p.finish(job)
+	if p.flush.changelog != "" {
+		// The changelog's checkpoint records are produced without a wait
+		// (the next write's waits for them): wait here, or closing the
+		// client drops them and a restore folds more than it need.
+		if err := p.cl.Flush(p.flush.ctx); err != nil {
+			p.log.Warn("the changelog's last checkpoint records were not acknowledged; its checkpoints stay behind", "err", err)
+		}
+	}
 	p.log.Info("flushed and checkpointed on shutdown", "snapshots", len(job.entries), "partitions", len(job.checkpoints))
 	return nil
 }

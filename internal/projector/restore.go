@@ -303,46 +303,79 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 	if p.flush.changelog == "" {
 		return nil, nil
 	}
-	var notes map[int32]restoreNote
+	type result struct {
+		id   int32
+		cp   snapshot.Checkpoint
+		note restoreNote
+		ok   bool
+		err  error
+	}
+	var todo []int32
 	for _, id := range ids {
-		cp := cps[id]
-		if cp.Offset != 0 {
+		if cps[id].Offset == 0 {
+			todo = append(todo, id)
+		}
+	}
+	// The partitions are restored side by side (restoreParallel at a
+	// time): each is mostly round trips to Kafka and Redis.
+	results := make(chan result, len(todo))
+	sem := make(chan struct{}, restoreParallel)
+	for _, id := range todo {
+		go func(id int32, cp snapshot.Checkpoint) {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r := result{id: id}
+			pl, err := p.planRestore(ctx, id)
+			switch {
+			case err != nil:
+				r.err = err
+			case pl != nil && pl.stall != "":
+				r.note = restoreNote{stall: pl.stall}
+			case pl.usable():
+				p.mu.Lock()
+				p.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
+				p.mu.Unlock()
+				r.cp, r.err = p.restoreStarted(ctx, id, cp, pl)
+				r.ok = r.err == nil
+				r.note.gap = pl.gap
+				p.mu.Lock()
+				p.stalls.restored(id)
+				p.mu.Unlock()
+			}
+			results <- r
+		}(id, cps[id])
+	}
+	var notes map[int32]restoreNote
+	var errs []error
+	for range todo {
+		r := <-results
+		if r.err != nil {
+			errs = append(errs, r.err)
 			continue
 		}
-		pl, err := p.planRestore(ctx, id)
-		if err != nil {
-			return nil, err
+		if r.ok {
+			cps[r.id] = r.cp
 		}
-		if pl != nil && pl.stall != "" {
+		if r.note != (restoreNote{}) {
 			if notes == nil {
 				notes = map[int32]restoreNote{}
 			}
-			notes[id] = restoreNote{stall: pl.stall}
-			continue
+			notes[r.id] = r.note
 		}
-		if !pl.usable() {
-			continue
-		}
-		p.mu.Lock()
-		p.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
-		p.mu.Unlock()
-		restored, err := p.restoreStarted(ctx, id, cp, pl)
-		p.mu.Lock()
-		p.stalls.restored(id)
-		p.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		cps[id] = restored
-		if pl.gap != "" {
-			if notes == nil {
-				notes = map[int32]restoreNote{}
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range errs {
+			if errors.Is(e, errCrashed) {
+				return nil, final(errCrashed)
 			}
-			notes[id] = restoreNote{gap: pl.gap}
 		}
+		return nil, err
 	}
 	return notes, nil
 }
+
+// restoreParallel is how many partitions a start restores at once.
+const restoreParallel = 4
 
 // restoreStarted restores partition id, whose stored checkpoint is cp (0),
 // from pl, after resetting it with the rebuild mark if it has none.

@@ -108,6 +108,16 @@ func TestRestoreOnStart(t *testing.T) {
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
+	// A graceful stop waits for the changelog's last checkpoint records.
+	cps, err := e.store("b").Checkpoints(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, l := range e.changelogLatest(3) {
+		if !l.HasCheckpoint || l.Checkpoint.Offset != cps[id].Offset {
+			t.Fatalf("partition %d: the changelog's checkpoint is %+v, Redis's %d", id, l.Checkpoint, cps[id].Offset)
+		}
+	}
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -354,4 +364,38 @@ func TestRestoreWithAFiniteLog(t *testing.T) {
 	if fromD != 0 || fromG == 0 {
 		t.Fatalf("%d sessions of the expired events, %d of those after them; want none and some", fromD, fromG)
 	}
+}
+
+// changelogLatest reads every partition of the changelog to its end.
+func (e *env) changelogLatest(partitions int32) map[int32]*changelog.Latest {
+	e.t.Helper()
+	t := changelog.Topic(topic)
+	cl := e.client(kgo.ConsumeTopics(t), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, t)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int32]*changelog.Latest{}
+	left := int64(0)
+	end := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset; left += o.Offset })
+	for id := range partitions {
+		out[id] = &changelog.Latest{}
+	}
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= end[r.Partition] {
+				return
+			}
+			left--
+			rec, err := changelog.DecodeRecord(r)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			out[r.Partition].Add(rec)
+		})
+	}
+	return out
 }
