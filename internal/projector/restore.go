@@ -62,6 +62,8 @@ type restorePlan struct {
 	// gap, when set, is the alert of a changelog checkpoint older than the
 	// events log's start: the restore proceeds, but events were lost.
 	gap string
+	// read is how long reading the changelog took.
+	read time.Duration
 }
 
 // usable reports whether the plan restores (a changelog checkpoint to
@@ -101,6 +103,8 @@ func (p *Projector) planRestore(ctx context.Context, id int32) (*restorePlan, er
 		return nil, fmt.Errorf("the changelog's end offset of partition %d: %v", id, ce.Err)
 	}
 	if ce.Offset > 0 {
+		start := time.Now()
+		defer func() { pl.read = time.Since(start) }()
 		if err := p.readChangelog(ctx, id, ce.Offset, pl); err != nil {
 			var bad badChangelog
 			if errors.As(err, &bad) {
@@ -277,7 +281,7 @@ func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restore
 		}
 	}()
 	p.log.Info("restored the partition from the changelog", "partition", id, "sessions", n, "records", pl.records,
-		"checkpoint", cp.Offset, "took", time.Since(start))
+		"checkpoint", cp.Offset, "read", pl.read, "written", time.Since(start))
 	if r, ok := p.obs.(interface {
 		Restored(partition int32, sessions int, gap bool)
 	}); ok {
@@ -375,7 +379,7 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 }
 
 // restoreParallel is how many partitions a start restores at once.
-const restoreParallel = 4
+const restoreParallel = 8
 
 // restoreStarted restores partition id, whose stored checkpoint is cp (0),
 // from pl, after resetting it with the rebuild mark if it has none.
