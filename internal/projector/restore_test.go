@@ -69,7 +69,15 @@ func TestRestoreUnderARunningProjector(t *testing.T) {
 	events := workloadEvents(61, 300)
 	half := len(events) / 2
 	e.produce(events[:half])
-	r, c := e.startCounting("a", nil)
+	var rp atomic.Pointer[Projector]
+	var during atomic.Value
+	r, c := e.startCounting("a", func(p crashPoint) bool {
+		if q := rp.Load(); p == crashRestoreWritten && q != nil && during.Load() == nil {
+			during.Store(fmt.Sprint(q.Ready(ctx)))
+		}
+		return false
+	})
+	rp.Store(r.p)
 	e.waitCaughtUp("a", 60*time.Second)
 	before := c.folded.Load() + c.skipped.Load()
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
@@ -79,6 +87,9 @@ func TestRestoreUnderARunningProjector(t *testing.T) {
 		t.Fatalf("%d partitions restored from the changelog, want 3", c.restores.Load())
 	}
 	e.waitCaughtUp("a", 60*time.Second)
+	if got, _ := during.Load().(string); !strings.Contains(got, "restoring from the changelog") {
+		t.Fatalf("readiness during the restore: %q, want a partition restoring from the changelog", got)
+	}
 	if after := c.folded.Load() + c.skipped.Load(); after != before {
 		t.Fatalf("the restore folded %d records again: it read the log, not the changelog", after-before)
 	}
