@@ -280,8 +280,15 @@ func DLQTopic(topic string) string { return topic + ".dlq" }
 // count is reported back, since partitioning depends on it).
 func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) (int32, error) {
 	retention := "-1"
+	return EnsureTopicConfigs(ctx, adm, topic, partitions, map[string]*string{"retention.ms": &retention})
+}
+
+// EnsureTopicConfigs is EnsureTopic with the given topic configs instead of
+// unlimited retention. An existing topic is left as it is: the caller
+// checks its configs if they matter (kadm.Client.DescribeTopicConfigs).
+func EnsureTopicConfigs(ctx context.Context, adm *kadm.Client, topic string, partitions int32, configs map[string]*string) (int32, error) {
 	// For one topic, kadm returns the topic's own error as err as well.
-	_, err := adm.CreateTopic(ctx, partitions, -1, map[string]*string{"retention.ms": &retention}, topic)
+	_, err := adm.CreateTopic(ctx, partitions, -1, configs, topic)
 	switch {
 	case err == nil:
 		return partitions, nil

@@ -116,6 +116,14 @@ type Config struct {
 	// (CORREX_CHANGE_FEED).
 	// default: true
 	ChangeFeed bool
+	// ChangelogEnabled produces every flushed snapshot, and one checkpoint
+	// record per partition after them, to the compacted
+	// "<Topic>.snapshots" (the events topic's partition count), and
+	// restores a partition whose read model Redis lost from it instead of
+	// folding the events topic from its start (docs/exactly-once.md,
+	// "The snapshot changelog") (CORREX_CHANGELOG).
+	// default: true
+	ChangelogEnabled bool
 	// RedisWaitReplicas makes every batch wait until that many Redis
 	// replicas acknowledged it (Redis WAIT) before its checkpoints are
 	// written, so that no checkpoint passes writes a failover could lose
@@ -179,6 +187,7 @@ func DefaultConfig() Config {
 		Timeouts:         fsm.DefaultTimeouts(),
 		DeadlineResync:   defaultDeadlineResync,
 		ChangeFeed:       true,
+		ChangelogEnabled: true,
 		RedisWaitTimeout: time.Second,
 		ShutdownTimeout:  defaultShutdownTimeout,
 	}
@@ -212,6 +221,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Timeouts(&c.Timeouts)
 	b.ForcedGrace(&c.ForcedGrace)
 	b.Bool(&c.ChangeFeed, "change-feed", "CORREX_CHANGE_FEED", d.ChangeFeed, "produce the change feed to <topic>.changes")
+	b.Bool(&c.ChangelogEnabled, "changelog", "CORREX_CHANGELOG", d.ChangelogEnabled,
+		"produce snapshots to the compacted <topic>.snapshots and restore a lost read model from it")
 	b.Int(&c.RedisWaitReplicas, "redis-wait-replicas", "CORREX_REDIS_WAIT_REPLICAS", d.RedisWaitReplicas,
 		"Redis replicas that must acknowledge each snapshot batch before its checkpoint is written (0: no wait)")
 	b.Duration(&c.RedisWaitTimeout, "redis-wait-timeout", "CORREX_REDIS_WAIT_TIMEOUT", d.RedisWaitTimeout,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // deadlinesOf returns, by partition, the deadline entry of every snapshot
@@ -20,13 +21,19 @@ func deadlinesOf(refs []*entry, defaults fsm.Timeouts, forcedGrace time.Duration
 	out := map[int32][]projstore.ArmedDeadline{}
 	for _, en := range refs {
 		s := &en.snap
-		d := projstore.ArmedDeadline{SessionID: s.ID, Version: s.Version}
-		if next, ok := fsm.NextDeadlineWith(&s.Session, defaults, forcedGrace); ok {
-			d.Kind, d.At = next.Kind, next.At
-		}
-		out[s.Position.Partition] = append(out[s.Position.Partition], d)
+		out[s.Position.Partition] = append(out[s.Position.Partition], armedOf(s, defaults, forcedGrace))
 	}
 	return out
+}
+
+// armedOf is the deadline entry of a snapshot (deadlinesOf); a restore
+// arms the restored snapshots' with it.
+func armedOf(s *snapshot.Snapshot, defaults fsm.Timeouts, forcedGrace time.Duration) projstore.ArmedDeadline {
+	d := projstore.ArmedDeadline{SessionID: s.ID, Version: s.Version}
+	if next, ok := fsm.NextDeadlineWith(&s.Session, defaults, forcedGrace); ok {
+		d.Kind, d.At = next.Kind, next.At
+	}
+	return d
 }
 
 // armDeadlines stores the batch's deadlines, the deadlines step of

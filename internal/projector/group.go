@@ -100,6 +100,8 @@ func (p *Projector) drop(ids []int32) {
 			delete(p.parts, id)
 			p.stalls.clear(id)
 			p.stalls.done(id)
+			p.stalls.restored(id)
+			p.stalls.clearGap(id)
 		}
 	}
 	p.assigned.Store(int32(len(p.parts)))
@@ -141,6 +143,8 @@ func (p *Projector) leave() {
 // the change feed is on, the change feed's topic with the events topic's
 // partition count. A change feed topic with another count is an error that
 // waiting does not cure: its records go to their source record's partition.
+// So is, when the changelog is on, a changelog topic with another count or
+// not compacted (ensureChangelog).
 func (p *Projector) ensureTopics(ctx context.Context) error {
 	for {
 		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
@@ -153,7 +157,14 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 					ft, m, p.cfg.Topic, n, ft)
 			}
 		}
-		if err := errors.Join(err1, err2, err3); err == nil {
+		var err4 error
+		if p.flush.changelog != "" && err1 == nil {
+			var refuse error
+			if refuse, err4 = p.ensureChangelog(ctx, n); refuse != nil {
+				return refuse
+			}
+		}
+		if err := errors.Join(err1, err2, err3, err4); err == nil {
 			p.setPartitions(n)
 			return nil
 		} else {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
@@ -94,6 +95,7 @@ type Projector struct {
 	rebuiltNow map[int32]bool
 
 	assigned atomic.Int32 // partitions owned, for tests and logs
+	restores atomic.Int64 // partitions restored from the changelog, for tests and benchmarks
 	crash    crashPoints  // test hooks
 
 	clock Clock  // the wall clock deadlines fire by (WithClock)
@@ -154,8 +156,9 @@ var ErrShutdownTimeout = errors.New("projector: the final writes did not complet
 func producerOpts(cfg Config) []kgo.Opt {
 	return []kgo.Opt{
 		// Dead letters keep the key hash; change records name their
-		// source record's partition.
-		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(cfg.Topic))),
+		// source record's partition, and changelog records their
+		// session's events partition.
+		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(cfg.Topic), changelog.Topic(cfg.Topic))),
 	}
 }
 
@@ -340,6 +343,14 @@ func (p *Projector) shutdown() error {
 		return fmt.Errorf("projector: final flush: %w", err)
 	}
 	p.finish(job)
+	if p.flush.changelog != "" {
+		// The changelog's checkpoint records are produced without a wait
+		// (the next write's waits for them): wait here, or closing the
+		// client drops them and a restore folds more than it need.
+		if err := p.cl.Flush(p.flush.ctx); err != nil {
+			p.log.Warn("the changelog's last checkpoint records were not acknowledged; its checkpoints stay behind", "err", err)
+		}
+	}
 	p.log.Info("flushed and checkpointed on shutdown", "snapshots", len(job.entries), "partitions", len(job.checkpoints))
 	return nil
 }
