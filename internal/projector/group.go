@@ -8,6 +8,7 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -31,6 +32,7 @@ func (p *Projector) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[
 		}
 		p.addPartition(id)
 		p.fire.start(id)
+		p.sweep.start(id)
 	}
 	p.assigned.Store(int32(len(p.parts)))
 	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Topic], "owned", len(p.parts))
@@ -45,6 +47,7 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 		return
 	}
 	p.fire.stop(ids...)
+	p.sweep.stop(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.collect(true); err != nil {
@@ -84,6 +87,7 @@ func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 		return
 	}
 	p.fire.stop(ids...)
+	p.sweep.stop(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.collect(true)
@@ -145,7 +149,7 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 	for {
 		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
 		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
-		var err3 error
+		var err3, err4 error
 		if ft := p.derived.feedTopic; ft != "" && err1 == nil {
 			var m int32
 			if m, err3 = kafka.EnsureTopic(ctx, p.adm, ft, n); err3 == nil && m != n {
@@ -153,7 +157,15 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 					ft, m, p.cfg.Topic, n, ft)
 			}
 		}
-		if err := errors.Join(err1, err2, err3); err == nil {
+		if p.sweep != nil && err1 == nil {
+			ct := ChangelogTopic(p.cfg.Topic)
+			var m int32
+			if m, err4 = ensureCompacted(ctx, p.adm, ct, n); err4 == nil && m != n {
+				return fmt.Errorf("projector: the snapshot changelog's topic %s has %d partitions and the events topic %s has %d: they must be equal (recreate %s)",
+					ct, m, p.cfg.Topic, n, ct)
+			}
+		}
+		if err := errors.Join(err1, err2, err3, err4); err == nil {
 			p.setPartitions(n)
 			return nil
 		} else {
@@ -165,4 +177,27 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// ensureCompacted creates a compacted topic (the snapshot changelog:
+// cleanup.policy=compact) with the given partitions when it does not
+// exist, and returns its partition count.
+func ensureCompacted(ctx context.Context, adm *kadm.Client, topic string, partitions int32) (int32, error) {
+	compact := "compact"
+	_, err := adm.CreateTopic(ctx, partitions, -1, map[string]*string{"cleanup.policy": &compact}, topic)
+	if err == nil {
+		return partitions, nil
+	}
+	if !errors.Is(err, kerr.TopicAlreadyExists) {
+		return 0, fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	details, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	d, ok := details[topic]
+	if !ok || d.Err != nil {
+		return 0, fmt.Errorf("describe topic %s: not in the metadata yet", topic)
+	}
+	return int32(len(d.Partitions)), nil
 }
