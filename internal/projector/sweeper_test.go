@@ -13,6 +13,7 @@ import (
 
 	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/s3test"
 	"github.com/correx/sessions/internal/sessionlog"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
@@ -370,4 +371,42 @@ func TestArchiveSweepMovesWithThePartition(t *testing.T) {
 	defer b.halt()
 	sweepUntil(t, clock, "the next owner to sweep", func() bool { return allGone(e.storedSessions("move", ended)) })
 	e.checkArchived(url, before)
+}
+
+// TestArchiveSweepToS3: the sweep archives into a real S3-compatible
+// server (versitygw, internal/s3test).
+func TestArchiveSweepToS3(t *testing.T) {
+	url := s3test.StartBucket(t)
+	e := newEnv(t, 2)
+	ev := eventsOf(0xa5)
+	ended := []string{"s3-1", "s3-2", "s3-3"}
+	var events []fsm.Event
+	for _, id := range ended {
+		events = append(events, ev(id, fsm.SessionCreated, fsm.Fields{}), ev(id, fsm.SessionStarted, fsm.Fields{}), ev(id, fsm.SessionCompleted, fsm.Fields{}))
+	}
+	e.produce(events)
+	clock := newManualClock(archiveClockStart)
+	r := e.startArchiving(e.archiveConfig("a", url), "s3", clock, nil)
+	defer r.halt()
+	e.waitSettled("s3")
+	before := e.storedSessions("s3", ended)
+	sweepUntil(t, clock, "the sessions to be archived into S3", func() bool { return allGone(e.storedSessions("s3", ended)) })
+	e.checkArchived(url, before)
+}
+
+// TestArchiveURLCheckedAtStart: an archive of an unknown scheme, or one
+// that cannot be reached, stops the projector at start with an error
+// naming CORREX_ARCHIVE_URL.
+func TestArchiveURLCheckedAtStart(t *testing.T) {
+	for _, c := range []struct{ url, wants string }{
+		{"ftp://bucket", "unknown scheme"},
+		{"file://" + filepath.Join(t.TempDir(), "missing"), "missing"},
+	} {
+		cfg := DefaultConfig()
+		cfg.RetainClosed, cfg.ArchiveURL = time.Hour, c.url
+		err := New(cfg, nil, WithLogger(testLog())).Run(ctx)
+		if err == nil || !strings.Contains(err.Error(), "CORREX_ARCHIVE_URL") || !strings.Contains(err.Error(), c.wants) {
+			t.Errorf("%s: %v, want CORREX_ARCHIVE_URL and %q named", c.url, err, c.wants)
+		}
+	}
 }
