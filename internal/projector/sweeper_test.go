@@ -16,10 +16,13 @@ import (
 	"github.com/correx/sessions/internal/s3test"
 	"github.com/correx/sessions/internal/sessionlog"
 	"github.com/correx/sessions/internal/testwait"
+	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // The sessions of eventsOf end a little after 2026-12-02 09:00; the
@@ -228,10 +231,40 @@ func TestArchiveSweep(t *testing.T) {
 	}
 }
 
+// archiveMetricsOf collects the archive sweep's metrics, summed over
+// partitions.
+func archiveMetricsOf(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if !strings.HasPrefix(m.Name, "correx.projector.archive.") {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					got[m.Name] += p.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					got[m.Name] += p.Value
+				}
+			}
+		}
+	}
+	return got
+}
+
 // TestArchiveDownKeepsSessions: while the archive cannot be written (its
-// directory replaced by a file), the sessions due stay in Redis and
-// /readyz says why; once it works again they are archived and removed,
-// and /readyz is ready again.
+// directory replaced by a file), the sessions due stay in Redis, /readyz
+// says why and the metrics count the failures and the sessions due; once
+// it works again they are archived and removed, and /readyz is ready
+// again.
 func TestArchiveDownKeepsSessions(t *testing.T) {
 	e := newEnv(t, 2)
 	ev := eventsOf(0xa2)
@@ -246,7 +279,13 @@ func TestArchiveDownKeepsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := newManualClock(archiveClockStart)
-	r := e.startArchiving(e.archiveConfig("a", "file://"+dir), "down", clock, nil)
+	tel, _, reader := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	r := e.startArchiving(e.archiveConfig("a", "file://"+dir), "down", clock, func(p *Projector) { p.obs = obs })
 	defer r.halt()
 	e.waitSettled("down")
 	before := e.storedSessions("down", ended)
@@ -271,6 +310,10 @@ func TestArchiveDownKeepsSessions(t *testing.T) {
 	if err := r.p.Ready(ctx); err == nil {
 		t.Fatal("ready while the archive fails")
 	}
+	if m := archiveMetricsOf(t, reader); m["correx.projector.archive.failures"] == 0 || m["correx.projector.archive.due"] != 3 ||
+		m["correx.projector.archive.archived"] != 0 {
+		t.Fatalf("metrics while the archive fails: %v; want failures, 3 due, none archived", m)
+	}
 	// Back.
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
@@ -282,6 +325,10 @@ func TestArchiveDownKeepsSessions(t *testing.T) {
 		return allGone(e.storedSessions("down", ended)) && r.p.Ready(ctx) == nil
 	})
 	e.checkArchived("file://"+dir, before)
+	testwait.Until(t, "the metrics to show the sessions archived", 10*time.Second, func() bool {
+		m := archiveMetricsOf(t, reader)
+		return m["correx.projector.archive.archived"] == 3 && m["correx.projector.archive.due"] == 0
+	})
 }
 
 // TestArchiveFencedByPosition: a session that receives an event between
