@@ -310,9 +310,14 @@ func TestArchiveDownKeepsSessions(t *testing.T) {
 	if err := r.p.Ready(ctx); err == nil {
 		t.Fatal("ready while the archive fails")
 	}
-	if m := archiveMetricsOf(t, reader); m["correx.projector.archive.failures"] == 0 || m["correx.projector.archive.due"] != 3 ||
-		m["correx.projector.archive.archived"] != 0 {
-		t.Fatalf("metrics while the archive fails: %v; want failures, 3 due, none archived", m)
+	sweepUntil(t, clock, "the metrics to show the failures and the 3 sessions due", func() bool {
+		m := archiveMetricsOf(t, reader)
+		return m["correx.projector.archive.failures"] > 0 && m["correx.projector.archive.due"] == 3 && m["correx.projector.archive.archived"] == 0
+	})
+	for i, s := range e.storedSessions("down", ended) {
+		if s == nil {
+			t.Fatalf("%s left Redis while the archive could not be written", ended[i])
+		}
 	}
 	// Back.
 	if err := os.Remove(dir); err != nil {
