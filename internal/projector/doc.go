@@ -318,9 +318,33 @@
 // New takes a Store (store.go), the interface of what the projector keeps:
 // its write path to the read model, a subset of pkg/snapshot's public
 // contract, and its own keys beside it (the children index, the outbox,
-// armed deadlines, a lost partition's rebuild, the replication wait on
-// Redis Cluster). internal/projector/projstore is the Redis one, over the
-// layout of internal/redislayout; Serve opens it.
+// armed deadlines, the closed sessions, a lost partition's rebuild, the
+// replication wait on Redis Cluster). internal/projector/projstore is the
+// Redis one, over the layout of internal/redislayout; Serve opens it.
+//
+// # Retention and the archive
+//
+// With Config.RetainClosed (CORREX_RETAIN_CLOSED) set, sessions that
+// ended leave Redis that long after they ended, into the archive at
+// Config.ArchiveURL (internal/archive; docs/retention.md). The deadlines
+// step of every batch records each terminal snapshot in its partition's
+// closed sessions (projstore's closed.go, a sorted set by end time, in the
+// same script call as the deadlines). The sweeper (sweeper.go) runs one
+// goroutine per owned partition, started and stopped with ownership like
+// the firer's; every Config.ArchiveSweep it reads the sessions due, their
+// snapshots and, in one read of the partition, their whole histories
+// (internal/sessionlog), writes one object per session, produces each
+// one's "archived" record to the snapshot changelog
+// (<topic>.snapshots, changelog.ArchivedRecord; not with the changelog
+// off, when no restore reads it) and waits for its acknowledgement,
+// and only then removes the session from Redis, fenced by the archived
+// position (projstore.Store.Forget): an event folded since keeps it for
+// the next sweep. The fold goroutine drops the removed sessions from its
+// cache between polls (Projector.dropArchived), so a later event for one
+// finds no session (a dead letter unknown_session) and a successor naming
+// one is refused unknown_predecessor. A sweep that fails keeps its
+// sessions in Redis, counts in correx.projector.archive.failures and makes
+// /readyz fail until a sweep succeeds.
 //
 // # Shape
 //

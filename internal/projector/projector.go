@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/changelog"
+	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
@@ -100,6 +101,13 @@ type Projector struct {
 
 	clock Clock  // the wall clock deadlines fire by (WithClock)
 	fire  *firer // fires the owned partitions' deadlines (firer.go); built by Run with the client (connect)
+	// bucket is the archive (Config.ArchiveURL), opened by Run when
+	// Config.RetainClosed is set; sweep moves the closed sessions into it
+	// (sweeper.go), nil when sessions are kept for ever.
+	bucket *archive.Store
+	sweep  *sweeper
+	// beforeForget is the sweeper's test hook (sweeper.beforeForget).
+	beforeForget func(ids []string)
 }
 
 // Option customizes a Projector.
@@ -139,6 +147,10 @@ func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
 	p.cl, p.adm = cl, kadm.NewClient(cl)
 	p.fire = newFirer(p.cfg, p.store, p.clock, p.obs, p.log, &p.crash, cl, fireCtx)
 	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.derived, p.fire, cl, flushCtx)
+	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
+	if p.sweep != nil {
+		p.sweep.beforeForget = p.beforeForget
+	}
 	close(p.clientsSet)
 }
 
@@ -166,6 +178,17 @@ func producerOpts(cfg Config) []kgo.Opt {
 // checkpoints and leaves. It returns an error only for a failure it cannot
 // recover from (the caller restarts the process; checkpoints make that safe).
 func (p *Projector) Run(ctx context.Context) error {
+	if p.cfg.RetainClosed > 0 {
+		if p.cfg.ArchiveURL == "" {
+			return fmt.Errorf("projector: CORREX_RETAIN_CLOSED (%v) needs CORREX_ARCHIVE_URL", p.cfg.RetainClosed)
+		}
+		b, err := archive.Open(ctx, p.cfg.ArchiveURL)
+		if err != nil {
+			return fmt.Errorf("projector: CORREX_ARCHIVE_URL: %w", err)
+		}
+		defer b.Close()
+		p.bucket = b
+	}
 	opts := append(p.cfg.Kafka.Opts(),
 		kgo.ConsumeTopics(p.cfg.Topic),
 		kgo.ConsumerGroup(p.cfg.Group),
@@ -206,6 +229,7 @@ func (p *Projector) Run(ctx context.Context) error {
 	p.connect(cl, flushCtx, fireCtx)
 	defer cl.CloseAllowingRebalance()
 	defer p.fire.stopAll() // before the client closes
+	defer p.sweep.stopAll()
 
 	if err := p.ensureTopics(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -269,6 +293,7 @@ func (p *Projector) loop(ctx context.Context) error {
 		p.mu.Lock()
 		clear(p.rebuiltNow)
 		err := p.collect(false)
+		p.dropArchived()
 		if err == nil {
 			err = p.process(ctx, fetches)
 		}
@@ -519,6 +544,15 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	return nil
 }
 
+// dropArchived drops from the cache the sessions the archive sweep
+// removed from Redis (sweeper.take), so that a later event finds no
+// session, as the store does. Called by the fold goroutine between polls.
+func (p *Projector) dropArchived() {
+	for _, a := range p.sweep.take() {
+		p.cache.forget(a.Position.Partition, a.SessionID, a.Position)
+	}
+}
+
 // getMany reads snapshots, retrying while Redis is unreachable; a corrupt
 // snapshot is not retried.
 func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapshot.Snapshot, err error) {
@@ -536,6 +570,9 @@ func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapsho
 // stalls are read from an atomic snapshot.
 func (p *Projector) Ready(ctx context.Context) error {
 	if err := p.store.Ping(ctx); err != nil {
+		return err
+	}
+	if err := p.sweep.err(); err != nil {
 		return err
 	}
 	return p.stalls.err()

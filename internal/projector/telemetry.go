@@ -109,6 +109,7 @@ type Telemetry struct {
 	now func() time.Time
 
 	timeouts timeoutMetrics // telemetry_timeouts.go
+	archive  archiveMetrics // telemetry_archive.go
 
 	lagMu sync.Mutex
 	lag   map[int32]int64
@@ -309,7 +310,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	o.flushDuration, e2 = m.Float64Histogram("correx.projector.flush.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to write a flush: snapshots, dead letters, checkpoints."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-	err = errors.Join(err, e1, e2, o.timeouts.init(m))
+	err = errors.Join(err, e1, e2, o.timeouts.init(m), o.archive.init(m))
 
 	msgAttrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.destination.name", topic), attribute.String("messaging.consumer.group.name", group))
