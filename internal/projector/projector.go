@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/archive"
+	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
