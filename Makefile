@@ -41,7 +41,7 @@ lint: ## gofmt, go vet, staticcheck (pinned), generated docs in sync; with the i
 generate: ## regenerate the README's lifecycle table and diagram from pkg/fsm
 	$(GO) generate ./pkg/fsm
 
-bench: deps ## every benchmark with its same-run baseline (about 15 minutes; figures in the README)
+bench: deps ## every benchmark with its same-run baseline (about 30 minutes with the 10-minute retention soak; figures in the README)
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./pkg/...
 	$(GO) test -run='^$$' -bench=Ingest -benchtime=3000x ./internal/ingest
 	$(GO) test -run='^$$' -bench=SplitJSON -benchtime=200x ./internal/ingest
@@ -50,6 +50,7 @@ bench: deps ## every benchmark with its same-run baseline (about 15 minutes; fig
 	$(GO) test -run='^$$' -bench='CatchUp|Recovery|Restore|TracingOverhead|FiringLatency' -benchtime=1x -timeout 60m ./internal/projector
 	$(GO) test -run='^$$' -bench=TraceHeaders -benchtime=200000x ./internal/projector
 	$(GO) test -run='^$$' -bench='Freshness|ReadsUnderWrites' -benchtime=1x -timeout 30m ./internal/e2e
+	$(GO) test -run='^$$' -bench=RetentionSoak -benchtime=1x -timeout 30m ./internal/e2e
 
 run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it)
 	@$(GO) build -o .devstack/bin/devstack ./cmd/devstack
