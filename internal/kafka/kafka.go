@@ -279,9 +279,19 @@ func DLQTopic(topic string) string { return topic + ".dlq" }
 // when it does not exist. An existing topic is left as it is (its partition
 // count is reported back, since partitioning depends on it).
 func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) (int32, error) {
-	retention := "-1"
+	return EnsureTopicRetention(ctx, adm, topic, partitions, 0)
+}
+
+// EnsureTopicRetention is EnsureTopic with the created topic's retention.ms
+// set from retention (CORREX_EVENTS_RETENTION); 0 keeps every record (-1).
+// An existing topic's retention is left as it is, as its partitions are.
+func EnsureTopicRetention(ctx context.Context, adm *kadm.Client, topic string, partitions int32, retention time.Duration) (int32, error) {
+	retentionMS := "-1"
+	if retention > 0 {
+		retentionMS = strconv.FormatInt(retention.Milliseconds(), 10)
+	}
 	// For one topic, kadm returns the topic's own error as err as well.
-	_, err := adm.CreateTopic(ctx, partitions, -1, map[string]*string{"retention.ms": &retention}, topic)
+	_, err := adm.CreateTopic(ctx, partitions, -1, map[string]*string{"retention.ms": &retentionMS}, topic)
 	switch {
 	case err == nil:
 		return partitions, nil
