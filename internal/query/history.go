@@ -244,6 +244,9 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "after", "is a cursor of an earlier session under this id; start again without it")
 		return
 	}
+	if h.truncated(w, r, stored, "history") {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.replayLimit)
 	defer cancel()
 	page, err := h.historyPage(ctx, lr, stored, after, limit)

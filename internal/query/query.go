@@ -76,6 +76,7 @@ type Handler struct {
 	histCursors cursorSealer
 	folds       *foldCache
 	metrics     *metrics
+	logStarts   *logStartCache
 }
 
 // Options bound the expensive requests.
@@ -122,6 +123,11 @@ type Options struct {
 	// IngestURL is where POST /v1/sessions/{id}/actions forwards the
 	// console's actions (actions.go); "" answers them 503.
 	IngestURL string
+	// LogStarts tells where the events topic's partitions start, so that
+	// the history, replay and rebuild of a session whose first events left
+	// the log answer 409 history-truncated (truncated.go); nil takes the
+	// log as whole.
+	LogStarts LogStarts
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -158,7 +164,8 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
 		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard,
-		histCursors: newSealer(historyKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log)}
+		histCursors: newSealer(historyKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log),
+		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}}
 	// Scopes: sessions:read for reads, histories, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a
@@ -583,6 +590,9 @@ func (h *Handler) fromLog(w http.ResponseWriter, r *http.Request, id, what strin
 	}
 	if err != nil {
 		h.storeError(w, err)
+		return nil, nil, false
+	}
+	if h.truncated(w, r, stored, what) {
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.replayLimit)

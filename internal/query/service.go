@@ -216,7 +216,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 			return fmt.Errorf("query: %w", err)
 		}
 		defer parts.Close()
-		opts.Partitions = parts
+		opts.Partitions, opts.LogStarts = parts, parts
 		// The watcher stops with ctx, which ends every stream, so the HTTP
 		// server's shutdown below does not wait on them.
 		key, err := cfg.cursorKey()
