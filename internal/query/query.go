@@ -77,6 +77,7 @@ type Handler struct {
 	folds       *foldCache
 	metrics     *metrics
 	logStarts   *logStartCache
+	archive     Archive
 }
 
 // Options bound the expensive requests.
@@ -128,6 +129,9 @@ type Options struct {
 	// the log answer 409 history-truncated (truncated.go); nil takes the
 	// log as whole.
 	LogStarts LogStarts
+	// Archive is where closed sessions that left Redis are read back
+	// (archived.go); nil: no archive (GET /v1/archive answers 503).
+	Archive Archive
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -165,7 +169,7 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
 		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard,
 		histCursors: newSealer(historyKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log),
-		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}}
+		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}, archive: o.Archive}
 	// Scopes: sessions:read for reads, histories, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a
@@ -178,6 +182,7 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 	mux.Handle("/v1/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchAll)))
 	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.rebuild)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
+	mux.Handle("/v1/archive", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.listArchive)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
 	registerConsoleRoutes(mux, o.IngestURL, o.Log)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -291,7 +296,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		httpx.Unavailable(w, time.Second, "too many reads are waiting; retry", nil)
 		return
 	case errors.Is(err, snapshot.ErrNotFound):
-		notFound(w)
+		h.serveArchived(w, r, id)
 		return
 	case errors.Is(err, context.Canceled):
 		return
