@@ -5,7 +5,9 @@
 // argues its cursor), and watches: Server-Sent Events streams of the change
 // feed (watch.go; Watcher's comment argues how they stay gap-free and
 // bounded). Only the replay, the rebuild, the history and the watches touch
-// Kafka. Metrics: correx.query.replays by outcome (match, mismatch) and
+// Kafka; a session whose first events left the log answers them 409
+// history-truncated (truncated.go). Closed sessions that left Redis are read
+// back from the archive, and listed (archived.go). Metrics: correx.query.replays by outcome (match, mismatch) and
 // correx.query.rebuilds by outcome (match, replaced, kept). For the console
 // it also says who a token is (GET /v1/whoami) and forwards a session's
 // actions to ingest with the caller's token (actions.go); it writes no event
