@@ -219,3 +219,48 @@ func TestRetentionArchiveAndIngestURL(t *testing.T) {
 	check(render(t, "minimal.yaml", "--set", "eventsRetention=720h", "--set", "retainClosed=168h",
 		"--set-string", "archiveUrl=s3://archive?region=x", "--set", "ingest.service.port=9000"))
 }
+
+// TestNetworkPolicyLetsActionsThrough: with networkPolicy.enabled, the query
+// pods may reach the ingest pods' http port and the ingest pods let them in,
+// so that the console's forwarded actions pass.
+func TestNetworkPolicyLetsActionsThrough(t *testing.T) {
+	t.Parallel()
+	m := render(t, "minimal.yaml", "--set", "networkPolicy.enabled=true")
+	ws := m.workloads()
+	component := func(sel map[string]string) string {
+		for comp, w := range ws {
+			match := len(sel) > 0
+			for k, v := range sel {
+				match = match && w.template.Labels[k] == v
+			}
+			if match {
+				return comp
+			}
+		}
+		return ""
+	}
+	var egress, ingress bool
+	for _, np := range m.networkPolicies {
+		switch component(np.Spec.PodSelector.MatchLabels) {
+		case "query":
+			for _, r := range np.Spec.Egress {
+				for _, to := range r.To {
+					if to.PodSelector != nil && component(to.PodSelector.MatchLabels) == "ingest" && len(r.Ports) == 1 && r.Ports[0].Port.String() == "http" {
+						egress = true
+					}
+				}
+			}
+		case "ingest":
+			for _, r := range np.Spec.Ingress {
+				for _, from := range r.From {
+					if from.PodSelector != nil && component(from.PodSelector.MatchLabels) == "query" {
+						ingress = true
+					}
+				}
+			}
+		}
+	}
+	if !egress || !ingress {
+		t.Errorf("query to ingest: egress %v, ingress %v; want both", egress, ingress)
+	}
+}
