@@ -48,7 +48,7 @@ bench: deps ## every benchmark with its same-run baseline (about 15 minutes; fig
 	$(GO) test -run='^$$' -bench=QueryLatency -benchtime=1x ./internal/query
 	$(GO) test -run='^$$' -bench=ArchivedRead -benchtime=1x ./internal/query
 	$(GO) test -run='^$$' -bench=WatchChangeData -benchtime=200000x ./internal/query
-	$(GO) test -run='^$$' -bench='CatchUp|Recovery|TracingOverhead|FiringLatency' -benchtime=1x -timeout 60m ./internal/projector
+	$(GO) test -run='^$$' -bench='CatchUp|Recovery|Restore|TracingOverhead|FiringLatency' -benchtime=1x -timeout 60m ./internal/projector
 	$(GO) test -run='^$$' -bench=TraceHeaders -benchtime=200000x ./internal/projector
 	$(GO) test -run='^$$' -bench='Freshness|ReadsUnderWrites' -benchtime=1x -timeout 30m ./internal/e2e
 

@@ -2,10 +2,20 @@
 # Installs what the tests and `make run` need and are missing: redis-server
 # and redis-cli (Debian package redis-server), python3 for the Python
 # client example's test, and chromium (Debian package
-# chromium) for the console's browser tests. Uses apt-get directly as root,
+# chromium) for the console's browser tests, and versitygw (an S3-compatible
+# gateway over a directory, built from the Go module proxy) for the archive's
+# tests against a real S3 server. Uses apt-get directly as root,
 # through sudo when it works without a password, and otherwise prints the
 # exact command to run.
 set -euo pipefail
+
+# versitygw, from the Go module proxy into $(go env GOPATH)/bin, where
+# internal/s3test looks for it (about 80 s to build).
+versitygw_version=v1.8.0
+if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/versitygw" ]; then
+  echo "deps: missing versitygw; go install github.com/versity/versitygw/cmd/versitygw@${versitygw_version}" >&2
+  go install "github.com/versity/versitygw/cmd/versitygw@${versitygw_version}"
+fi
 
 packages=()
 missing=()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"github.com/correx/sessions/internal/s3test"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,8 +43,16 @@ func terminal(t *testing.T) []*snapshot.Snapshot {
 }
 
 func TestPutGetList(t *testing.T) {
-	for _, u := range []string{"mem://", "file://" + filepath.ToSlash(t.TempDir())} {
-		t.Run(strings.SplitN(u, ":", 2)[0], func(t *testing.T) {
+	for _, c := range []struct {
+		scheme string
+		bucket func(t *testing.T) string
+	}{
+		{"mem", func(*testing.T) string { return "mem://" }},
+		{"file", func(t *testing.T) string { return "file://" + filepath.ToSlash(t.TempDir()) }},
+		{"s3", func(t *testing.T) string { return s3test.StartBucket(t) }}, // a real S3-compatible server
+	} {
+		t.Run(c.scheme, func(t *testing.T) {
+			u := c.bucket(t)
 			ctx := context.Background()
 			s, err := Open(ctx, u)
 			if err != nil {

@@ -298,8 +298,11 @@ func testWatch(t *testing.T, st *testkit.Stack, env map[string]string) {
 	r := *beacon
 	mu.Unlock()
 	wantCode(t, r, ExitOK)
+	// The beacon's snapshot comes first when the beacon existed as the
+	// watch began; the change is the last line.
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	var ch struct{ Cursor string }
-	if err := json.Unmarshal([]byte(r.stdout), &ch); err != nil || ch.Cursor == "" {
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ch); err != nil || ch.Cursor == "" {
 		t.Fatalf("watch output %q: %v", r.stdout, err)
 	}
 	wantCode(t, runCLI(t, env, "", "send", "-t", "SessionCreated", "-s", "acme:watched", "--field", "goal=be watched"), ExitOK)
@@ -310,6 +313,54 @@ func testWatch(t *testing.T, st *testkit.Stack, env map[string]string) {
 	wantCode(t, runCLI(t, env, "", "send", "-t", "SessionCreated", "-s", "acme:watched-2"), ExitOK)
 	golden(t, "watch", runCLI(t, env, "", "watch", "--session", "acme:watched", "--cursor", ch.Cursor, "--count", "4"))
 	golden(t, "watch_state", runCLI(t, env, "", "watch", "--state", "PAUSED", "--cursor", ch.Cursor, "--count", "1", "-o", "wide"))
+	testWatchSnapshotFirst(t, env)
+}
+
+// testWatchSnapshotFirst watches an existing session without a cursor:
+// its snapshot comes first, then only changes after it.
+func testWatchSnapshotFirst(t *testing.T, env map[string]string) {
+	done := make(chan result, 1)
+	go func() {
+		done <- runCLI(t, env, "", "watch", "--session", "acme:watched", "--count", "1", "-o", "json")
+	}()
+	var r result
+	testwait.Until(t, "the session's watch to see a change", 30*time.Second, func() bool {
+		select {
+		case r = <-done:
+			return true
+		default:
+		}
+		_ = runCLI(t, env, "", "send", "-t", "x.acme.Ping", "-s", "acme:watched", "--no-wait")
+		return false
+	})
+	wantCode(t, r, ExitOK)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want the snapshot and one change, got %q", r.stdout)
+	}
+	var first struct {
+		Snapshot *struct {
+			SessionID, State string
+			Version          uint64
+			Position         struct{ Offset int64 }
+		}
+	}
+	var second struct {
+		SessionID, Type string
+		Version         uint64
+		Position        struct{ Offset int64 }
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil || first.Snapshot == nil {
+		t.Fatalf("first line %q is not a snapshot: %v", lines[0], err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &second); err != nil {
+		t.Fatal(err)
+	}
+	if first.Snapshot.SessionID != "acme:watched" || first.Snapshot.State != "PAUSED" || second.SessionID != "acme:watched" ||
+		second.Type != "x.acme.Ping" || second.Position.Offset <= first.Snapshot.Position.Offset ||
+		second.Version < first.Snapshot.Version {
+		t.Fatalf("snapshot %+v then change %+v", *first.Snapshot, second)
+	}
 }
 
 // TestTokens issues a token, hashes it again, and checks a file with it

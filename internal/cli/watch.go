@@ -2,7 +2,9 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/correx/sessions/pkg/client"
@@ -31,6 +33,10 @@ func watchCommand(s *settings) *cobra.Command {
 and applied custom event) until Ctrl-C or --count changes. A dropped
 connection is resumed from the last cursor received, none missed, none
 repeated. Without --cursor it starts at the end: changes from now on.
+
+With --session and no --cursor, the session's snapshot as the stream
+starts is printed first (a SNAPSHOT row; with -o json a {"snapshot": ...}
+line), then the changes after it: none it already reflects, none missed.
 
 -o json prints one JSON object a line (NDJSON), each with the cursor that
 resumes after it (--cursor).`,
@@ -62,14 +68,49 @@ resumes after it (--cursor).`,
 				tw.header = append(tw.header, "POSITION", "EVENT ID", "CURSOR")
 			}
 			headerDone := false
+			header := func() {
+				if !headerDone {
+					fmt.Fprintln(w, rowText(tw.header))
+					headerDone = true
+				}
+			}
+			// With --session and no cursor, the snapshot is read once the
+			// stream is established, so every change after its position
+			// is on the stream, and those at or before it are skipped.
+			var (
+				snapErr error
+				snapPos *wire.Position
+			)
+			first := session != "" && cursor == ""
+			onConnect := func(string) {
+				if !first {
+					return
+				}
+				first = false
+				snap, err := c.Get(cmd.Context(), session)
+				if err != nil {
+					if !errors.Is(err, client.ErrNotFound) {
+						snapErr = err
+					}
+					return // not created yet: every change of it follows
+				}
+				snapPos = &snap.Position
+				snapErr = printWatchedSnapshot(s, w, snap, header)
+			}
 			seen := 0
 			for ch, err := range c.Watch(cmd.Context(), client.WatchOptions{State: state, Prefix: prefix, Labels: labels,
-				Parent: f.parent, Cursor: cursor}) {
+				Parent: f.parent, Cursor: cursor, OnConnect: onConnect}) {
+				if snapErr != nil {
+					return snapErr
+				}
 				if err != nil {
 					return err
 				}
 				if session != "" && ch.SessionID != session {
 					continue
+				}
+				if snapPos != nil && ch.Position.Partition == snapPos.Partition && ch.Position.Offset <= snapPos.Offset {
+					continue // the snapshot printed reflects it
 				}
 				switch s.output {
 				case "json":
@@ -85,10 +126,7 @@ resumes after it (--cursor).`,
 					}
 				default:
 					// A stream cannot be aligned in advance: fixed widths.
-					if !headerDone {
-						fmt.Fprintln(w, rowText(tw.header))
-						headerDone = true
-					}
+					header()
 					row := []string{timeText(ch.OccurredAt), ch.SessionID, strconv.FormatUint(ch.Version, 10), ch.Type, ch.Outcome,
 						orDash(ch.From), ch.To, orDash(ch.Reason)}
 					if s.wide() {
@@ -110,6 +148,37 @@ resumes after it (--cursor).`,
 	fl.StringVar(&cursor, "cursor", "", "resume after the change this cursor was printed with")
 	fl.IntVar(&count, "count", 0, "stop after this many changes (0: until interrupted)")
 	return cmd
+}
+
+// printWatchedSnapshot prints the snapshot a session's watch starts from:
+// a {"snapshot": ...} object with -o json and yaml, a SNAPSHOT row
+// otherwise (its time is the snapshot's last update).
+func printWatchedSnapshot(s *settings, w io.Writer, snap *client.Snapshot, header func()) error {
+	switch s.output {
+	case "json":
+		b, err := json.Marshal(struct {
+			Snapshot *client.Snapshot `json:"snapshot"`
+		}{snap})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		fmt.Fprintln(w, "---")
+		return writeYAML(w, struct {
+			Snapshot *client.Snapshot `json:"snapshot"`
+		}{snap})
+	default:
+		header()
+		row := []string{timeText(snap.UpdatedAt), snap.SessionID, strconv.FormatUint(snap.Version, 10), "SNAPSHOT", "-",
+			"-", snap.State, "-"}
+		if s.wide() {
+			row = append(row, snap.Position.String(), orDash(snap.LastEventID), "-")
+		}
+		_, err := fmt.Fprintln(w, rowText(row))
+		return err
+	}
 }
 
 // rowText lays a streamed row out in fixed-width columns.

@@ -160,8 +160,10 @@ func TestTileLabels(t *testing.T) {
 	if len(broken) > 0 {
 		t.Errorf("labels broken inside a word: %v", broken)
 	}
-	// The sparklines sample the counts and the stream's rate locally.
-	b.waitJS(t, "the sparklines", `Array.from(document.querySelectorAll('#counts .spark, #rates .spark')).filter((x) => Number(x.dataset.samples) >= 2 && x.querySelector('polyline').getAttribute('points').split(' ').length >= 2).length === 12`)
+	// The sparklines sample the counts and the stream's rate locally, and
+	// the projector's lag from the stats.
+	b.waitJS(t, "the sparklines", `Array.from(document.querySelectorAll('#counts .spark, #rates .spark')).filter((x) => Number(x.dataset.samples) >= 2 && x.querySelector('polyline').getAttribute('points').split(' ').length >= 2).length === 13`)
+	b.waitJS(t, "the projector's lag", `/^\d+ behind$/.test(document.getElementById('lag-now').textContent)`)
 	b.screenshot(t, "console-board-1400")
 	b.checkClean(t)
 }

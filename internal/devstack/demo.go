@@ -9,6 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/loadgen"
+	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
@@ -39,6 +43,12 @@ type Config struct {
 	DemoSessions int           // -demo-sessions: its sessions per round; default 50
 	LogLevel     string        // -log-level: debug, info, warn or error; default warn
 	Progress     time.Duration // -progress: how often to print a progress line; default 2s
+	// ArchiveDir is where sessions that ended go when they leave Redis
+	// (-archive-dir, a file:// archive; default .devstack/archive; empty
+	// keeps them in Redis), RetainClosed how long after they ended
+	// (-retain-closed; default 2m, short so that a newcomer sees it).
+	ArchiveDir   string
+	RetainClosed time.Duration
 }
 
 // DefaultConfig returns cmd/devstack's defaults.
@@ -50,6 +60,7 @@ func DefaultConfig() Config {
 			IngestAddr: "127.0.0.1:8081", QueryAddr: "127.0.0.1:8082", ProjectorAddr: "127.0.0.1:8083",
 		},
 		Demo: true, DemoRate: 200, DemoSessions: 50, LogLevel: "warn", Progress: 2 * time.Second,
+		ArchiveDir: ".devstack/archive", RetainClosed: 2 * time.Minute,
 	}
 }
 
@@ -71,6 +82,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Int(&c.DemoSessions, "demo-sessions", "", d.DemoSessions, "sessions per demo round")
 	b.String(&c.LogLevel, "log-level", "", d.LogLevel, "debug, info, warn or error")
 	b.Duration(&c.Progress, "progress", "", d.Progress, "how often to print a progress line")
+	b.String(&c.ArchiveDir, "archive-dir", "", d.ArchiveDir, "where sessions that ended are archived when they leave Redis (empty: they stay)")
+	b.Duration(&c.RetainClosed, "retain-closed", "", d.RetainClosed, "how long after it ended a session leaves Redis for the archive")
 }
 
 // Validate reports every problem at once.
@@ -87,6 +100,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Progress <= 0 {
 		p.Addf("-progress: %v, must be positive", c.Progress)
+	}
+	if c.ArchiveDir != "" && c.RetainClosed <= 0 {
+		p.Addf("-retain-closed: %v, must be positive with -archive-dir", c.RetainClosed)
 	}
 	return p.Err()
 }
@@ -124,6 +140,10 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 		shutdowns = append(shutdowns, shutdown)
 		return rt
 	}
+	archiveURL, err := c.archive(&o)
+	if err != nil {
+		return err
+	}
 	st, err := Start(ctx, o)
 	if err == nil && terr != nil {
 		_ = st.Stop()
@@ -133,6 +153,10 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 		return err
 	}
 	printBanner(stdout, st, settings, c.DataDir)
+	if archiveURL != "" {
+		fmt.Fprintf(stdout, "Archive: sessions that ended leave Redis %v later, into %s (%s); see docs/retention.md\n\n",
+			c.RetainClosed, c.ArchiveDir, archiveURL)
+	}
 
 	var sent atomic.Int64
 	lines := &lockedWriter{w: stdout} // progress and the demo's timeout print lines concurrently
@@ -148,6 +172,31 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 	}
 	fmt.Fprintln(stdout, "stopped")
 	return nil
+}
+
+// archive makes the projector archive the sessions that ended into
+// ArchiveDir (created), RetainClosed after they ended, and returns the
+// archive's URL ("" when ArchiveDir is empty).
+func (c *Config) archive(o *Options) (string, error) {
+	if c.ArchiveDir == "" {
+		return "", nil
+	}
+	if err := os.MkdirAll(c.ArchiveDir, 0o755); err != nil {
+		return "", fmt.Errorf("-archive-dir: %w", err)
+	}
+	abs, err := filepath.Abs(c.ArchiveDir)
+	if err != nil {
+		return "", fmt.Errorf("-archive-dir: %w", err)
+	}
+	u := (&url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}).String()
+	adjust, retain := o.Projector, c.RetainClosed
+	o.Projector = func(pc *projector.Config) {
+		pc.RetainClosed, pc.ArchiveURL = retain, u
+		if adjust != nil {
+			adjust(pc)
+		}
+	}
+	return u, nil
 }
 
 func printBanner(w io.Writer, st *Stack, settings []string, dataDir string) {

@@ -3,7 +3,9 @@ package devstack
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +29,7 @@ func TestDemoTimeoutFires(t *testing.T) {
 		"cancelled in forced mode: CANCELLED", "failed: category provider, code rate_limited, retryable true"}, found: cancel}
 	c := DefaultConfig()
 	c.DataDir, c.KafkaPort, c.Redis.URL, c.Progress = t.TempDir(), 0, srv.URL(), time.Second
+	c.ArchiveDir = filepath.Join(t.TempDir(), "archive")
 	c.IngestAddr, c.QueryAddr, c.ProjectorAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	err := Run(ctx, c, nil, func(string) string { return "" }, out, &errs)
 	if err != nil {
@@ -36,6 +39,12 @@ func TestDemoTimeoutFires(t *testing.T) {
 		if !strings.Contains(out.String(), w) {
 			t.Fatalf("the demo did not show %q:\n%s", w, out.String())
 		}
+	}
+	if s := out.String(); !strings.Contains(s, "Archive: sessions that ended leave Redis 2m0s later, into "+c.ArchiveDir) {
+		t.Fatalf("the banner does not say where sessions are archived:\n%s", s)
+	}
+	if st, err := os.Stat(c.ArchiveDir); err != nil || !st.IsDir() {
+		t.Fatalf("the archive directory: %v", err)
 	}
 	if s := out.String(); !strings.Contains(s, "timed out: CANCELLING, timeout:inactivity") {
 		t.Fatalf("the demo's quiet session did not time out:\n%s", s)

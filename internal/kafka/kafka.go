@@ -290,8 +290,15 @@ func EnsureTopicRetention(ctx context.Context, adm *kadm.Client, topic string, p
 	if retention > 0 {
 		retentionMS = strconv.FormatInt(retention.Milliseconds(), 10)
 	}
+	return EnsureTopicConfigs(ctx, adm, topic, partitions, map[string]*string{"retention.ms": &retentionMS})
+}
+
+// EnsureTopicConfigs is EnsureTopic with the given topic configs instead of
+// unlimited retention. An existing topic is left as it is: the caller
+// checks its configs if they matter (kadm.Client.DescribeTopicConfigs).
+func EnsureTopicConfigs(ctx context.Context, adm *kadm.Client, topic string, partitions int32, configs map[string]*string) (int32, error) {
 	// For one topic, kadm returns the topic's own error as err as well.
-	_, err := adm.CreateTopic(ctx, partitions, -1, map[string]*string{"retention.ms": &retentionMS}, topic)
+	_, err := adm.CreateTopic(ctx, partitions, -1, configs, topic)
 	switch {
 	case err == nil:
 		return partitions, nil

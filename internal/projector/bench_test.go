@@ -21,6 +21,7 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -31,6 +32,7 @@ import (
 
 // benchEnv is a broker with a pre-filled topic and a redis-server.
 type benchEnv struct {
+	cluster *kfake.Cluster
 	brokers []string
 	srv     *redistest.Server
 	rdb     redis.UniversalClient // srv's, unless a benchmark points it elsewhere
@@ -46,7 +48,7 @@ func newBenchEnv(b *testing.B, sessions int) *benchEnv {
 	b.Helper()
 	c := kafkatest.Start(b)
 	srv := redistest.Start(b)
-	e := &benchEnv{brokers: c.ListenAddrs(), srv: srv, rdb: srv.Client(b)}
+	e := &benchEnv{cluster: c, brokers: c.ListenAddrs(), srv: srv, rdb: srv.Client(b)}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kafka.Partitioner()), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(200_000))
 	if err != nil {

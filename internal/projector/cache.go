@@ -148,6 +148,18 @@ func (c *cache) dropPartition(id int32) {
 	c.dirty = keep
 }
 
+// forget drops a session that left Redis at pos (archived), unless a
+// fold changed it since: it is then written back, and archived again by
+// a later sweep.
+func (c *cache) forget(part int32, id string, pos snapshot.Position) {
+	en := c.parts[part][id]
+	if en == nil || en.dirty || en.snap.Position != pos {
+		return
+	}
+	c.lru.remove(en)
+	delete(c.parts[part], id)
+}
+
 // evict drops least recently used snapshots beyond the cache's count or
 // bytes, only those whose latest state is stored. It looks at maxScan
 // entries at most, so a cache full of unwritten entries costs little.

@@ -123,6 +123,14 @@ type Config struct {
 	// (CORREX_CHANGE_FEED).
 	// default: true
 	ChangeFeed bool
+	// ChangelogEnabled produces every flushed snapshot, and one checkpoint
+	// record per partition after them, to the compacted
+	// "<Topic>.snapshots" (the events topic's partition count), and
+	// restores a partition whose read model Redis lost from it instead of
+	// folding the events topic from its start (docs/exactly-once.md,
+	// "The snapshot changelog") (CORREX_CHANGELOG).
+	// default: true
+	ChangelogEnabled bool
 	// RedisWaitReplicas makes every batch wait until that many Redis
 	// replicas acknowledged it (Redis WAIT) before its checkpoints are
 	// written, so that no checkpoint passes writes a failover could lose
@@ -136,6 +144,21 @@ type Config struct {
 	// (CORREX_REDIS_WAIT_TIMEOUT).
 	// default: 1s
 	RedisWaitTimeout time.Duration
+	// RetainClosed is how long a session that ended stays in Redis before
+	// the archive sweep writes it to the archive (ArchiveURL) and removes
+	// it (docs/retention.md); zero keeps every session for ever
+	// (CORREX_RETAIN_CLOSED).
+	// default: 0 (keep for ever)
+	RetainClosed time.Duration
+	// ArchiveURL is the bucket closed sessions are archived into: file://,
+	// s3://, gs:// (gocloud.dev/blob URLs); required when RetainClosed is
+	// set (CORREX_ARCHIVE_URL).
+	// default: unset
+	ArchiveURL string
+	// ArchiveSweep is how often each owned partition's closed sessions are
+	// swept into the archive. Not a setting: tests shorten it.
+	// default: 10s
+	ArchiveSweep time.Duration
 	// ShutdownTimeout bounds a graceful stop: once Run's context is done,
 	// the batch in flight and the final flush get this long, then writing
 	// stops and Run returns ErrShutdownTimeout (what was not written is
@@ -150,6 +173,7 @@ type Config struct {
 const (
 	defaultShutdownTimeout = 30 * time.Second
 	defaultDeadlineResync  = time.Second
+	defaultArchiveSweep    = 10 * time.Second
 )
 
 // shutdownTimeout is ShutdownTimeout, or its default when unset.
@@ -186,7 +210,9 @@ func DefaultConfig() Config {
 		Timeouts:         fsm.DefaultTimeouts(),
 		DeadlineResync:   defaultDeadlineResync,
 		ChangeFeed:       true,
+		ChangelogEnabled: true,
 		RedisWaitTimeout: time.Second,
+		ArchiveSweep:     defaultArchiveSweep,
 		ShutdownTimeout:  defaultShutdownTimeout,
 	}
 }
@@ -220,10 +246,17 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Timeouts(&c.Timeouts)
 	b.ForcedGrace(&c.ForcedGrace)
 	b.Bool(&c.ChangeFeed, "change-feed", "CORREX_CHANGE_FEED", d.ChangeFeed, "produce the change feed to <topic>.changes")
+	b.Bool(&c.ChangelogEnabled, "changelog", "CORREX_CHANGELOG", d.ChangelogEnabled,
+		"produce snapshots to the compacted <topic>.snapshots and restore a lost read model from it")
 	b.Int(&c.RedisWaitReplicas, "redis-wait-replicas", "CORREX_REDIS_WAIT_REPLICAS", d.RedisWaitReplicas,
 		"Redis replicas that must acknowledge each snapshot batch before its checkpoint is written (0: no wait)")
 	b.Duration(&c.RedisWaitTimeout, "redis-wait-timeout", "CORREX_REDIS_WAIT_TIMEOUT", d.RedisWaitTimeout,
 		"longest wait for those replicas; the batch is retried after it")
+	b.Duration(&c.RetainClosed, "retain-closed", "CORREX_RETAIN_CLOSED", d.RetainClosed,
+		"how long a session that ended stays in Redis before it is archived and removed (0: for ever)")
+	b.String(&c.ArchiveURL, "archive-url", "CORREX_ARCHIVE_URL", d.ArchiveURL,
+		"bucket closed sessions are archived into (file://, s3://, gs://); required with CORREX_RETAIN_CLOSED")
+	c.ArchiveSweep = d.ArchiveSweep // not a setting (see its doc)
 }
 
 // Validate reports every problem at once.
@@ -271,6 +304,12 @@ func (c *Config) Validate() error {
 	}
 	p.AddTimeouts(c.Timeouts)
 	p.AddForcedGrace(c.ForcedGrace)
+	if c.RetainClosed < 0 {
+		p.Addf("CORREX_RETAIN_CLOSED: %v, must not be negative (0 keeps sessions for ever)", c.RetainClosed)
+	}
+	if c.RetainClosed > 0 && c.ArchiveURL == "" {
+		p.Addf("CORREX_RETAIN_CLOSED (%v) needs CORREX_ARCHIVE_URL: where the sessions go when they leave Redis", c.RetainClosed)
+	}
 	if c.RebalanceTimeout < time.Second {
 		p.Addf("CORREX_REBALANCE_TIMEOUT: %v, must be at least 1s", c.RebalanceTimeout)
 	}

@@ -69,3 +69,42 @@ func TestRedisWaitSettings(t *testing.T) {
 		t.Errorf("waiting for replicas on Redis Cluster: %v", err)
 	}
 }
+
+// TestRetentionSettings: CORREX_RETAIN_CLOSED and CORREX_ARCHIVE_URL bind;
+// a negative or unparsable retention, and a retention without an archive,
+// are reported by name.
+func TestRetentionSettings(t *testing.T) {
+	bind := func(env map[string]string) (Config, error) {
+		var c Config
+		b := config.NewBinder(flag.NewFlagSet("projector", flag.ContinueOnError), func(k string) string { return env[k] })
+		c.Bind(b)
+		return c, b.Parse(nil)
+	}
+	c, err := bind(map[string]string{"CORREX_RETAIN_CLOSED": "2m", "CORREX_ARCHIVE_URL": "file:///tmp/a"})
+	if err != nil || c.RetainClosed != 2*time.Minute || c.ArchiveURL != "file:///tmp/a" || c.ArchiveSweep != defaultArchiveSweep {
+		t.Fatalf("got %v %q sweep %v: %v", c.RetainClosed, c.ArchiveURL, c.ArchiveSweep, err)
+	}
+	if c, err := bind(nil); err != nil || c.RetainClosed != 0 || c.ArchiveURL != "" {
+		t.Fatalf("defaults: %v %q %v", c.RetainClosed, c.ArchiveURL, err)
+	}
+	if _, err := bind(map[string]string{"CORREX_RETAIN_CLOSED": "two days"}); err == nil || !strings.Contains(err.Error(), "CORREX_RETAIN_CLOSED") {
+		t.Fatalf("unparsable: %v, want CORREX_RETAIN_CLOSED named", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		set   func(*Config)
+		wants []string
+	}{
+		{"negative", func(c *Config) { c.RetainClosed, c.ArchiveURL = -time.Second, "mem://" }, []string{"CORREX_RETAIN_CLOSED"}},
+		{"no archive", func(c *Config) { c.RetainClosed = time.Hour }, []string{"CORREX_RETAIN_CLOSED", "CORREX_ARCHIVE_URL"}},
+	} {
+		c := DefaultConfig()
+		tc.set(&c)
+		err := c.Validate()
+		for _, w := range tc.wants {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v, want %q named", tc.name, err, w)
+			}
+		}
+	}
+}

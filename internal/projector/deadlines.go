@@ -4,14 +4,16 @@ import (
 	"context"
 	"time"
 
+	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // deadlinesOf returns, by partition, the deadline entry of every snapshot
 // of a batch: its earliest armed deadline (fsm.NextDeadlineWith the
 // service defaults and forced grace) at its version, or a disarm when it is terminal or has
-// nothing armed. Called by the fold goroutine when the batch is built, so
+// nothing armed, with the end of a terminal one. Called by the fold goroutine when the batch is built, so
 // it reads each snapshot as the batch stores it.
 func deadlinesOf(refs []*entry, defaults fsm.Timeouts, forcedGrace time.Duration) map[int32][]projstore.ArmedDeadline {
 	if len(refs) == 0 {
@@ -20,13 +22,22 @@ func deadlinesOf(refs []*entry, defaults fsm.Timeouts, forcedGrace time.Duration
 	out := map[int32][]projstore.ArmedDeadline{}
 	for _, en := range refs {
 		s := &en.snap
-		d := projstore.ArmedDeadline{SessionID: s.ID, Version: s.Version}
-		if next, ok := fsm.NextDeadlineWith(&s.Session, defaults, forcedGrace); ok {
-			d.Kind, d.At = next.Kind, next.At
-		}
-		out[s.Position.Partition] = append(out[s.Position.Partition], d)
+		out[s.Position.Partition] = append(out[s.Position.Partition], armedOf(s, defaults, forcedGrace))
 	}
 	return out
+}
+
+// armedOf is the deadline entry of a snapshot (deadlinesOf); a restore
+// arms the restored snapshots' with it.
+func armedOf(s *snapshot.Snapshot, defaults fsm.Timeouts, forcedGrace time.Duration) projstore.ArmedDeadline {
+	d := projstore.ArmedDeadline{SessionID: s.ID, Version: s.Version}
+	if s.Terminal() {
+		d.Ended = archive.EndedAt(s).UnixNano() // the closed sessions the archive sweep reads
+	}
+	if next, ok := fsm.NextDeadlineWith(&s.Session, defaults, forcedGrace); ok {
+		d.Kind, d.At = next.Kind, next.At
+	}
+	return d
 }
 
 // armDeadlines stores the batch's deadlines, the deadlines step of

@@ -126,6 +126,63 @@
 //     bounded, since the pass reads the same bounded pages, over an index
 //     that holds no ended child, so memory does not grow with retries and
 //     an interrupted cascade cannot turn into a crash loop.
+//   - The snapshot changelog (Config.ChangelogEnabled, DESIGN 12.1 and
+//     12.2) makes a lost read model cost its sessions, not its history.
+//     A write produces its snapshots to the compacted
+//     "<topic>.snapshots" (internal/changelog owns the record format),
+//     each on its session's events partition, after the acknowledged step
+//     (so the change feed records, derived events and dead letters of
+//     what a changelog snapshot reflects are acknowledged: a restore
+//     loses the outbox with Redis and skips what its snapshots reflect),
+//     and waits for their acknowledgement (crash point after-changelog);
+//     then the Redis checkpoints (after-checkpoint); then one checkpoint
+//     record per partition it stored (after-changelog-checkpoint), which
+//     the next write's acknowledged step waits for. So a changelog
+//     checkpoint never runs ahead of its snapshots: a crash before it
+//     leaves the changelog's checkpoint behind, which costs a longer fold,
+//     never a gap. Only snapshots folded while Redis held the read model
+//     reach it: before producing, the write reads the partitions' stored
+//     checkpoints, and a partition whose checkpoint is gone or lower than
+//     the one this projector knows (what the checkpoint write would call
+//     lost) gets nothing produced and no checkpoint written, and is
+//     rebuilt; a snapshot folded over what Redis lost (a duplicate
+//     SessionCreated of an evicted session, a newer event over an older
+//     copy) is folded after the loss, so before that read.
+//   - Wherever a partition would fold from offset 0 (a rebuild, a
+//     partition with no checkpoint, a rebuild resumed at 0), it is
+//     restored from the changelog when the changelog has a checkpoint
+//     for it: the partition of the changelog is read to its end as it
+//     was when the read began, keeping the latest record of each key
+//     (changelog.Latest: a snapshot only at a higher position, so an
+//     older one a zombie writes later loses; a session whose last record
+//     says it was archived is not written back); the snapshots are
+//     written fenced, in chunks, their deadlines armed and the open
+//     children linked to their parents, then the changelog's checkpoint
+//     is stored as the partition's and the events topic folded from it.
+//     Each kept snapshot reflects every event of its session below the
+//     checkpoint, and what it reflects beyond it was fully written out, so
+//     the fold from the checkpoint, skipping what the snapshots reflect,
+//     ends where the uninterrupted fold does. The rebuild's durability
+//     order is kept: the checkpoint is reset to 0 with the mark first,
+//     the partition deleted, the reset read back, then the restore
+//     written (crash point restore-written: a restart finds 0 with the
+//     mark, deletes again and restores again), then its checkpoint
+//     stored expecting the reset and read back (Redis lost meanwhile: the
+//     restore starts over; crash point restore-checkpoint: a restart
+//     folds from it like from any checkpoint). A changelog checkpoint
+//     beyond the events log's end (the topic was recreated) stalls the
+//     partition like a Redis checkpoint beyond it; one older than the
+//     log's start (finite retention) restores anyway and raises the alert
+//     (/readyz names the partition, correx.projector.restore_gaps counts
+//     it). Pitfalls: compaction may remove a key's old values and, after
+//     delete.retention.ms, its tombstones, so the topic is created with
+//     delete.retention.ms far above the longest restore (7 days) and an
+//     archived session's last record says so rather than being deleted;
+//     and a checkpoint record is never produced before the snapshots it
+//     covers are acknowledged, so no checkpoint points past what
+//     compaction keeps. One projector deployment (one Redis) writes a
+//     topic's changelog: two writing it with different progress could
+//     leave, after compaction, an older snapshot under a newer checkpoint.
 //
 // # How deadlines are never lost and never doubled
 //
@@ -197,7 +254,9 @@
 //     snapshot.Snapshot.Fold; the fencing is the store's (pkg/snapshot).
 //   - The order of a write (outbox, snapshots fenced, deadlines, derived
 //     records and the cascade, dead letters and derived records
-//     acknowledged, replicas on Redis Cluster, checkpoints, Kafka offsets)
+//     acknowledged, the changelog's snapshots acknowledged, replicas on
+//     Redis Cluster, checkpoints, the changelog's checkpoint records,
+//     Kafka offsets)
 //     and the crash points between the steps: writeSteps, the ordered
 //     list flusher.write runs (flush.go), pinned by TestWriteOrder; the
 //     wait for the Cluster masters' replicas and the batch written again:
@@ -245,15 +304,47 @@
 //     ChildrenPages; the outbox's
 //     storage, projstore.Store.PutOutbox; feed records on their source
 //     partition, feedRecord and kafka.PartitionerKeepingPartitions.
+//   - The snapshot changelog: its record format, changelog.SnapshotRecord,
+//     CheckpointRecord, ArchivedRecord, DecodeRecord and Latest
+//     (internal/changelog); its produce, flusher.produceChangelog (with
+//     the check that Redis still holds the partition, checkHeld) and
+//     produceChangelogCheckpoints (changelog.go), steps of writeSteps; its
+//     topic, ensureChangelog; the restore, planRestore, readChangelog,
+//     writeRestore, restoreAfterReset, restoreOnStart (restore.go), called
+//     by rebuild (restoreRebuilt) and startCheckpoints (recovery.go).
 //
 // # Storage
 //
 // New takes a Store (store.go), the interface of what the projector keeps:
 // its write path to the read model, a subset of pkg/snapshot's public
 // contract, and its own keys beside it (the children index, the outbox,
-// armed deadlines, a lost partition's rebuild, the replication wait on
-// Redis Cluster). internal/projector/projstore is the Redis one, over the
-// layout of internal/redislayout; Serve opens it.
+// armed deadlines, the closed sessions, a lost partition's rebuild, the
+// replication wait on Redis Cluster). internal/projector/projstore is the
+// Redis one, over the layout of internal/redislayout; Serve opens it.
+//
+// # Retention and the archive
+//
+// With Config.RetainClosed (CORREX_RETAIN_CLOSED) set, sessions that
+// ended leave Redis that long after they ended, into the archive at
+// Config.ArchiveURL (internal/archive; docs/retention.md). The deadlines
+// step of every batch records each terminal snapshot in its partition's
+// closed sessions (projstore's closed.go, a sorted set by end time, in the
+// same script call as the deadlines). The sweeper (sweeper.go) runs one
+// goroutine per owned partition, started and stopped with ownership like
+// the firer's; every Config.ArchiveSweep it reads the sessions due, their
+// snapshots and, in one read of the partition, their whole histories
+// (internal/sessionlog), writes one object per session, produces each
+// one's "archived" record to the snapshot changelog
+// (<topic>.snapshots, changelog.ArchivedRecord; not with the changelog
+// off, when no restore reads it) and waits for its acknowledgement,
+// and only then removes the session from Redis, fenced by the archived
+// position (projstore.Store.Forget): an event folded since keeps it for
+// the next sweep. The fold goroutine drops the removed sessions from its
+// cache between polls (Projector.dropArchived), so a later event for one
+// finds no session (a dead letter unknown_session) and a successor naming
+// one is refused unknown_predecessor. A sweep that fails keeps its
+// sessions in Redis, counts in correx.projector.archive.failures and makes
+// /readyz fail until a sweep succeeds.
 //
 // # Shape
 //

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,6 +31,9 @@ type flusher struct {
 	cfg     Config
 	fire    *firer   // woken with each partition's next deadline after a write
 	derived *derived // the change feed and the derived events
+	// changelog is the snapshot changelog's topic, "" when it is off
+	// (Config.ChangelogEnabled).
+	changelog string
 
 	cl   *kgo.Client     // the projector's client, which the flusher lives no longer than
 	ctx  context.Context // the flush context; ends after the final flush
@@ -54,8 +58,12 @@ type flusher struct {
 // after each write.
 func newFlusher(cfg Config, store Store, obs Observer, log *slog.Logger, crash *crashPoints, d *derived,
 	fire *firer, cl *kgo.Client, ctx context.Context) *flusher {
-	return &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, fire: fire, derived: d,
+	f := &flusher{store: store, obs: obs, log: log, topic: cfg.Topic, crash: crash, cfg: cfg, fire: fire, derived: d,
 		cl: cl, ctx: ctx, jobs: make(chan *flushJob, 1)}
+	if cfg.ChangelogEnabled {
+		f.changelog = changelog.Topic(cfg.Topic)
+	}
+	return f
 }
 
 // flushJob is one batch: encoded snapshots, the change feed's records (in
@@ -72,6 +80,11 @@ type flushJob struct {
 	done        chan struct{}
 	ctx         context.Context // from Observer.FlushStarted: carries the flush span
 	deadlines   map[int32][]projstore.ArmedDeadline
+	// lost holds the partitions the changelog step found lost in Redis
+	// (their stored checkpoint gone or lower than this projector's): their
+	// snapshots are not produced to the changelog, nor their checkpoints
+	// written (flusher.writeCheckpoints reports them lost).
+	lost map[int32]bool
 }
 
 // due decides whether to start a flush now, given the dirty entries,
@@ -171,21 +184,23 @@ func (f *flusher) run() {
 type writeStep int
 
 const (
-	stepMark         writeStep = iota // where the Redis Cluster masters' replication stands
-	stepOutbox                        // the change feed's and derived events' outcomes, in the outbox
-	stepSnapshots                     // the snapshots, fenced
-	stepDeadlines                     // the sessions' armed deadlines, fenced by version
-	stepRecords                       // the change feed's records and the derived events, produced
-	stepChildren                      // the children index, and the cancellations of a cascade, produced
-	stepAcknowledged                  // every record produced so far (dead letters too) acknowledged
-	stepReplicas                      // the Redis Cluster masters' replicas acknowledged the batch's writes
-	stepCheckpoints                   // the partitions' checkpoints
-	stepOffsets                       // the Kafka offsets (for lag tools only)
+	stepMark                 writeStep = iota // where the Redis Cluster masters' replication stands
+	stepOutbox                                // the change feed's and derived events' outcomes, in the outbox
+	stepSnapshots                             // the snapshots, fenced
+	stepDeadlines                             // the sessions' armed deadlines, fenced by version
+	stepRecords                               // the change feed's records and the derived events, produced
+	stepChildren                              // the children index, and the cancellations of a cascade, produced
+	stepAcknowledged                          // every record produced so far (dead letters too) acknowledged
+	stepChangelog                             // the snapshots, produced to the changelog and acknowledged
+	stepReplicas                              // the Redis Cluster masters' replicas acknowledged the batch's writes
+	stepCheckpoints                           // the partitions' checkpoints
+	stepChangelogCheckpoints                  // the partitions' checkpoint records, produced to the changelog
+	stepOffsets                               // the Kafka offsets (for lag tools only)
 	numWriteSteps
 )
 
 var writeStepNames = [numWriteSteps]string{"mark", "outbox", "snapshots", "deadlines", "records", "children",
-	"acknowledged", "replicas", "checkpoints", "offsets"}
+	"acknowledged", "changelog", "replicas", "checkpoints", "changelog-checkpoints", "offsets"}
 
 func (s writeStep) String() string {
 	if s < 0 || s >= numWriteSteps {
@@ -211,6 +226,9 @@ var writeSteps = [...]struct {
 	// to write; without any, the write ends before it (the next batch's
 	// acknowledgement covers what this one produced).
 	checkpointed bool
+	// changelog: the step (and its crash point) is taken only when the
+	// changelog is on (Config.ChangelogEnabled).
+	changelog bool
 }{
 	{step: stepMark, run: (*flusher).mark},
 	{step: stepOutbox, run: (*flusher).writeOutbox},
@@ -219,8 +237,11 @@ var writeSteps = [...]struct {
 	{step: stepRecords, run: (*flusher).produceRecords},
 	{step: stepChildren, run: (*flusher).cascade},
 	{step: stepAcknowledged, run: (*flusher).acknowledged, crash: crashBeforeCheckpoint, checkpointed: true},
+	{step: stepChangelog, run: (*flusher).produceChangelog, crash: crashAfterChangelog, checkpointed: true, changelog: true},
 	{step: stepReplicas, run: (*flusher).waitReplicas, checkpointed: true},
 	{step: stepCheckpoints, run: (*flusher).writeCheckpoints, crash: crashAfterCheckpoint, checkpointed: true},
+	{step: stepChangelogCheckpoints, run: (*flusher).produceChangelogCheckpoints, crash: crashAfterChangelogCheckpoint,
+		checkpointed: true, changelog: true},
 	{step: stepOffsets, run: (*flusher).commitOffsets, checkpointed: true},
 }
 
@@ -271,6 +292,10 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 		s := &writeSteps[i]
 		if s.checkpointed && len(job.checkpoints) == 0 {
 			return nil
+		}
+		if s.changelog && f.changelog == "" {
+			i++
+			continue
 		}
 		if err := s.run(f, ctx, w); err != nil {
 			return err
@@ -359,15 +384,36 @@ func (f *flusher) waitReplicas(ctx context.Context, w *batchWrite) (err error) {
 }
 
 // writeCheckpoints stores the partitions' checkpoints; job.prev gets what
-// they replaced (flusher.finish tells a lost read model from it).
+// they replaced (flusher.finish tells a lost read model from it). A
+// partition the changelog step found lost is not written, and reported
+// lost (none stored).
 func (f *flusher) writeCheckpoints(ctx context.Context, w *batchWrite) error {
 	job := w.job
-	return retry(ctx, f.log, "writing checkpoints", func(ctx context.Context) error {
-		prev, err := f.store.SaveCheckpoints(ctx, f.topic, job.checkpoints, time.Now())
-		if err == nil {
-			job.prev = prev
+	cps := job.checkpoints
+	if len(job.lost) > 0 {
+		cps = nil
+		for _, cp := range job.checkpoints {
+			if !job.lost[cp.Partition] {
+				cps = append(cps, cp)
+			}
 		}
-		return err
+	}
+	return retry(ctx, f.log, "writing checkpoints", func(ctx context.Context) error {
+		prev, err := f.store.SaveCheckpoints(ctx, f.topic, cps, time.Now())
+		if err != nil {
+			return err
+		}
+		if len(job.lost) > 0 {
+			all := make([]snapshot.PriorCheckpoint, len(job.checkpoints))
+			for i, j := 0, 0; i < len(job.checkpoints); i++ {
+				if !job.lost[job.checkpoints[i].Partition] {
+					all[i], j = prev[j], j+1
+				}
+			}
+			prev = all
+		}
+		job.prev = prev
+		return nil
 	})
 }
 

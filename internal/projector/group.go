@@ -31,6 +31,7 @@ func (p *Projector) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[
 		}
 		p.addPartition(id)
 		p.fire.start(id)
+		p.sweep.start(id)
 	}
 	p.assigned.Store(int32(len(p.parts)))
 	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Topic], "owned", len(p.parts))
@@ -45,6 +46,7 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 		return
 	}
 	p.fire.stop(ids...)
+	p.sweep.stop(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.collect(true); err != nil {
@@ -84,6 +86,7 @@ func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 		return
 	}
 	p.fire.stop(ids...)
+	p.sweep.stop(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.collect(true)
@@ -100,6 +103,8 @@ func (p *Projector) drop(ids []int32) {
 			delete(p.parts, id)
 			p.stalls.clear(id)
 			p.stalls.done(id)
+			p.stalls.restored(id)
+			p.stalls.clearGap(id)
 		}
 	}
 	p.assigned.Store(int32(len(p.parts)))
@@ -141,6 +146,8 @@ func (p *Projector) leave() {
 // the change feed is on, the change feed's topic with the events topic's
 // partition count. A change feed topic with another count is an error that
 // waiting does not cure: its records go to their source record's partition.
+// So is, when the changelog is on, a changelog topic with another count or
+// not compacted (ensureChangelog).
 func (p *Projector) ensureTopics(ctx context.Context) error {
 	for {
 		n, err1 := kafka.EnsureTopicRetention(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions), p.cfg.EventsRetention)
@@ -153,7 +160,14 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 					ft, m, p.cfg.Topic, n, ft)
 			}
 		}
-		if err := errors.Join(err1, err2, err3); err == nil {
+		var err4 error
+		if p.flush.changelog != "" && err1 == nil {
+			var refuse error
+			if refuse, err4 = p.ensureChangelog(ctx, n); refuse != nil {
+				return refuse
+			}
+		}
+		if err := errors.Join(err1, err2, err3, err4); err == nil {
 			p.setPartitions(n)
 			return nil
 		} else {

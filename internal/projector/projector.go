@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/changelog"
+	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
@@ -94,10 +96,18 @@ type Projector struct {
 	rebuiltNow map[int32]bool
 
 	assigned atomic.Int32 // partitions owned, for tests and logs
+	restores atomic.Int64 // partitions restored from the changelog, for tests and benchmarks
 	crash    crashPoints  // test hooks
 
 	clock Clock  // the wall clock deadlines fire by (WithClock)
 	fire  *firer // fires the owned partitions' deadlines (firer.go); built by Run with the client (connect)
+	// bucket is the archive (Config.ArchiveURL), opened by Run when
+	// Config.RetainClosed is set; sweep moves the closed sessions into it
+	// (sweeper.go), nil when sessions are kept for ever.
+	bucket *archive.Store
+	sweep  *sweeper
+	// beforeForget is the sweeper's test hook (sweeper.beforeForget).
+	beforeForget func(ids []string)
 }
 
 // Option customizes a Projector.
@@ -137,6 +147,10 @@ func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
 	p.cl, p.adm = cl, kadm.NewClient(cl)
 	p.fire = newFirer(p.cfg, p.store, p.clock, p.obs, p.log, &p.crash, cl, fireCtx)
 	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.derived, p.fire, cl, flushCtx)
+	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
+	if p.sweep != nil {
+		p.sweep.beforeForget = p.beforeForget
+	}
 	close(p.clientsSet)
 }
 
@@ -154,8 +168,9 @@ var ErrShutdownTimeout = errors.New("projector: the final writes did not complet
 func producerOpts(cfg Config) []kgo.Opt {
 	return []kgo.Opt{
 		// Dead letters keep the key hash; change records name their
-		// source record's partition.
-		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(cfg.Topic))),
+		// source record's partition, and changelog records their
+		// session's events partition.
+		kgo.RecordPartitioner(kafka.PartitionerKeepingPartitions(feed.Topic(cfg.Topic), changelog.Topic(cfg.Topic))),
 	}
 }
 
@@ -163,6 +178,17 @@ func producerOpts(cfg Config) []kgo.Opt {
 // checkpoints and leaves. It returns an error only for a failure it cannot
 // recover from (the caller restarts the process; checkpoints make that safe).
 func (p *Projector) Run(ctx context.Context) error {
+	if p.cfg.RetainClosed > 0 {
+		if p.cfg.ArchiveURL == "" {
+			return fmt.Errorf("projector: CORREX_RETAIN_CLOSED (%v) needs CORREX_ARCHIVE_URL", p.cfg.RetainClosed)
+		}
+		b, err := archive.Open(ctx, p.cfg.ArchiveURL)
+		if err != nil {
+			return fmt.Errorf("projector: CORREX_ARCHIVE_URL: %w", err)
+		}
+		defer b.Close()
+		p.bucket = b
+	}
 	opts := append(p.cfg.Kafka.Opts(),
 		kgo.ConsumeTopics(p.cfg.Topic),
 		kgo.ConsumerGroup(p.cfg.Group),
@@ -203,6 +229,7 @@ func (p *Projector) Run(ctx context.Context) error {
 	p.connect(cl, flushCtx, fireCtx)
 	defer cl.CloseAllowingRebalance()
 	defer p.fire.stopAll() // before the client closes
+	defer p.sweep.stopAll()
 
 	if err := p.ensureTopics(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -266,6 +293,7 @@ func (p *Projector) loop(ctx context.Context) error {
 		p.mu.Lock()
 		clear(p.rebuiltNow)
 		err := p.collect(false)
+		p.dropArchived()
 		if err == nil {
 			err = p.process(ctx, fetches)
 		}
@@ -340,6 +368,14 @@ func (p *Projector) shutdown() error {
 		return fmt.Errorf("projector: final flush: %w", err)
 	}
 	p.finish(job)
+	if p.flush.changelog != "" {
+		// The changelog's checkpoint records are produced without a wait
+		// (the next write's waits for them): wait here, or closing the
+		// client drops them and a restore folds more than it need.
+		if err := p.cl.Flush(p.flush.ctx); err != nil {
+			p.log.Warn("the changelog's last checkpoint records were not acknowledged; its checkpoints stay behind", "err", err)
+		}
+	}
 	p.log.Info("flushed and checkpointed on shutdown", "snapshots", len(job.entries), "partitions", len(job.checkpoints))
 	return nil
 }
@@ -508,6 +544,15 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 	return nil
 }
 
+// dropArchived drops from the cache the sessions the archive sweep
+// removed from Redis (sweeper.take), so that a later event finds no
+// session, as the store does. Called by the fold goroutine between polls.
+func (p *Projector) dropArchived() {
+	for _, a := range p.sweep.take() {
+		p.cache.forget(a.Position.Partition, a.SessionID, a.Position)
+	}
+}
+
 // getMany reads snapshots, retrying while Redis is unreachable; a corrupt
 // snapshot is not retried.
 func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapshot.Snapshot, err error) {
@@ -525,6 +570,9 @@ func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapsho
 // stalls are read from an atomic snapshot.
 func (p *Projector) Ready(ctx context.Context) error {
 	if err := p.store.Ping(ctx); err != nil {
+		return err
+	}
+	if err := p.sweep.err(); err != nil {
 		return err
 	}
 	return p.stalls.err()

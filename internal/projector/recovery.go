@@ -22,7 +22,46 @@ import (
 type stalls struct {
 	byPartition map[int32]string
 	rebuilding  map[int32]string
-	msg         atomic.Pointer[string] // nil when none is stalled or rebuilt
+	// restoring holds the partitions being restored from the changelog,
+	// and gaps those restored from a changelog checkpoint older than the
+	// events log's start (an alert, until the partition leaves).
+	restoring map[int32]string
+	gaps      map[int32]string
+	msg       atomic.Pointer[string] // nil when none is stalled, rebuilt, restored or gapped
+}
+
+// restore marks a partition as being restored from the changelog
+// (reported by /readyz) until restored is called for it.
+func (s *stalls) restore(id int32, why string) {
+	if s.restoring == nil {
+		s.restoring = map[int32]string{}
+	}
+	s.restoring[id] = why
+	s.publish()
+}
+
+func (s *stalls) restored(id int32) {
+	if _, ok := s.restoring[id]; ok {
+		delete(s.restoring, id)
+		s.publish()
+	}
+}
+
+// gap raises the alert of a partition restored over a gap in the events
+// log; it stays until the partition leaves (clearGap).
+func (s *stalls) gap(id int32, msg string) {
+	if s.gaps == nil {
+		s.gaps = map[int32]string{}
+	}
+	s.gaps[id] = msg
+	s.publish()
+}
+
+func (s *stalls) clearGap(id int32) {
+	if _, ok := s.gaps[id]; ok {
+		delete(s.gaps, id)
+		s.publish()
+	}
 }
 
 // rebuild marks a partition as being rebuilt (reported by /readyz) until
@@ -58,16 +97,25 @@ func (s *stalls) stalled(id int32) bool { return s.byPartition[id] != "" }
 
 // publish replaces the snapshot err reads.
 func (s *stalls) publish() {
-	if len(s.byPartition)+len(s.rebuilding) == 0 {
+	n := len(s.byPartition) + len(s.rebuilding) + len(s.restoring) + len(s.gaps)
+	if n == 0 {
 		s.msg.Store(nil)
 		return
 	}
-	msgs := make([]string, 0, len(s.byPartition)+len(s.rebuilding))
+	msgs := make([]string, 0, n)
 	for id, msg := range s.byPartition {
 		msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
 	}
 	for id, why := range s.rebuilding {
-		msgs = append(msgs, fmt.Sprintf("partition %d: rebuilding from the log: %s", id, why))
+		if _, ok := s.restoring[id]; !ok {
+			msgs = append(msgs, fmt.Sprintf("partition %d: rebuilding from the log: %s", id, why))
+		}
+	}
+	for id, why := range s.restoring {
+		msgs = append(msgs, fmt.Sprintf("partition %d: restoring from the changelog: %s", id, why))
+	}
+	for id, msg := range s.gaps {
+		msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
 	}
 	sort.Strings(msgs)
 	m := strings.Join(msgs, "; ")
@@ -104,13 +152,14 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 		ids = append(ids, id)
 	}
 	var (
-		cps  map[int32]snapshot.Checkpoint
-		ends kadm.ListedOffsets
-		ob   outboxRead
+		cps   map[int32]snapshot.Checkpoint
+		notes map[int32]restoreNote
+		ends  kadm.ListedOffsets
+		ob    outboxRead
 	)
 	if err := retry(ctx, p.log, "reading checkpoints for assigned partitions", func(ctx context.Context) error {
 		var err error
-		if cps, err = p.startCheckpoints(ctx, ids); err != nil {
+		if cps, notes, err = p.startCheckpoints(ctx, ids); err != nil {
 			return err
 		}
 		if ends, err = p.adm.ListEndOffsets(ctx, p.cfg.Topic); err != nil {
@@ -138,8 +187,16 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 			p.stalls.stall(id, msg)
 			stall = append(stall, id)
 			p.log.Error("partition stalled", "partition", id, "reason", msg)
+		} else if n := notes[id]; n.stall != "" {
+			p.stalls.stall(id, n.stall)
+			stall = append(stall, id)
+			p.log.Error("partition stalled", "partition", id, "reason", n.stall)
 		} else {
 			p.stalls.clear(id)
+		}
+		if n := notes[id]; n.gap != "" {
+			p.stalls.gap(id, n.gap)
+			p.log.Error("the partition was restored over a gap in the log", "partition", id, "alert", n.gap)
 		}
 		if cp.RebuildUntil > 0 {
 			p.stalls.rebuild(id, fmt.Sprintf("a rebuild to offset %d was under way when the partition changed owner", cp.RebuildUntil))
@@ -168,7 +225,21 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 //     them (the whole start is read again if it changed meanwhile). Once
 //     its checkpoint passed 0 they had finished, since a rebuild folds
 //     only after them.
-func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, error) {
+//
+// Then each partition at checkpoint 0 (none was stored, or a rebuild
+// resumed) is restored from the changelog when it has a checkpoint for
+// it (restoreOnStart), instead of being folded from 0.
+func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, map[int32]restoreNote, error) {
+	cps, err := p.repairCheckpoints(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	notes, err := p.restoreOnStart(ctx, ids, cps)
+	return cps, notes, err
+}
+
+// repairCheckpoints is startCheckpoints without the restores.
+func (p *Projector) repairCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, error) {
 	cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
 	if err != nil {
 		return nil, err
@@ -335,14 +406,84 @@ func (p *Projector) rebuild(part *partState) {
 		if err != nil {
 			return // stopping
 		}
-		if stands {
-			break
+		if !stands {
+			p.log.Warn("Redis lost the rebuild's reset while the partition's snapshots were deleted: starting the rebuild again",
+				"partition", part.id, "round", round+1)
+			continue
 		}
-		p.log.Warn("Redis lost the rebuild's reset while the partition's snapshots were deleted: starting the rebuild again",
-			"partition", part.id, "round", round+1)
+		switch cp, outcome := p.restoreRebuilt(part); outcome {
+		case restoreNone:
+		case restoreAgain:
+			p.log.Warn("Redis lost the rebuild's reset during the restore from the changelog: starting the rebuild again",
+				"partition", part.id, "round", round+1)
+			continue
+		case restoreStopped:
+			return
+		case restoreDone:
+			part.loaded(cp)
+			if cp.Offset >= part.rebuildUntil {
+				part.rebuildUntil = 0
+				p.stalls.done(part.id)
+			}
+			p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: cp.Offset}}})
+			return
+		}
+		break
 	}
 	part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
 	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
+}
+
+// What restoreRebuilt did.
+type restoreOutcome int
+
+const (
+	restoreNone    restoreOutcome = iota // no usable changelog: fold from 0
+	restoreDone                          // restored: fold from the returned checkpoint
+	restoreAgain                         // Redis lost the reset meanwhile: start the rebuild over
+	restoreStopped                       // stopping (or a simulated crash), or the partition is stalled
+)
+
+// restoreRebuilt restores a partition being rebuilt (its checkpoint reset
+// and its snapshots deleted) from the changelog, when it has a checkpoint
+// for it (restore.go). A changelog checkpoint beyond the events log
+// stalls the partition like a Redis checkpoint beyond it (adjustOffsets);
+// one older than the log's start raises the gap alert.
+func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restoreOutcome) {
+	if p.flush.changelog == "" {
+		return snapshot.Checkpoint{}, restoreNone
+	}
+	p.stalls.restore(part.id, "reading the changelog")
+	defer p.stalls.restored(part.id)
+	var pl *restorePlan
+	if err := retry(p.flush.ctx, p.log, "reading the changelog", func(ctx context.Context) (err error) {
+		pl, err = p.planRestore(ctx, part.id)
+		return err
+	}, "partition", part.id); err != nil {
+		return snapshot.Checkpoint{}, restoreStopped
+	}
+	if pl != nil && pl.stall != "" {
+		p.stalls.stall(part.id, pl.stall)
+		p.log.Error("partition stalled", "partition", part.id, "reason", pl.stall)
+		p.cl.PauseFetchPartitions(map[string][]int32{p.cfg.Topic: {part.id}})
+		return snapshot.Checkpoint{}, restoreStopped
+	}
+	if !pl.usable() {
+		return snapshot.Checkpoint{}, restoreNone
+	}
+	p.stalls.restore(part.id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
+	cp, again, err := p.restoreAfterReset(p.flush.ctx, part.id, pl)
+	switch {
+	case err != nil:
+		return cp, restoreStopped
+	case again:
+		return cp, restoreAgain
+	}
+	if pl.gap != "" {
+		p.stalls.gap(part.id, pl.gap)
+		p.log.Error("the partition was restored over a gap in the log", "partition", part.id, "alert", pl.gap)
+	}
+	return cp, restoreDone
 }
 
 // resetStands reports whether the partition's stored checkpoint is still

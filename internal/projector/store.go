@@ -18,7 +18,15 @@ type Store interface {
 	childrenStore
 	outboxStore
 	deadlineStore
+	closedStore
 	replicationStore
+}
+
+// closedStore keeps the sessions that ended, and removes them once
+// archived (sweeper.go).
+type closedStore interface {
+	DueClosed(ctx context.Context, topic string, partition int32, before time.Time, limit int) ([]projstore.ClosedSession, int64, error)
+	Forget(ctx context.Context, topic string, partition int32, archived []projstore.Archived) ([]int, error)
 }
 
 var _ Store = (*projstore.Store)(nil)

@@ -84,6 +84,8 @@ type Telemetry struct {
 	deadLetters [len(dlqReasons)]atomic.Int64
 	refusedDLQ  [len(dlqReasons)]atomic.Int64 // dead letters the broker refused
 	rebuilds    atomic.Int64                  // partitions rebuilt after Redis lost or rolled back their read model
+	restores    atomic.Int64                  // partitions restored from the changelog
+	restoreGaps atomic.Int64                  // restores from a changelog checkpoint older than the log's start
 	transitions [fsm.NumStates][fsm.NumStates]atomic.Int64
 	failures    [fsm.NumFailureCategories]atomic.Int64 // transitions to FAILED, by category
 
@@ -107,6 +109,7 @@ type Telemetry struct {
 	now func() time.Time
 
 	timeouts timeoutMetrics // telemetry_timeouts.go
+	archive  archiveMetrics // telemetry_archive.go
 
 	lagMu sync.Mutex
 	lag   map[int32]int64
@@ -307,7 +310,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	o.flushDuration, e2 = m.Float64Histogram("correx.projector.flush.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to write a flush: snapshots, dead letters, checkpoints."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-	err = errors.Join(err, e1, e2, o.timeouts.init(m))
+	err = errors.Join(err, e1, e2, o.timeouts.init(m), o.archive.init(m))
 
 	msgAttrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.destination.name", topic), attribute.String("messaging.consumer.group.name", group))
@@ -333,7 +336,11 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("Sessions that failed, by failure category (correx.failure.category)."))
 	rebuilds, e10 := m.Int64ObservableCounter("correx.projector.rebuilds", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions rebuilt from the log because Redis lost their checkpoint or went back in time (emptied, a lagging replica promoted, a restart from an older file)."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13)
+	restores, e14 := m.Int64ObservableCounter("correx.projector.restores", metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions restored from the snapshot changelog instead of folded from the start of the log, after Redis lost their read model."))
+	restoreGaps, e15 := m.Int64ObservableCounter("correx.projector.restore_gaps", metric.WithUnit("{partition}"),
+		metric.WithDescription("Restores from a changelog checkpoint older than the events log's start (finite retention): the events in between are gone, an alert (/readyz names the partition)."))
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15)
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +350,8 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		obs.ObserveInt64(waits, o.waits.Load())
 		obs.ObserveInt64(dropped, o.dropped.Load())
 		obs.ObserveInt64(rebuilds, o.rebuilds.Load())
+		obs.ObserveInt64(restores, o.restores.Load())
+		obs.ObserveInt64(restoreGaps, o.restoreGaps.Load())
 		for i, r := range cascadeReasons {
 			obs.ObserveInt64(propagated, o.propagated[i].Load(), metric.WithAttributes(attribute.String("correx.reason", r)))
 		}
@@ -382,7 +391,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, propagated, failures)
+	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, restores, restoreGaps, propagated, failures)
 	if err != nil {
 		return nil, err
 	}
@@ -697,3 +706,12 @@ func (o *Telemetry) Checkpointed(cp snapshot.Checkpoint) {
 
 // Rebuilt counts a partition rebuilt from the log (recovery.go).
 func (o *Telemetry) Rebuilt(int32) { o.rebuilds.Add(1) }
+
+// Restored counts a partition restored from the changelog (restore.go),
+// and a restore over a gap in the events log.
+func (o *Telemetry) Restored(_ int32, _ int, gap bool) {
+	o.restores.Add(1)
+	if gap {
+		o.restoreGaps.Add(1)
+	}
+}

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -25,16 +26,28 @@ func TestWriteOrder(t *testing.T) {
 		"children",                        // the cascade, after the stored ends it reads
 		"acknowledged (with checkpoints)", // dead letters and derived records, before a checkpoint passes them
 		"crash before-checkpoint",
+		// after the records they reflect are acknowledged (a restore skips
+		// them), before the checkpoints, only for partitions Redis kept
+		"changelog (with checkpoints, changelog)",
+		"crash after-changelog",
 		"replicas (with checkpoints)", // a failover cannot lose what a checkpoint passed
 		"checkpoints (with checkpoints)",
 		"crash after-checkpoint",
+		// after its snapshots are acknowledged: never ahead of them
+		"changelog-checkpoints (with checkpoints, changelog)",
+		"crash after-changelog-checkpoint",
 		"offsets (with checkpoints)", // for lag tools only, last
 	}
 	got := []string{"crash " + crashBeforePut.String()}
 	for _, s := range writeSteps {
 		name := s.step.String()
-		if s.checkpointed {
+		switch {
+		case s.checkpointed && s.changelog:
+			name += " (with checkpoints, changelog)"
+		case s.checkpointed:
 			name += " (with checkpoints)"
+		case s.changelog:
+			name += " (changelog)"
 		}
 		got = append(got, name)
 		if s.crash != crashNone {
@@ -53,13 +66,22 @@ func TestWriteOrder(t *testing.T) {
 
 // TestWriteCrashPointsInOrder runs a projector and records every crash
 // point its writes reach: each write reaches them in the order of
-// writeSteps, the checkpoints' only when it has some.
+// writeSteps, the checkpoints' only when it has some, the changelog's only
+// when it is on.
 func TestWriteCrashPointsInOrder(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("changelog=%v", on), func(t *testing.T) { testWriteCrashPointsInOrder(t, on) })
+	}
+}
+
+func testWriteCrashPointsInOrder(t *testing.T, changelogOn bool) {
 	e := newEnv(t, 2)
 	e.produce(workloadEvents(5, 200))
 	var mu sync.Mutex
 	var seen []crashPoint
-	r := e.start(e.config("a"), "order", func(p crashPoint) bool {
+	cfg := e.config("a")
+	cfg.ChangelogEnabled = changelogOn
+	r := e.start(cfg, "order", func(p crashPoint) bool {
 		if p != crashFold {
 			mu.Lock()
 			seen = append(seen, p)
@@ -74,6 +96,10 @@ func TestWriteCrashPointsInOrder(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	full := []crashPoint{crashBeforePut, crashAfterPut, crashAfterDeadlines, crashBeforeCheckpoint, crashAfterCheckpoint}
+	if changelogOn {
+		full = []crashPoint{crashBeforePut, crashAfterPut, crashAfterDeadlines, crashBeforeCheckpoint, crashAfterChangelog,
+			crashAfterCheckpoint, crashAfterChangelogCheckpoint}
+	}
 	writes, checkpointed := 0, 0
 	for rest := seen; len(rest) > 0; writes++ {
 		n := 0
@@ -98,7 +124,8 @@ func TestWriteCrashPointsInOrder(t *testing.T) {
 // points by.
 func TestCrashPointNames(t *testing.T) {
 	want := []string{"fold", "before-put", "after-put", "after-deadlines", "before-checkpoint", "after-checkpoint",
-		"cascade-page", "fired", "rebuild-reset", "rebuild-deleted"}
+		"cascade-page", "fired", "rebuild-reset", "rebuild-deleted", "after-changelog", "after-changelog-checkpoint",
+		"restore-written", "restore-checkpoint"}
 	var got []string
 	for p := crashNone + 1; p < numCrashPoints; p++ {
 		got = append(got, p.String())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/httpx"
+	"github.com/correx/sessions/internal/sessionlog"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
@@ -309,7 +310,7 @@ func (h *Handler) historyPage(ctx context.Context, lr LogReader, stored *snapsho
 		if !folded || o.Result == fsm.Orphan {
 			return true
 		}
-		page.History = append(page.History, historyEntry(&s, e, pos, o))
+		page.History = append(page.History, sessionlog.Entry(&s, e, pos, o))
 		last = pos
 		return len(page.History) < limit
 	})
@@ -324,18 +325,4 @@ func (h *Handler) historyPage(ctx context.Context, lr LogReader, stored *snapsho
 		page.Next = &next
 	}
 	return page, nil
-}
-
-// historyEntry is what the fold did with e at pos, s being the session
-// after it.
-func historyEntry(s *snapshot.Snapshot, e *fsm.Event, pos snapshot.Position, o fsm.Outcome) wire.HistoryEntry {
-	en := wire.HistoryEntry{Version: s.Version, Position: pos, EventID: e.ID.String(), Type: e.TypeName(),
-		OccurredAt: e.OccurredAt, Outcome: o.Result.String(), To: o.To.String()}
-	if o.From != fsm.StateNone {
-		en.From = o.From.String()
-	}
-	if o.Reason != fsm.ReasonNone {
-		en.Reason = o.Reason.String()
-	}
-	return en
 }

@@ -2,10 +2,9 @@ package query
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/sessionlog"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,47 +46,8 @@ func (k *KafkaReplayer) Replay(ctx context.Context, stored *snapshot.Snapshot) (
 	return &s, nil
 }
 
-// Scan implements LogReader.
+// Scan implements LogReader (sessionlog.Reader.Scan).
 func (k *KafkaReplayer) Scan(ctx context.Context, id string, p int32, from, end int64, fn func(e *fsm.Event, pos snapshot.Position) bool) error {
-	if from > end {
-		return nil
-	}
-	opts := append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.Topic: {p: kgo.NewOffset().At(from)}})}, k.Opts...)
-	cl, err := kafka.NewClient(k.Kafka, opts...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	var e fsm.Event
-	for {
-		fetches := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("reading the log stopped before offset %d: %w", end, cl.Explain(err))
-		}
-		var ferr error
-		fetches.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
-		if ferr != nil {
-			return cl.Explain(ferr)
-		}
-		done := false
-		fetches.EachRecord(func(rec *kgo.Record) {
-			if done || rec.Offset > end {
-				done = true
-				return
-			}
-			if rec.Offset == end {
-				done = true
-			}
-			if string(rec.Key) != id || kafka.DecodeEvent(rec, &e) != nil || e.SessionID != id {
-				return // another session's record, or one the projector set aside
-			}
-			if !fn(&e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset}) {
-				done = true
-			}
-		})
-		if done {
-			return nil
-		}
-	}
+	r := sessionlog.Reader{Kafka: k.Kafka, Topic: k.Topic, Opts: k.Opts}
+	return r.Scan(ctx, id, p, from, end, fn)
 }

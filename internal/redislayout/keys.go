@@ -33,10 +33,11 @@ func Bucket(sessionID string) int {
 //	<prefix>:outbox:<topic>               records to produce again after a crash (hash, see projstore's outbox.go)
 //	<prefix>:{dl:<topic>:<partition>}:due   a partition's deadlines (sorted set, see projstore's deadlines.go)
 //	<prefix>:{dl:<topic>:<partition>}:armed and their entries (hash)
+//	<prefix>:{dl:<topic>:<partition>}:closed  a partition's ended sessions, by end time (sorted set, see projstore's closed.go)
 //	<prefix>:{rN}:replicated              a Redis Cluster master's WaitReplicated key (see projstore's replication.go)
 //
 // The first four and the checkpoints are pkg/snapshot's Store's; the
-// children, the outbox, the deadlines and the replication markers are the
+// children, the outbox, the deadlines, the closed sessions and the replication markers are the
 // projector's (internal/projector/projstore). Nothing else under the prefix
 // is the store's: other programs keep keys there too (pkg/feed's consumers
 // their checkpoints, "<prefix>:feed:..."), and Owns, which Reset deletes
@@ -139,6 +140,14 @@ func (k *Keys) Children(parent string) string { return k.tags[Bucket(parent)] + 
 func (k *Keys) Deadlines(topic string, partition int32) (due, armed string) {
 	tag := k.prefix + ":{dl:" + topic + ":" + strconv.FormatInt(int64(partition), 10) + "}"
 	return tag + ":due", tag + ":armed"
+}
+
+// Closed returns the key of a partition's ended sessions (member
+// sessionId, score its end in Unix ms), under the deadlines' hash tag, so
+// that the deadlines step writes both in one call and a rebuild deletes
+// both with DeleteDeadlines.
+func (k *Keys) Closed(topic string, partition int32) string {
+	return k.prefix + ":{dl:" + topic + ":" + strconv.FormatInt(int64(partition), 10) + "}:closed"
 }
 
 // Replicated returns the replication marker key under a hash tag ("rN").

@@ -192,8 +192,9 @@ return n
 `)
 
 // The scripts below are the projector's own storage's
-// (internal/projector/projstore): its outbox, and its armed deadlines,
-// whose entries projstore's deadlines.go describes.
+// (internal/projector/projstore): its outbox, its armed deadlines,
+// whose entries projstore's deadlines.go describes, and the closed
+// sessions' index and removal (projstore's closed.go).
 
 // OutboxScript stores outbox batches of one topic and drops those the
 // checkpoints passed.
@@ -214,15 +215,19 @@ end
 return n
 `)
 
-// ArmScript arms, re-arms and disarms, fenced by version.
+// ArmScript arms, re-arms and disarms, fenced by version, and records
+// the sessions that ended in the partition's closed set.
 //
-//	KEYS   the partition's due set, then its armed hash
-//	ARGV   quadruples (session id, version, value or "" to disarm, score)
+//	KEYS   the partition's due set, its armed hash, then its closed set
+//	ARGV   quintuples (session id, version, value or "" to disarm, score,
+//	       the end in Unix ms of a session that ended, or 0)
 //
-// It returns the earliest score left in the set, or "" when it is empty.
+// It returns the earliest score left in the due set, or "" when it is
+// empty. A closed entry is written whatever the version: a session that
+// ended stays ended, at the same end time.
 var ArmScript = redis.NewScript(`
-local z, h = KEYS[1], KEYS[2]
-for i = 1, #ARGV, 4 do
+local z, h, c = KEYS[1], KEYS[2], KEYS[3]
+for i = 1, #ARGV, 5 do
   local sid, v, val = ARGV[i], tonumber(ARGV[i+1]), ARGV[i+2]
   local cur = redis.call('HGET', h, sid)
   if not cur or tonumber(string.match(cur, '^(%d+):')) <= v then
@@ -235,6 +240,9 @@ for i = 1, #ARGV, 4 do
       redis.call('HSET', h, sid, val)
       redis.call('ZADD', z, ARGV[i+3], sid)
     end
+  end
+  if ARGV[i+4] ~= '0' then
+    redis.call('ZADD', c, ARGV[i+4], sid)
   end
 end
 local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
@@ -288,8 +296,49 @@ end
 return n
 `)
 
+// ForgetScript removes an archived session from the read model: its
+// snapshot, its state index entries and its children index, only if the
+// stored snapshot is still at the archived position (an event folded
+// since keeps it, for the next sweep to archive again).
+//
+//	KEYS   the session's bucket's state index, its snapshot key, its children key
+//	ARGV   the session id, the archived position's partition and offset
+//
+// Returns 1 removed, 0 kept (the stored position moved), -1 no snapshot.
+var ForgetScript = redis.NewScript(luaHeader + `
+local names = ` + luaStateNames + `
+local h = redis.call('GETRANGE', KEYS[2], 0, 13)
+if #h ~= 14 then return -1 end
+local p, o, st = header(h)
+if p ~= tonumber(ARGV[2]) or o ~= tonumber(ARGV[3]) then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+if names[st] then
+  redis.call('ZREM', KEYS[1], '*:' .. ARGV[1], names[st] .. ':' .. ARGV[1])
+else
+  redis.call('ZREM', KEYS[1], '*:' .. ARGV[1])
+end
+return 1
+`)
+
+// ForgetClosedScript removes sessions that left the read model from their
+// partition's closed set and deadline store.
+//
+//	KEYS   the partition's closed set, due set, then armed hash
+//	ARGV   the session ids
+//
+// Returns how many closed entries it removed.
+var ForgetClosedScript = redis.NewScript(`
+local n = 0
+for _, sid in ipairs(ARGV) do
+  n = n + redis.call('ZREM', KEYS[1], sid)
+  redis.call('ZREM', KEYS[2], sid)
+  redis.call('HDEL', KEYS[3], sid)
+end
+return n
+`)
+
 var scripts = []*redis.Script{PutScript, ReplaceScript, CheckpointScript, ResetCheckpointScript, CountScript, DeletePartitionScript, OutboxScript,
-	ArmScript, DueScript, FiredScript}
+	ArmScript, DueScript, FiredScript, ForgetScript, ForgetClosedScript}
 
 // MaxCall is about how many entries one script call carries on a single
 // server (measured by pkg/snapshot's BenchmarkStorePut: 512 to 1000 is

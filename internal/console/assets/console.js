@@ -440,6 +440,8 @@
     }
     markPressed();
 
+    let lagNow = null; // the projector's lag as the latest stats said
+    let lastStats = 0; // when the board last read the stats
     async function refreshCounts() {
       try {
         const { body } = await api('/v1/stats');
@@ -448,6 +450,11 @@
         countEls.TOTAL.querySelector('.n').textContent = String((body.sessions && body.sessions.total) || 0);
         $('counts-scope').textContent = body.prefix ? '(sessions under ' + body.prefix + ')' : '';
         $('counts-updated').dataset.updated = 'updated ' + new Date().toLocaleTimeString();
+        // The projector's lag: the sum over partitions, for a token that
+        // sees them (admin, no prefix); null otherwise.
+        const parts = body.partitions;
+        lagNow = Array.isArray(parts) ? parts.reduce((a, p) => a + (typeof p.lag === 'number' ? p.lag : 0), 0) : null;
+        lastStats = Date.now();
         showLive();
       } catch (e) {
         $('counts-updated').textContent = 'counts unavailable: ' + e.message;
@@ -548,10 +555,24 @@
     // sampled here, so they cost no request.
     const history = {};
     const rates = [];
+    const lags = [];
     let changes = 0;
     const rateSVG = sparkSVG('changes per second over the last minutes');
-    $('rates').append(el('span', { class: 'muted small' }, 'changes/s, last 5 min '), rateSVG, ' ', el('span', { id: 'rate-now', class: 'small' }, '–'));
+    const lagSVG = sparkSVG('events the projector is behind over the last minutes');
+    $('rates').append(el('span', { class: 'muted small' }, 'changes/s, last 5 min '), rateSVG, ' ', el('span', { id: 'rate-now', class: 'small' }, '–'),
+      el('span', { class: 'muted small' }, ' · projector lag (events) '), lagSVG, ' ', el('span', { id: 'lag-now', class: 'small' }, '–'));
     setInterval(() => {
+      // Lag moves without changes (a stalled projector): read the stats
+      // when no change made the board read them since the last sample.
+      if (Date.now() - lastStats >= SPARK_EVERY_MS) refreshCounts();
+      if (lagNow === null) {
+        $('lag-now').textContent = 'shown to an admin token';
+      } else {
+        lags.push(lagNow);
+        if (lags.length > SPARK_SAMPLES) lags.shift();
+        spark(lagSVG, lags);
+        $('lag-now').textContent = lagNow + ' behind';
+      }
       for (const [k, b] of Object.entries(countEls)) {
         const v = Number(b.querySelector('.n').textContent);
         if (Number.isNaN(v)) continue;

@@ -16,8 +16,8 @@ import (
 // TestContract runs the rules of the projector's own storage against every
 // deployment, each store under a prefix of its own, as
 // pkg/snapshot/snapshottest runs the snapshot store's contract: a
-// partition's deletion, the children index, the outbox and the armed
-// deadlines.
+// partition's deletion, the children index, the outbox, the armed
+// deadlines and the closed sessions' index and removal.
 func TestContract(t *testing.T) {
 	for _, tg := range targets() {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -45,8 +45,9 @@ type Store = *projstore.Store
 func snapIn(t testing.TB, id string, st fsm.State, p int32, o int64) *snapshot.Snapshot {
 	t.Helper()
 	paths := map[fsm.State][]fsm.EventType{
-		fsm.StateActive: {fsm.SessionCreated, fsm.SessionStarted},
-		fsm.StatePaused: {fsm.SessionCreated, fsm.SessionStarted, fsm.SessionPaused},
+		fsm.StateActive:    {fsm.SessionCreated, fsm.SessionStarted},
+		fsm.StatePaused:    {fsm.SessionCreated, fsm.SessionStarted, fsm.SessionPaused},
+		fsm.StateCompleted: {fsm.SessionCreated, fsm.SessionStarted, fsm.SessionCompleted},
 	}
 	var s snapshot.Snapshot
 	var r fsm.Reducer
@@ -300,6 +301,88 @@ var contract = []struct {
 		}
 		if next, err := st.NextDeadline(ctx, "ev", 2); err != nil || !next.IsZero() {
 			t.Fatalf("deleted: %v %v", next, err)
+		}
+	}},
+	{"closed sessions", func(t *testing.T, newStore func(*testing.T) Store) {
+		st := newStore(t)
+		ctx := t.Context()
+		base := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+		x, y, z := snapIn(t, "x", fsm.StateCompleted, 1, 10), snapIn(t, "y", fsm.StateCompleted, 1, 11), snapIn(t, "z", fsm.StateActive, 1, 12)
+		put(t, st, x, y, z)
+		if err := st.AddChildren(ctx, []projstore.ChildLink{{Parent: "x", Child: "kid"}}); err != nil {
+			t.Fatal(err)
+		}
+		arm := func(ds ...projstore.ArmedDeadline) {
+			t.Helper()
+			if _, err := st.ArmDeadlines(ctx, "ev", map[int32][]projstore.ArmedDeadline{1: ds}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		arm(projstore.ArmedDeadline{SessionID: "x", Version: x.Version, Ended: base.UnixNano()},
+			projstore.ArmedDeadline{SessionID: "y", Version: y.Version, Ended: base.Add(10 * time.Millisecond).UnixNano()},
+			projstore.ArmedDeadline{SessionID: "z", Version: z.Version, Kind: fsm.TimeoutInactivity, At: base.UnixNano()})
+		arm(projstore.ArmedDeadline{SessionID: "x", Version: x.Version, Ended: base.UnixNano()}) // again: idempotent
+		ids := func(cs []projstore.ClosedSession) string {
+			var out []string
+			for _, c := range cs {
+				out = append(out, c.SessionID)
+			}
+			return fmt.Sprint(out)
+		}
+		due, n, err := st.DueClosed(ctx, "ev", 1, base.Add(5*time.Millisecond), 10)
+		if err != nil || ids(due) != "[x]" || n != 1 || !due[0].Ended.Equal(base) {
+			t.Fatalf("due 5ms after x ended: %+v (%d in all) %v, want x", due, n, err)
+		}
+		due, n, err = st.DueClosed(ctx, "ev", 1, base.Add(time.Hour), 1)
+		if err != nil || ids(due) != "[x]" || n != 2 {
+			t.Fatalf("due an hour later, one at a time: %+v (%d in all) %v, want x of 2", due, n, err)
+		}
+		if due, n, err := st.DueClosed(ctx, "ev", 2, base.Add(time.Hour), 10); err != nil || len(due) != 0 || n != 0 {
+			t.Fatalf("another partition: %+v %d %v", due, n, err)
+		}
+		// x is removed at its archived position; y moved since it was archived: kept.
+		got, err := st.Forget(ctx, "ev", 1, []projstore.Archived{{SessionID: "x", Position: x.Position},
+			{SessionID: "y", Position: snapshot.Position{Partition: 1, Offset: 9}}})
+		if err != nil || fmt.Sprint(got) != "[1 0]" {
+			t.Fatalf("forget: %v %v, want [1 0]", got, err)
+		}
+		if _, err := st.Get(ctx, "x"); !errors.Is(err, snapshot.ErrNotFound) {
+			t.Fatalf("x after forget: %v", err)
+		}
+		if _, err := st.Get(ctx, "y"); err != nil {
+			t.Fatalf("y after a fenced forget: %v", err)
+		}
+		counts, _ := st.Count(ctx)
+		if counts.Total != 2 || counts.ByState[fsm.StateCompleted] != 1 || counts.ByState[fsm.StateActive] != 1 {
+			t.Fatalf("counts after forget: %+v", counts)
+		}
+		page, _ := st.ListPrefix(ctx, fsm.StateNone, "x", "", 10)
+		if len(page.Snapshots) != 0 {
+			t.Fatalf("listing x after forget: %d", len(page.Snapshots))
+		}
+		if kids, _, err := st.ChildrenPages(ctx, []projstore.ChildrenCursor{{Parent: "x"}}, 10); err != nil || len(kids[0]) != 0 {
+			t.Fatalf("x's children after forget: %v %v", kids, err)
+		}
+		if due, n, err := st.DueClosed(ctx, "ev", 1, base.Add(time.Hour), 10); err != nil || ids(due) != "[y]" || n != 1 {
+			t.Fatalf("due after forget: %+v %d %v, want y", due, n, err)
+		}
+		if next, err := st.NextDeadline(ctx, "ev", 1); err != nil || !next.Equal(base) {
+			t.Fatalf("z's deadline after forget: %v %v", next, err)
+		}
+		// Again (a sweep retried), and a closed entry a stale writer wrote back: gone.
+		arm(projstore.ArmedDeadline{SessionID: "x", Version: x.Version, Ended: base.UnixNano()})
+		if got, err := st.Forget(ctx, "ev", 1, []projstore.Archived{{SessionID: "x", Position: x.Position}}); err != nil || fmt.Sprint(got) != "[-1]" {
+			t.Fatalf("forget again: %v %v, want [-1]", got, err)
+		}
+		if due, _, err := st.DueClosed(ctx, "ev", 1, base.Add(time.Hour), 10); err != nil || ids(due) != "[y]" {
+			t.Fatalf("due after forget again: %+v %v, want y", due, err)
+		}
+		// A rebuild's delete takes the closed sessions with the deadlines.
+		if err := st.DeleteDeadlines(ctx, "ev", 1); err != nil {
+			t.Fatal(err)
+		}
+		if due, n, err := st.DueClosed(ctx, "ev", 1, base.Add(time.Hour), 10); err != nil || len(due) != 0 || n != 0 {
+			t.Fatalf("due after DeleteDeadlines: %+v %d %v", due, n, err)
 		}
 	}},
 }

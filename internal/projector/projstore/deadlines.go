@@ -49,6 +49,10 @@ type ArmedDeadline struct {
 	Kind    fsm.TimeoutKind
 	At      int64  // the deadline, nanoseconds since the Unix epoch
 	Version uint64 // the session's version when it was armed
+	// Ended is when a terminal session ended, nanoseconds since the Unix
+	// epoch, or 0: ArmDeadlines records it in the partition's closed
+	// sessions (closed.go). DueDeadlines leaves it 0.
+	Ended int64
 }
 
 // Due returns the deadline as a time.
@@ -86,7 +90,8 @@ func parseArmed(sessionID, v string) (ArmedDeadline, error) {
 // ArmDeadlines writes the entries of sessions of a topic, by partition:
 // an entry with a kind arms (or re-arms) the session's deadline, one with
 // fsm.TimeoutNone removes it; each only if the stored entry's version is
-// not newer. All partitions are written in one pipelined round trip (one
+// not newer. An entry with Ended records the session in the partition's
+// closed sessions (closed.go), in the same call. All partitions are written in one pipelined round trip (one
 // script call per partition and chunk: each touches one hash slot). It
 // returns each partition's earliest deadline afterwards (Unix ms
 // precision), or the zero time when none is armed. Idempotent.
@@ -100,17 +105,23 @@ func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[
 		calls = calls[:0]
 		for p, entries := range byPartition {
 			due, armed := s.keys.Deadlines(topic, p)
+			closed := s.keys.Closed(topic, p)
 			for start := 0; start < len(entries) || start == 0; start += redislayout.MaxCall {
 				chunk := entries[start:min(start+redislayout.MaxCall, len(entries))]
-				args := make([]any, 0, 4*len(chunk))
+				args := make([]any, 0, 5*len(chunk))
 				for _, d := range chunk {
 					if d.Kind == fsm.TimeoutNone {
 						args = append(args, d.SessionID, d.Version, "", 0)
 					} else {
 						args = append(args, d.SessionID, d.Version, d.value(), scoreMs(d.At))
 					}
+					if d.Ended > 0 {
+						args = append(args, scoreMs(d.Ended))
+					} else {
+						args = append(args, 0)
+					}
 				}
-				calls = append(calls, call{p, redislayout.ArmScript.EvalSha(ctx, pipe, []string{due, armed}, args...)})
+				calls = append(calls, call{p, redislayout.ArmScript.EvalSha(ctx, pipe, []string{due, armed, closed}, args...)})
 			}
 		}
 		return nil
@@ -201,11 +212,12 @@ func (s *Store) RemoveFired(ctx context.Context, topic string, partition int32, 
 	return n, nil
 }
 
-// DeleteDeadlines deletes every armed deadline of a partition (before the
-// partition is rebuilt from the earliest offset, which arms them again).
+// DeleteDeadlines deletes every armed deadline of a partition, and its
+// closed sessions (before the partition is rebuilt from the earliest
+// offset, which writes them again).
 func (s *Store) DeleteDeadlines(ctx context.Context, topic string, partition int32) error {
 	due, armed := s.keys.Deadlines(topic, partition)
-	if err := s.rdb.Del(ctx, due, armed).Err(); err != nil {
+	if err := s.rdb.Del(ctx, due, armed, s.keys.Closed(topic, partition)).Err(); err != nil {
 		return &snapshot.StoreError{Op: "delete deadlines", Key: due, Err: err}
 	}
 	return nil
