@@ -32,10 +32,13 @@ var (
 	// componentEnv is what one component gets on top of commonEnv.
 	componentEnv = map[string][]string{
 		"ingest": {"CORREX_PRODUCE_TIMEOUT"},
-		"query":  {},
+		"query":  {"CORREX_INGEST_URL"},
 		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES", "CORREX_CHANGE_FEED",
-			"CORREX_REDIS_WAIT_REPLICAS", "CORREX_REDIS_WAIT_TIMEOUT"},
+			"CORREX_REDIS_WAIT_REPLICAS", "CORREX_REDIS_WAIT_TIMEOUT", "CORREX_RETAIN_CLOSED"},
 	}
+	// topicEnv is what the two services that create the events topic
+	// (ingest, projector) get: its retention.
+	topicEnv = []string{"CORREX_EVENTS_RETENTION"}
 	// timeoutEnv are the session timeout defaults, which the projector (to
 	// arm deadlines) and the query service (to show effective timeouts)
 	// both take.
@@ -51,6 +54,7 @@ var (
 		"CORREX_KAFKA_TLS", "CORREX_KAFKA_TLS_CA_FILE", "CORREX_KAFKA_TLS_CERT_FILE", "CORREX_KAFKA_TLS_KEY_FILE",
 		"CORREX_KAFKA_SASL_MECHANISM", "CORREX_KAFKA_SASL_USERNAME", "CORREX_KAFKA_SASL_PASSWORD_FILE",
 		"CORREX_REDIS_TLS_CA_FILE", "CORREX_REDIS_PASSWORD_FILE",
+		"CORREX_ARCHIVE_URL", // not a secret, but optional too: set with archiveUrl
 	}
 	// otelEnv are the standard OpenTelemetry variables the chart may set.
 	otelEnv = []string{
@@ -82,6 +86,9 @@ func documentedEnv() map[string]bool {
 	for _, n := range timeoutEnv {
 		all[n] = true
 	}
+	for _, n := range topicEnv {
+		all[n] = true
+	}
 	return all
 }
 
@@ -89,7 +96,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 	// A name listed twice would make the exact-set checks below weaker than
 	// they read; so would a security name that is also a base name.
 	seen := map[string]int{}
-	for _, list := range [][]string{commonEnv, componentEnv["ingest"], componentEnv["query"], componentEnv["projector"], securityEnv, apiEnv, timeoutEnv} {
+	for _, list := range [][]string{commonEnv, componentEnv["ingest"], componentEnv["query"], componentEnv["projector"], securityEnv, apiEnv, timeoutEnv, topicEnv} {
 		for _, n := range list {
 			seen[n]++
 			if !strings.HasPrefix(n, "CORREX_") {
@@ -102,7 +109,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 			t.Errorf("%s is listed %d times", n, count)
 		}
 	}
-	if got, want := len(documentedEnv()), 7+1+8+14+2+5; got != want {
+	if got, want := len(documentedEnv()), 7+1+1+9+15+2+5+1; got != want {
 		t.Errorf("documented CORREX_ names: got %d, want %d", got, want)
 	}
 }
@@ -134,6 +141,14 @@ func perComponent(all []string, apiOnly ...string) map[string][]string {
 		"query":     append(slices.Clone(all), apiOnly...),
 		"projector": slices.Clone(all),
 	}
+}
+
+// withArchive adds CORREX_ARCHIVE_URL to the projector and the query
+// service, which archiveUrl gives it.
+func withArchive(m map[string][]string) map[string][]string {
+	m["projector"] = append(m["projector"], "CORREX_ARCHIVE_URL")
+	m["query"] = append(m["query"], "CORREX_ARCHIVE_URL")
+	return m
 }
 
 var baseKinds = map[string]int{
@@ -176,11 +191,11 @@ var scenarios = []scenario{
 	{
 		name:       "production",
 		valuesFile: "production.yaml",
-		security: perComponent([]string{
+		security: withArchive(perComponent([]string{
 			"CORREX_KAFKA_TLS", "CORREX_KAFKA_TLS_CA_FILE",
 			"CORREX_KAFKA_SASL_MECHANISM", "CORREX_KAFKA_SASL_USERNAME", "CORREX_KAFKA_SASL_PASSWORD_FILE",
 			"CORREX_REDIS_TLS_CA_FILE", "CORREX_REDIS_PASSWORD_FILE",
-		}, "CORREX_AUTH_TOKENS_FILE"),
+		}, "CORREX_AUTH_TOKENS_FILE")),
 		kinds: withKinds(map[string]int{"HorizontalPodAutoscaler": 2, "NetworkPolicy": 3, "ServiceMonitor": 1}),
 		extraEnv: map[string][]string{
 			"ingest":    {"K8S_POD_NAME"},
@@ -415,6 +430,9 @@ func checkEnv(t *testing.T, sc scenario, m *manifests) {
 			}
 			if comp != "ingest" {
 				want = append(want, timeoutEnv...)
+			}
+			if comp != "query" {
+				want = append(want, topicEnv...)
 			}
 			sort.Strings(want)
 			var got []string

@@ -187,3 +187,80 @@ func TestRedisSentinelAndCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestRetentionArchiveAndIngestURL: eventsRetention reaches ingest and the
+// projector, retainClosed the projector, archiveUrl the projector and the
+// query service (and nothing without it), and the query service forwards
+// the console's actions to the chart's ingest Service.
+func TestRetentionArchiveAndIngestURL(t *testing.T) {
+	t.Parallel()
+	want := map[string]map[string]string{
+		"ingest":    {"CORREX_EVENTS_RETENTION": "unlimited", "CORREX_RETAIN_CLOSED": "", "CORREX_ARCHIVE_URL": "", "CORREX_INGEST_URL": ""},
+		"projector": {"CORREX_EVENTS_RETENTION": "unlimited", "CORREX_RETAIN_CLOSED": "0s", "CORREX_ARCHIVE_URL": "", "CORREX_INGEST_URL": ""},
+		"query": {"CORREX_EVENTS_RETENTION": "", "CORREX_RETAIN_CLOSED": "", "CORREX_ARCHIVE_URL": "",
+			"CORREX_INGEST_URL": "http://correx-correx-sessions-ingest.sessions.svc:8081"},
+	}
+	check := func(m *manifests) {
+		t.Helper()
+		for comp, w := range m.workloads() {
+			env, _ := m.containerEnv(w.template.Spec.Containers[0])
+			for name, v := range want[comp] {
+				if got := env[name].value; got != v {
+					t.Errorf("%s: %s = %q, want %q", comp, name, got, v)
+				}
+			}
+		}
+	}
+	check(render(t, "minimal.yaml"))
+	want["ingest"]["CORREX_EVENTS_RETENTION"], want["projector"]["CORREX_EVENTS_RETENTION"] = "720h", "720h"
+	want["projector"]["CORREX_RETAIN_CLOSED"] = "168h"
+	want["projector"]["CORREX_ARCHIVE_URL"], want["query"]["CORREX_ARCHIVE_URL"] = "s3://archive?region=x", "s3://archive?region=x"
+	want["query"]["CORREX_INGEST_URL"] = "http://correx-correx-sessions-ingest.sessions.svc:9000"
+	check(render(t, "minimal.yaml", "--set", "eventsRetention=720h", "--set", "retainClosed=168h",
+		"--set-string", "archiveUrl=s3://archive?region=x", "--set", "ingest.service.port=9000"))
+}
+
+// TestNetworkPolicyLetsActionsThrough: with networkPolicy.enabled, the query
+// pods may reach the ingest pods' http port and the ingest pods let them in,
+// so that the console's forwarded actions pass.
+func TestNetworkPolicyLetsActionsThrough(t *testing.T) {
+	t.Parallel()
+	m := render(t, "minimal.yaml", "--set", "networkPolicy.enabled=true")
+	ws := m.workloads()
+	component := func(sel map[string]string) string {
+		for comp, w := range ws {
+			match := len(sel) > 0
+			for k, v := range sel {
+				match = match && w.template.Labels[k] == v
+			}
+			if match {
+				return comp
+			}
+		}
+		return ""
+	}
+	var egress, ingress bool
+	for _, np := range m.networkPolicies {
+		switch component(np.Spec.PodSelector.MatchLabels) {
+		case "query":
+			for _, r := range np.Spec.Egress {
+				for _, to := range r.To {
+					if to.PodSelector != nil && component(to.PodSelector.MatchLabels) == "ingest" && len(r.Ports) == 1 && r.Ports[0].Port.String() == "http" {
+						egress = true
+					}
+				}
+			}
+		case "ingest":
+			for _, r := range np.Spec.Ingress {
+				for _, from := range r.From {
+					if from.PodSelector != nil && component(from.PodSelector.MatchLabels) == "query" {
+						ingress = true
+					}
+				}
+			}
+		}
+	}
+	if !egress || !ingress {
+		t.Errorf("query to ingest: egress %v, ingress %v; want both", egress, ingress)
+	}
+}

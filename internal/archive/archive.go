@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -76,28 +78,40 @@ type Entry struct {
 type Store struct {
 	bucket *blob.Bucket
 	url    string // with any password removed, for messages
+	dir    string // a file:// bucket's directory, which Ping checks too
+}
+
+// CheckURL reports a URL Open would refuse without reaching its bucket:
+// one that does not parse, or whose scheme is not one of Schemes.
+func CheckURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("archive URL: %v", err)
+	}
+	for _, s := range Schemes {
+		if u.Scheme == s {
+			return nil
+		}
+	}
+	return fmt.Errorf("archive URL %q: unknown scheme %q (one of %s)", u.Redacted(), u.Scheme, strings.Join(Schemes, ", "))
 }
 
 // Open opens the archive at rawURL and checks that its bucket can be
 // reached. An unknown scheme or an unreachable bucket is an error that
 // says which.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("archive URL: %v", err)
+	if err := CheckURL(rawURL); err != nil {
+		return nil, err
 	}
-	known := false
-	for _, s := range Schemes {
-		known = known || u.Scheme == s
-	}
-	if !known {
-		return nil, fmt.Errorf("archive URL %q: unknown scheme %q (one of %s)", u.Redacted(), u.Scheme, strings.Join(Schemes, ", "))
-	}
+	u, _ := url.Parse(rawURL)
 	b, err := blob.OpenBucket(ctx, rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("archive %s: %v", u.Redacted(), err)
 	}
 	s := &Store{bucket: b, url: u.Redacted()}
+	if u.Scheme == "file" {
+		s.dir = filepath.FromSlash(u.Path)
+	}
 	if err := s.Ping(ctx); err != nil {
 		b.Close()
 		return nil, err
@@ -110,6 +124,14 @@ func (s *Store) Ping(ctx context.Context) error {
 	ok, err := s.bucket.IsAccessible(ctx)
 	if err == nil && !ok {
 		err = errors.New("the bucket does not exist")
+	}
+	if err == nil && s.dir != "" {
+		// fileblob lists a directory that went away as an empty bucket.
+		if fi, serr := os.Stat(s.dir); serr != nil {
+			err = serr
+		} else if !fi.IsDir() {
+			err = errors.New(s.dir + " is not a directory")
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("archive %s is unreachable: %v", s.url, err)

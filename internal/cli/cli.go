@@ -185,7 +185,7 @@ does not match the stored snapshot).`,
 		return usagef("--output %q: want table, wide, json or yaml", s.output)
 	}
 	root.AddCommand(
-		getCommand(s), listCommand(s), watchCommand(s), sendCommand(s),
+		getCommand(s), listCommand(s), archiveCommand(s), watchCommand(s), sendCommand(s),
 		approveCommand(s), denyCommand(s), cancelCommand(s), pauseCommand(s), resumeCommand(s), failCommand(s),
 		historyCommand(s), replayCommand(s), rebuildCommand(s), statsCommand(s), topCommand(s), tokensCommand(s),
 	)

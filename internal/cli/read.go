@@ -20,7 +20,11 @@ func (s *settings) snapshotTable(snaps []client.Snapshot) *table {
 	}
 	for i := range snaps {
 		sn := &snaps[i]
-		row := []string{sn.SessionID, sn.State, strconv.FormatUint(sn.Version, 10), strconv.FormatUint(sn.Counters.Events, 10),
+		state := sn.State
+		if sn.Archived {
+			state += " (archived)"
+		}
+		row := []string{sn.SessionID, state, strconv.FormatUint(sn.Version, 10), strconv.FormatUint(sn.Counters.Events, 10),
 			orDash(clip(sn.Goal, 40)), labelsText(sn.Labels)}
 		if s.wide() {
 			row = append(row, ptrOrDash(sn.ParentSessionID), sn.Position.String(), timeText(sn.CreatedAt), timeText(sn.UpdatedAt))
@@ -283,4 +287,58 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+func archiveCommand(s *settings) *cobra.Command {
+	var (
+		prefix   string
+		limit    int
+		pageSize int
+		cursor   string
+	)
+	cmd := &cobra.Command{
+		Use:   "archive",
+		Short: "List the closed sessions that left the read model into the archive",
+		Long: "List the closed sessions that left the read model into the archive (the query service's\n" +
+			"CORREX_ARCHIVE_URL), by id. `correx get ID` and `correx history ID` read one of them.",
+		Example: `  correx archive
+  correx archive --prefix demo: --limit 20 -o json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if prefix != "" && !fsm.ValidSessionID(prefix) {
+				return usagef("--prefix %q: want %s", prefix, fsm.SessionIDRule)
+			}
+			if limit < 0 || pageSize < 0 || pageSize > 1000 {
+				return usagef("--limit must be at least 0 and --page-size 0-1000")
+			}
+			c, err := s.client()
+			if err != nil {
+				return err
+			}
+			out := []client.ArchivedSession{}
+			for page, err := range c.Archive(cmd.Context(), client.ArchiveOptions{Prefix: prefix, Limit: pageSize, Cursor: cursor}) {
+				if err != nil {
+					return err
+				}
+				out = append(out, page.Sessions...)
+				if limit > 0 && len(out) >= limit {
+					out = out[:limit]
+					break
+				}
+			}
+			if ok, err := s.writeData(out); ok {
+				return err
+			}
+			t := &table{header: []string{"SESSION", "STATE", "ENDED"}}
+			for _, a := range out {
+				t.add(a.SessionID, a.State, timeText(a.EndedAt))
+			}
+			return t.write(s.env.Stdout)
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", "", "only session ids that start with this")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many sessions (0: every one)")
+	cmd.Flags().IntVar(&pageSize, "page-size", 0, "sessions per request, 1-1000 (0: the service's, 100)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "resume a listing at this cursor")
+	return cmd
 }

@@ -120,6 +120,57 @@ func (b *Binder) Duration(p *time.Duration, name, env string, def time.Duration,
 	b.add(p, name, env, func() string { return p.String() })
 }
 
+// Unlimited is how a retention with no limit is written
+// (CORREX_EVENTS_RETENTION's default); Kafka's own "-1" is read as it too.
+const Unlimited = "unlimited"
+
+// ParseRetention reads a retention: a positive Go duration (168h), or
+// "unlimited" (or "-1"), which is 0.
+func ParseRetention(s string) (time.Duration, error) {
+	if s == Unlimited || s == "-1" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: must be a positive Go duration such as 168h, or %s", s, Unlimited)
+	}
+	if d < time.Millisecond {
+		return 0, fmt.Errorf("%q: must be at least 1ms (Kafka counts milliseconds)", s)
+	}
+	return d, nil
+}
+
+// FormatRetention writes a retention as ParseRetention reads it.
+func FormatRetention(d time.Duration) string {
+	if d == 0 {
+		return Unlimited
+	}
+	return d.String()
+}
+
+// Retention binds a retention flag (ParseRetention), unlimited (0) by
+// default. A bad value is an error that names env.
+func (b *Binder) Retention(p *time.Duration, name, env, usage string) {
+	*p = 0
+	if v, ok := b.lookup(env); ok {
+		d, err := ParseRetention(v)
+		if err != nil {
+			b.errs = append(b.errs, fmt.Errorf("%s=%v", env, err))
+		} else {
+			*p = d
+		}
+	}
+	b.FS.Func(name, b.usage(usage+" (default "+Unlimited+")", env), func(s string) error {
+		d, err := ParseRetention(s)
+		if err != nil {
+			return fmt.Errorf("%s: %v", env, err)
+		}
+		*p = d
+		return nil
+	})
+	b.add(p, name, env, func() string { return FormatRetention(*p) })
+}
+
 // Float binds a floating-point flag.
 func (b *Binder) Float(p *float64, name, env string, def float64, usage string) {
 	if v, ok := b.lookup(env); ok {

@@ -3,6 +3,7 @@ package config_test
 import (
 	"bytes"
 	"flag"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -135,5 +136,49 @@ func replaceFile(t *testing.T, p, content string) {
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRetention: CORREX_EVENTS_RETENTION is unlimited by default, a
+// positive duration, or unlimited/-1; 0, a negative duration and words are
+// errors that name the variable, whether from the environment or the flag.
+func TestRetention(t *testing.T) {
+	bind := func(env string, args ...string) (time.Duration, string, error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		b := config.NewBinder(fs, func(k string) string {
+			if k == "CORREX_EVENTS_RETENTION" {
+				return env
+			}
+			return ""
+		})
+		var d time.Duration
+		b.Retention(&d, "events-retention", "CORREX_EVENTS_RETENTION", "retention")
+		err := b.Parse(args)
+		return d, b.Settings()[0].Default, err
+	}
+	for _, c := range []struct {
+		env  string
+		args []string
+		want time.Duration
+	}{
+		{"", nil, 0}, {"unlimited", nil, 0}, {"-1", nil, 0}, {"168h", nil, 168 * time.Hour},
+		{"", []string{"-events-retention", "2h"}, 2 * time.Hour}, {"1h", []string{"-events-retention", "unlimited"}, 0},
+	} {
+		d, _, err := bind(c.env, c.args...)
+		if err != nil || d != c.want {
+			t.Errorf("env %q args %q: %v %v, want %v", c.env, c.args, d, err, c.want)
+		}
+	}
+	if _, def, _ := bind(""); def != "unlimited" {
+		t.Errorf("default shown as %q, want unlimited", def)
+	}
+	for _, bad := range []string{"0", "0s", "-5m", "week", "1ns"} {
+		if _, _, err := bind(bad); err == nil || !strings.Contains(err.Error(), "CORREX_EVENTS_RETENTION") {
+			t.Errorf("env %q: %v, want an error naming CORREX_EVENTS_RETENTION", bad, err)
+		}
+		if _, _, err := bind("", "-events-retention", bad); err == nil || !strings.Contains(err.Error(), "CORREX_EVENTS_RETENTION") {
+			t.Errorf("flag %q: %v, want an error naming CORREX_EVENTS_RETENTION", bad, err)
+		}
 	}
 }

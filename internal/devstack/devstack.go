@@ -264,8 +264,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	qcfg := query.DefaultConfig()
 	qcfg.Kafka = withClientID(kcfg, qcfg.Kafka.ClientID)
 	qcfg.Topic, qcfg.Redis, qcfg.Auth, qcfg.TLS = s.Topic, rcfg, authCfg, o.TLS
-	qcfg.Timeouts = pcfg.Timeouts // the projector's: the query shows effective timeouts with them
-	qcfg.IngestURL = ingestURL    // the console's actions go through the query service to ingest
+	qcfg.Timeouts = pcfg.Timeouts     // the projector's: the query shows effective timeouts with them
+	qcfg.IngestURL = ingestURL        // the console's actions go through the query service to ingest
+	qcfg.ArchiveURL = pcfg.ArchiveURL // archived sessions are read back from where the projector puts them
 	qrt := rt("query")
 	qrt.Listener = lq
 	s.goRun("query", func() error { return query.Serve(ctx, qcfg, qrt) })

@@ -208,13 +208,15 @@ func TestEndpointAuthorization(t *testing.T) {
 
 	t.Run("query", func(t *testing.T) {
 		q := st.QueryURL
-		for _, path := range []string{"/v1/sessions/acme:1", "/v1/sessions", "/v1/stats", "/v1/sessions/acme:1/replay", "/v1/nothing"} {
+		for _, path := range []string{"/v1/sessions/acme:1", "/v1/sessions", "/v1/stats", "/v1/sessions/acme:1/replay", "/v1/archive", "/v1/nothing"} {
 			wantProblem(t, path+" without a token", c.do(http.MethodGet, q+path, "", "", nil), 401)
 			wantProblem(t, path+" with a bad token", c.do(http.MethodGet, q+path, bad, "", nil), 401)
 		}
 		wantProblem(t, "read with events:write only", c.do(http.MethodGet, q+"/v1/sessions/acme:1", tok["writer"], "", nil), 403)
 		wantProblem(t, "list with events:write only", c.do(http.MethodGet, q+"/v1/sessions", tok["writer"], "", nil), 403)
 		wantProblem(t, "stats with events:write only", c.do(http.MethodGet, q+"/v1/stats", tok["writer"], "", nil), 403)
+		wantProblem(t, "archive with events:write only", c.do(http.MethodGet, q+"/v1/archive", tok["writer"], "", nil), 403)
+		wantProblem(t, "archive without one configured", c.do(http.MethodGet, q+"/v1/archive", tok["reader"], "", nil), 503)
 		wantProblem(t, "replay with sessions:read only", c.do(http.MethodGet, q+"/v1/sessions/acme:1/replay", tok["reader"], "", nil), 403)
 		if a := c.do(http.MethodGet, q+"/v1/sessions/globex:1", tok["reader"], "", nil); a.status != 200 {
 			t.Fatalf("reader: %d %s", a.status, a.body)

@@ -32,6 +32,13 @@ type Config struct {
 	// (CORREX_PARTITIONS).
 	// default: 12 (config.DefaultPartitions)
 	Partitions int
+	// EventsRetention is the events topic's retention.ms when ingest creates
+	// it (CORREX_EVENTS_RETENTION): a positive Go duration, or unlimited
+	// (also -1), held as 0. Records older than it leave the log; the
+	// histories, replays and rebuilds of sessions whose first events left
+	// answer 409 history-truncated (DESIGN 12.3).
+	// default: unlimited
+	EventsRetention time.Duration
 	// HTTPAddr is the listen address (CORREX_HTTP_ADDR).
 	// default: :8081
 	HTTPAddr string
@@ -71,6 +78,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers")
 	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
 	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions when the topic is created")
+	b.Retention(&c.EventsRetention, "events-retention", "CORREX_EVENTS_RETENTION", "retention of the events topic when it is created (Go duration, or unlimited)")
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address")
 	b.Duration(&c.ProduceTimeout, "produce-timeout", "CORREX_PRODUCE_TIMEOUT", d.ProduceTimeout, "how long an event may wait for Kafka before a 503")
 	c.Kafka.BindSecurity(b)
@@ -162,7 +170,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 	go func() {
 		adm := kadm.NewClient(cl.Client)
 		for ctx.Err() == nil {
-			n, err := kafka.EnsureTopic(ctx, adm, cfg.Topic, int32(cfg.Partitions))
+			n, err := kafka.EnsureTopicRetention(ctx, adm, cfg.Topic, int32(cfg.Partitions), cfg.EventsRetention)
 			if err == nil {
 				log.Info("topic ready", "topic", cfg.Topic, "partitions", n)
 				topicReady.Store(true)

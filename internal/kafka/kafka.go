@@ -279,8 +279,18 @@ func DLQTopic(topic string) string { return topic + ".dlq" }
 // when it does not exist. An existing topic is left as it is (its partition
 // count is reported back, since partitioning depends on it).
 func EnsureTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) (int32, error) {
-	retention := "-1"
-	return EnsureTopicConfigs(ctx, adm, topic, partitions, map[string]*string{"retention.ms": &retention})
+	return EnsureTopicRetention(ctx, adm, topic, partitions, 0)
+}
+
+// EnsureTopicRetention is EnsureTopic with the created topic's retention.ms
+// set from retention (CORREX_EVENTS_RETENTION); 0 keeps every record (-1).
+// An existing topic's retention is left as it is, as its partitions are.
+func EnsureTopicRetention(ctx context.Context, adm *kadm.Client, topic string, partitions int32, retention time.Duration) (int32, error) {
+	retentionMS := "-1"
+	if retention > 0 {
+		retentionMS = strconv.FormatInt(retention.Milliseconds(), 10)
+	}
+	return EnsureTopicConfigs(ctx, adm, topic, partitions, map[string]*string{"retention.ms": &retentionMS})
 }
 
 // EnsureTopicConfigs is EnsureTopic with the given topic configs instead of

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
@@ -46,6 +47,58 @@ func TestEnsureTopic(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("retention.ms is not -1: %+v", rc.Configs)
+	}
+}
+
+// retentionMS is topic's retention.ms as the broker describes it.
+func retentionMS(t *testing.T, adm *kadm.Client, topic string) string {
+	t.Helper()
+	cfgs, err := adm.DescribeTopicConfigs(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := cfgs.On(topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range rc.Configs {
+		if cfg.Key == "retention.ms" && cfg.Value != nil {
+			return *cfg.Value
+		}
+	}
+	t.Fatalf("%s has no retention.ms: %+v", topic, rc.Configs)
+	return ""
+}
+
+// TestEnsureTopicRetention: a finite CORREX_EVENTS_RETENTION becomes the
+// created topic's retention.ms; 0 is unlimited; an existing topic keeps its
+// own.
+func TestEnsureTopicRetention(t *testing.T) {
+	c := kafkatest.Start(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	if _, err := kafka.EnsureTopicRetention(ctx, adm, "week", 3, 7*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := retentionMS(t, adm, "week"); got != "604800000" {
+		t.Errorf("retention.ms %s, want 604800000 (7 days)", got)
+	}
+	if _, err := kafka.EnsureTopicRetention(ctx, adm, "week", 3, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got := retentionMS(t, adm, "week"); got != "604800000" {
+		t.Errorf("an existing topic's retention.ms became %s", got)
+	}
+	if _, err := kafka.EnsureTopicRetention(ctx, adm, "forever", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := retentionMS(t, adm, "forever"); got != "-1" {
+		t.Errorf("retention.ms %s, want -1", got)
 	}
 }
 

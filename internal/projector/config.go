@@ -30,6 +30,13 @@ type Config struct {
 	// creates it (CORREX_PARTITIONS).
 	// default: 12 (config.DefaultPartitions)
 	Partitions int
+	// EventsRetention is the events topic's retention.ms when the projector creates
+	// it (CORREX_EVENTS_RETENTION): a positive Go duration, or unlimited
+	// (also -1), held as 0. Records older than it leave the log; the
+	// histories, replays and rebuilds of sessions whose first events left
+	// answer 409 history-truncated (DESIGN 12.3).
+	// default: unlimited
+	EventsRetention time.Duration
 	// Group is the consumer group (CORREX_GROUP).
 	// default: correx-projector
 	Group string
@@ -219,6 +226,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Strings(&c.Kafka.Brokers, "kafka-brokers", "CORREX_KAFKA_BROKERS", d.Kafka.Brokers, "Kafka bootstrap brokers")
 	b.String(&c.Topic, "topic", "CORREX_TOPIC", d.Topic, "topic of session events")
 	b.Int(&c.Partitions, "partitions", "CORREX_PARTITIONS", d.Partitions, "partitions when the topic is created")
+	b.Retention(&c.EventsRetention, "events-retention", "CORREX_EVENTS_RETENTION", "retention of the events topic when it is created (Go duration, or unlimited)")
 	b.String(&c.Group, "group", "CORREX_GROUP", d.Group, "consumer group")
 	b.String(&c.InstanceID, "instance-id", "CORREX_INSTANCE_ID", d.InstanceID, "stable group instance id (static membership); empty for dynamic membership")
 	c.Redis.Bind(b)

@@ -150,7 +150,7 @@ func (p *Projector) leave() {
 // not compacted (ensureChangelog).
 func (p *Projector) ensureTopics(ctx context.Context) error {
 	for {
-		n, err1 := kafka.EnsureTopic(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions))
+		n, err1 := kafka.EnsureTopicRetention(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions), p.cfg.EventsRetention)
 		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
 		var err3 error
 		if ft := p.derived.feedTopic; ft != "" && err1 == nil {

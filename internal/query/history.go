@@ -220,7 +220,7 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lr, ok := h.replayer.(LogReader)
-	if !ok {
+	if !ok && h.archive == nil {
 		httpx.Unavailable(w, 30*time.Second, "the history needs Kafka, and this query service has no brokers configured", nil)
 		return
 	}
@@ -233,16 +233,23 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 	}
 	stored, err := h.get(r.Context(), id)
 	if errors.Is(err, snapshot.ErrNotFound) {
-		notFound(w)
+		h.archivedHistory(w, r, id, after, limit)
 		return
 	}
 	if err != nil {
 		h.storeError(w, err)
 		return
 	}
+	if !ok {
+		httpx.Unavailable(w, 30*time.Second, "the history needs Kafka, and this query service has no brokers configured", nil)
+		return
+	}
 	if after != nil && (after.partition != stored.Position.Partition || after.first != stored.FirstOffset ||
 		after.next > stored.Position.Offset+1) {
 		badRequest(w, "after", "is a cursor of an earlier session under this id; start again without it")
+		return
+	}
+	if h.truncated(w, r, stored, "history") {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.replayLimit)

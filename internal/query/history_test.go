@@ -40,6 +40,7 @@ type historyFixture struct {
 	tokens  map[string]string
 	guard   *auth.Guard
 	quiet   *slog.Logger
+	client  *http.Client // nil: http.DefaultClient
 }
 
 func newHistoryFixture(t *testing.T) *historyFixture {
@@ -179,7 +180,11 @@ func (f *historyFixture) request(method string, srv *httptest.Server, role, path
 		f.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+f.tokens[role])
-	resp, err := http.DefaultClient.Do(req)
+	cl := f.client
+	if cl == nil {
+		cl = http.DefaultClient
+	}
+	resp, err := cl.Do(req)
 	if err != nil {
 		f.t.Fatal(err)
 	}

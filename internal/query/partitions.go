@@ -53,6 +53,20 @@ func (k *KafkaPartitions) Partitions(ctx context.Context) (int32, error) {
 	return int32(len(d.Partitions)), nil
 }
 
+// StartOffsets implements LogStarts: each partition's log start offset.
+func (k *KafkaPartitions) StartOffsets(ctx context.Context) (map[int32]int64, error) {
+	offs, err := k.adm.ListStartOffsets(ctx, k.topic)
+	if err != nil {
+		return nil, k.cl.Explain(err)
+	}
+	if err := offs.Error(); err != nil {
+		return nil, k.cl.Explain(err)
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out, nil
+}
+
 // Close closes the Kafka client.
 func (k *KafkaPartitions) Close() { k.cl.Close() }
 

@@ -5,7 +5,9 @@
 // argues its cursor), and watches: Server-Sent Events streams of the change
 // feed (watch.go; Watcher's comment argues how they stay gap-free and
 // bounded). Only the replay, the rebuild, the history and the watches touch
-// Kafka. Metrics: correx.query.replays by outcome (match, mismatch) and
+// Kafka; a session whose first events left the log answers them 409
+// history-truncated (truncated.go). Closed sessions that left Redis are read
+// back from the archive, and listed (archived.go). Metrics: correx.query.replays by outcome (match, mismatch) and
 // correx.query.rebuilds by outcome (match, replaced, kept). For the console
 // it also says who a token is (GET /v1/whoami) and forwards a session's
 // actions to ingest with the caller's token (actions.go); it writes no event
@@ -76,6 +78,8 @@ type Handler struct {
 	histCursors cursorSealer
 	folds       *foldCache
 	metrics     *metrics
+	logStarts   *logStartCache
+	archive     Archive
 }
 
 // Options bound the expensive requests.
@@ -122,6 +126,14 @@ type Options struct {
 	// IngestURL is where POST /v1/sessions/{id}/actions forwards the
 	// console's actions (actions.go); "" answers them 503.
 	IngestURL string
+	// LogStarts tells where the events topic's partitions start, so that
+	// the history, replay and rebuild of a session whose first events left
+	// the log answer 409 history-truncated (truncated.go); nil takes the
+	// log as whole.
+	LogStarts LogStarts
+	// Archive is where closed sessions that left Redis are read back
+	// (archived.go); nil: no archive (GET /v1/archive answers 503).
+	Archive Archive
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -158,7 +170,8 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
 		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard,
-		histCursors: newSealer(historyKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log)}
+		histCursors: newSealer(historyKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log),
+		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}, archive: o.Archive}
 	// Scopes: sessions:read for reads, histories, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a
@@ -171,6 +184,7 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 	mux.Handle("/v1/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchAll)))
 	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.rebuild)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
+	mux.Handle("/v1/archive", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.listArchive)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
 	registerConsoleRoutes(mux, o.IngestURL, o.Log)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -284,7 +298,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		httpx.Unavailable(w, time.Second, "too many reads are waiting; retry", nil)
 		return
 	case errors.Is(err, snapshot.ErrNotFound):
-		notFound(w)
+		h.serveArchived(w, r, id)
 		return
 	case errors.Is(err, context.Canceled):
 		return
@@ -583,6 +597,9 @@ func (h *Handler) fromLog(w http.ResponseWriter, r *http.Request, id, what strin
 	}
 	if err != nil {
 		h.storeError(w, err)
+		return nil, nil, false
+	}
+	if h.truncated(w, r, stored, what) {
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.replayLimit)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/console"
@@ -70,6 +71,14 @@ type Config struct {
 	// and the console shows no action buttons.
 	// default: none
 	IngestURL string
+	// ArchiveURL is the archive of closed sessions that left Redis
+	// (CORREX_ARCHIVE_URL: file://, s3://, gs://; internal/archive), from
+	// which GET /v1/sessions/{id} and its history answer them and GET
+	// /v1/archive lists them; unset, there is no archive. An unknown
+	// scheme or an unreachable bucket stops the service at start, and
+	// /readyz fails while the bucket cannot be reached.
+	// default: none
+	ArchiveURL string
 }
 
 // minCursorKey is the shortest secret CORREX_WATCH_CURSOR_KEY_FILE may hold.
@@ -153,6 +162,7 @@ func (c *Config) Bind(b *config.Binder) {
 	b.String(&c.HTTPAddr, "http-addr", "CORREX_HTTP_ADDR", d.HTTPAddr, "listen address")
 	b.String(&c.WatchCursorKeyFile, "watch-cursor-key-file", "CORREX_WATCH_CURSOR_KEY_FILE", d.WatchCursorKeyFile, "file holding the secret that seals watch cursors (the same on every replica; without it cursors do not survive a restart)")
 	b.String(&c.IngestURL, "ingest-url", "CORREX_INGEST_URL", d.IngestURL, "base URL of the ingest service, to which the console's actions are forwarded (unset: no actions)")
+	b.Secret(&c.ArchiveURL, "archive-url", "CORREX_ARCHIVE_URL", d.ArchiveURL, "archive of closed sessions that left Redis (file://, s3://, gs://; unset: none)")
 	b.Duration(&c.WatchMaxLifetime, "watch-max-lifetime", "CORREX_WATCH_MAX_LIFETIME", d.WatchMaxLifetime, "longest a watch stream lasts before the client must resume")
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
@@ -179,6 +189,9 @@ func (c *Config) Validate() error {
 	}
 	if err := ValidateIngestURL(c.IngestURL); err != nil {
 		p.Addf("%s", err)
+	}
+	if err := archive.CheckURL(c.ArchiveURL); c.ArchiveURL != "" && err != nil {
+		p.Addf("CORREX_ARCHIVE_URL: %v", err)
 	}
 	if _, err := c.cursorKey(); err != nil {
 		p.Addf("%s", err)
@@ -216,7 +229,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 			return fmt.Errorf("query: %w", err)
 		}
 		defer parts.Close()
-		opts.Partitions = parts
+		opts.Partitions, opts.LogStarts = parts, parts
 		// The watcher stops with ctx, which ends every stream, so the HTTP
 		// server's shutdown below does not wait on them.
 		key, err := cfg.cursorKey()
@@ -239,8 +252,20 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 			}
 		}()
 	}
+	ready := store.Ping
+	if cfg.ArchiveURL != "" {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		arch, err := archive.Open(octx, cfg.ArchiveURL)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("query: CORREX_ARCHIVE_URL: %w", err)
+		}
+		defer func() { _ = arch.Close() }()
+		opts.Archive = arch
+		ready = func(ctx context.Context) error { return errors.Join(store.Ping(ctx), arch.Ping(ctx)) }
+	}
 	h := NewHandler(store, cfg.Topic, replayer, opts)
-	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, UI: console.New(), Ready: store.Ping, TLS: cfg.TLS})
+	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, UI: console.New(), Ready: ready, TLS: cfg.TLS})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("query: %w", err)
 	}

@@ -238,3 +238,65 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Page, error
 		}
 	}
 }
+
+// ArchivedSession is a closed session that left the read model into the
+// archive, as GET /v1/archive lists it; Get still reads its snapshot
+// (Snapshot.Archived true).
+type ArchivedSession = wire.ArchivedSession
+
+// ArchiveOptions bound an archive listing.
+type ArchiveOptions struct {
+	Prefix string // session ids that start with it, within the token's prefix
+	Limit  int    // the page size, 1-1000 (default: the service's, 100)
+	Cursor string // resumes a listing at a page's Next
+}
+
+// ArchivePage is one page of an archive listing.
+type ArchivePage struct {
+	Sessions []ArchivedSession
+	// Next is the cursor of the next page; "" on the last page.
+	Next string
+}
+
+// Archive returns the pages of the archived sessions (GET /v1/archive), in
+// id order, one request each; errors as List's. The query service answers
+// 503 (a *StatusError) when it has no archive.
+func (c *Client) Archive(ctx context.Context, o ArchiveOptions) iter.Seq2[*ArchivePage, error] {
+	return func(yield func(*ArchivePage, error) bool) {
+		cursor := o.Cursor
+		for {
+			q := url.Values{}
+			if o.Prefix != "" {
+				q.Set("prefix", o.Prefix)
+			}
+			if o.Limit > 0 {
+				q.Set("limit", strconv.Itoa(o.Limit))
+			}
+			if cursor != "" {
+				q.Set("cursor", cursor)
+			}
+			u := c.query.JoinPath("v1", "archive")
+			u.RawQuery = q.Encode()
+			var ans wire.ArchivePage
+			var err error
+			attempt := 1
+			for ; ; attempt++ {
+				if err = c.getJSON(ctx, "archive", u, 0, &ans); err == nil || !c.retryRead(ctx, err, attempt) {
+					break
+				}
+			}
+			if err != nil {
+				yield(nil, readError(ctx, "archive", "", attempt, err))
+				return
+			}
+			p := &ArchivePage{Sessions: ans.Sessions}
+			if ans.Next != nil {
+				p.Next = *ans.Next
+			}
+			if !yield(p, nil) || p.Next == "" {
+				return
+			}
+			cursor = p.Next
+		}
+	}
+}

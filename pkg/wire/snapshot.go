@@ -52,6 +52,10 @@ type Snapshot struct {
 	// Digest is a SHA-256 chain over the applied events: equal digests mean
 	// the same applied events in the same order.
 	Digest string `json:"digest"`
+	// Archived is true for a closed session read back from the archive
+	// after it left the read model (GET /v1/sessions/{id}, DESIGN 12.4);
+	// absent otherwise, so stored snapshots are unchanged.
+	Archived bool `json:"archived,omitempty"`
 }
 
 // Counters are a snapshot's counters; Custom counts applied custom events

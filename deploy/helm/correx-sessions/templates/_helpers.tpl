@@ -129,6 +129,21 @@ appear here only as file paths. The pod template hashes this output
 {{- $_ = set $d "CORREX_REDIS_WAIT_REPLICAS" ($root.Values.redis.waitReplicas | int64 | toString) }}
 {{- $_ = set $d "CORREX_REDIS_WAIT_TIMEOUT" $root.Values.redis.waitTimeout }}
 {{- end }}
+{{- if ne $c "query" }}
+{{- $_ = set $d "CORREX_EVENTS_RETENTION" $root.Values.eventsRetention }}
+{{- end }}
+{{- if eq $c "projector" }}
+{{- $_ = set $d "CORREX_RETAIN_CLOSED" $root.Values.retainClosed }}
+{{- end }}
+{{- if and $root.Values.archiveUrl (ne $c "ingest") }}
+{{- $_ = set $d "CORREX_ARCHIVE_URL" $root.Values.archiveUrl }}
+{{- end }}
+{{- if eq $c "query" }}
+{{- /* The console's actions go to the chart's ingest Service. */}}
+{{- $ingest := dict "root" $root "component" "ingest" }}
+{{- $scheme := ternary "https" "http" $root.Values.tls.enabled }}
+{{- $_ = set $d "CORREX_INGEST_URL" (printf "%s://%s.%s.svc:%d" $scheme (include "correx.componentName" $ingest) $root.Release.Namespace ($root.Values.ingest.service.port | int)) }}
+{{- end }}
 {{- if eq $c "ingest" }}
 {{- $_ = set $d "CORREX_PRODUCE_TIMEOUT" $v.produceTimeout }}
 {{- else }}
