@@ -45,12 +45,12 @@ func TestRun(t *testing.T) {
 		t.Fatalf("%v\n%s", err, errs.String())
 	}
 	o := out.String()
-	for _, want := range []string{"/v1/events", "/ui/", "authentication is OFF", `"timeouts":{"inactivity":"5s"}`, "stopped", "/v1/watch", "label=team=demo"} {
+	for _, want := range []string{"/v1/events", "/ui/", "authentication is OFF", `"timeouts":{"inactivity":"5s"}`, "stopped", "/v1/watch", "label=team=demo", "/v1/archive?prefix=demo&limit=5"} {
 		if !strings.Contains(o, want) {
 			t.Errorf("output lacks %q:\n%s", want, o)
 		}
 	}
-	if !regexp.MustCompile(`ingested [1-9][0-9]* .* sessions [1-9]`).MatchString(o) {
+	if !regexp.MustCompile(`ingested [1-9][0-9]* .* sessions [1-9].*  archived [0-9]+`).MatchString(o) {
 		t.Errorf("no progress line with events and sessions:\n%s", o)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -154,8 +155,10 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 	}
 	printBanner(stdout, st, settings, c.DataDir)
 	if archiveURL != "" {
-		fmt.Fprintf(stdout, "Archive: sessions that ended leave Redis %v later, into %s (%s); see docs/retention.md\n\n",
-			c.RetainClosed, c.ArchiveDir, archiveURL)
+		fmt.Fprintf(stdout, "Archive: sessions that ended leave Redis %v later, into %s (%s); see docs/retention.md\n"+
+			"  curl -s '%s/v1/archive?prefix=demo&limit=5'    archived sessions (the progress line counts them)\n"+
+			"  curl -s %s/v1/sessions/<an id listed there>      its snapshot, read back with \"archived\":true\n\n",
+			c.RetainClosed, c.ArchiveDir, archiveURL, st.QueryURL, st.QueryURL)
 	}
 
 	var sent atomic.Int64
@@ -165,7 +168,11 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 		go demoRules(ctx, st, lines, o.Log)
 		go demo(ctx, st, c, o.Log, &sent)
 	}
-	progress(ctx, lines, st, &sent, c.Progress)
+	archived := func() int { return -1 }
+	if archiveURL != "" {
+		archived = func() int { return countArchived(c.ArchiveDir) }
+	}
+	progress(ctx, lines, st, &sent, c.Progress, archived)
 	fmt.Fprintln(stdout, "\nstopping: flushing snapshots and writing checkpoints...")
 	if err := st.Stop(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -267,7 +274,7 @@ func demo(ctx context.Context, st *Stack, c Config, log *slog.Logger, sent *atom
 }
 
 // progress prints events/s, lag and sessions per state until ctx ends.
-func progress(ctx context.Context, w io.Writer, st *Stack, sent *atomic.Int64, every time.Duration) {
+func progress(ctx context.Context, w io.Writer, st *Stack, sent *atomic.Int64, every time.Duration, archived func() int) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	last, lastAt := int64(0), time.Now()
@@ -296,9 +303,25 @@ func progress(ctx context.Context, w io.Writer, st *Stack, sent *atomic.Int64, e
 				sort.Strings(states)
 				line += fmt.Sprintf("  lag %d  sessions %d [%s]", lag, s.Sessions.Total, strings.Join(states, " "))
 			}
+			if n := archived(); n >= 0 {
+				line += fmt.Sprintf("  archived %d", n)
+			}
 			fmt.Fprintln(w, line)
 		}
 	}
+}
+
+// countArchived counts the objects in a file:// archive's directory (one
+// per archived session, internal/archive's keys).
+func countArchived(dir string) int {
+	n := 0
+	_ = filepath.WalkDir(filepath.Join(dir, "sessions"), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".json") {
+			n++
+		}
+		return nil
+	})
+	return n
 }
 
 func stats(ctx context.Context, queryURL string) (query.Stats, error) {
