@@ -48,6 +48,16 @@ func TestArchiveCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A live session, in the read model: not archived.
+	var live snapshot.Snapshot
+	var red fsm.Reducer
+	for j, et := range []fsm.EventType{fsm.SessionCreated, fsm.SessionStarted} {
+		e := fsm.NewEvent(fsm.EventID{9, byte(j + 1)}, "acme:live", et, at.Add(time.Duration(j)*time.Second), fsm.Fields{Goal: "live work"})
+		live.Fold(&red, &e, snapshot.Position{Offset: int64(100 + j)})
+	}
+	if _, err := store.PutBatch(ctx, []snapshot.Entry{snapshot.NewEntry(&live)}); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(query.NewHandler(store, "events", nil, query.Options{Archive: arch}))
 	defer srv.Close()
 	env := map[string]string{"CORREX_QUERY_URL": srv.URL}
@@ -55,4 +65,7 @@ func TestArchiveCommands(t *testing.T) {
 	golden(t, "archive_prefix_json", runCLI(t, env, "", "archive", "--prefix", "acme:old-2", "-o", "json"))
 	golden(t, "archive_bad_prefix", runCLI(t, env, "", "archive", "--prefix", "a b"))
 	golden(t, "get_archived", runCLI(t, env, "", "get", "acme:old-1"))
+	golden(t, "archive_ls_prefix", runCLI(t, env, "", "archive", "ls", "--prefix", "beta:"))
+	golden(t, "archive_get", runCLI(t, env, "", "archive", "get", "acme:old-2", "-o", "wide"))
+	golden(t, "archive_get_live", runCLI(t, env, "", "archive", "get", "acme:live"))
 }

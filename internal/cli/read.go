@@ -289,7 +289,49 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// archiveCommand is `correx archive` with its subcommands `ls` (also what
+// the bare command does) and `get`.
 func archiveCommand(s *settings) *cobra.Command {
+	cmd := archiveListCommand(s, "archive")
+	cmd.Short = "The closed sessions that left the read model into the archive: ls (the default), get"
+	cmd.Example = `  correx archive
+  correx archive ls --prefix demo: --limit 20 -o json
+  correx archive get demo:1`
+	cmd.AddCommand(archiveListCommand(s, "ls"), archiveGetCommand(s))
+	return cmd
+}
+
+// archiveGetCommand prints an archived session's snapshot, and refuses
+// (exit 3) a session the read model still holds.
+func archiveGetCommand(s *settings) *cobra.Command {
+	return &cobra.Command{
+		Use:     "get ID",
+		Short:   "Print an archived session's snapshot",
+		Example: `  correx archive get demo:1 -o json`,
+		Args:    exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := s.client()
+			if err != nil {
+				return err
+			}
+			snap, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if !snap.Archived {
+				return fmt.Errorf("%s is not archived: the read model holds it (correx get %s): %w", args[0], args[0], client.ErrNotFound)
+			}
+			if ok, err := s.writeData(snap); ok {
+				return err
+			}
+			return s.snapshotTable([]client.Snapshot{*snap}).write(s.env.Stdout)
+		},
+	}
+}
+
+// archiveListCommand lists archived sessions, as `correx archive` and
+// `correx archive ls`.
+func archiveListCommand(s *settings, use string) *cobra.Command {
 	var (
 		prefix   string
 		limit    int
@@ -297,12 +339,12 @@ func archiveCommand(s *settings) *cobra.Command {
 		cursor   string
 	)
 	cmd := &cobra.Command{
-		Use:   "archive",
+		Use:   use,
 		Short: "List the closed sessions that left the read model into the archive",
 		Long: "List the closed sessions that left the read model into the archive (the query service's\n" +
 			"CORREX_ARCHIVE_URL), by id. `correx get ID` and `correx history ID` read one of them.",
-		Example: `  correx archive
-  correx archive --prefix demo: --limit 20 -o json`,
+		Example: `  correx archive ls
+  correx archive ls --prefix demo: --limit 20 -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if prefix != "" && !fsm.ValidSessionID(prefix) {
