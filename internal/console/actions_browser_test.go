@@ -3,6 +3,7 @@ package console_test
 import (
 	"bytes"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +165,12 @@ func TestTileLabels(t *testing.T) {
 	// the projector's lag from the stats.
 	b.waitJS(t, "the sparklines", `Array.from(document.querySelectorAll('#counts .spark, #rates .spark')).filter((x) => Number(x.dataset.samples) >= 2 && x.querySelector('polyline').getAttribute('points').split(' ').length >= 2).length === 13`)
 	b.waitJS(t, "the projector's lag", `/^\d+ behind$/.test(document.getElementById('lag-now').textContent)`)
+	// And each partition's lag, in partition order.
+	var parts []int
+	b.eval(t, `Array.from(document.querySelectorAll('#lag-parts .lag-part')).filter((x) => Number(x.querySelector('.spark').dataset.samples) >= 2).map((x) => Number(x.dataset.partition))`, &parts)
+	if len(parts) == 0 || !slices.IsSorted(parts) || parts[0] != 0 || parts[len(parts)-1] != len(parts)-1 {
+		t.Errorf("lag sparklines by partition: %v", parts)
+	}
 	b.screenshot(t, "console-board-1400")
 	b.checkClean(t)
 }

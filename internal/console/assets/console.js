@@ -441,6 +441,7 @@
     markPressed();
 
     let lagNow = null; // the projector's lag as the latest stats said
+    let partsNow = []; // each partition's progress as the latest stats said
     let lastStats = 0; // when the board last read the stats
     async function refreshCounts() {
       try {
@@ -454,6 +455,7 @@
         // sees them (admin, no prefix); null otherwise.
         const parts = body.partitions;
         lagNow = Array.isArray(parts) ? parts.reduce((a, p) => a + (typeof p.lag === 'number' ? p.lag : 0), 0) : null;
+        partsNow = Array.isArray(parts) ? parts : [];
         lastStats = Date.now();
         showLive();
       } catch (e) {
@@ -556,6 +558,7 @@
     const history = {};
     const rates = [];
     const lags = [];
+    const partLags = {}; // by partition: its sparkline, its latest value, its samples
     let changes = 0;
     const rateSVG = sparkSVG('changes per second over the last minutes');
     const lagSVG = sparkSVG('events the projector is behind over the last minutes');
@@ -572,6 +575,25 @@
         if (lags.length > SPARK_SAMPLES) lags.shift();
         spark(lagSVG, lags);
         $('lag-now').textContent = lagNow + ' behind';
+      }
+      // One sparkline per partition, in partition order.
+      for (const p of partsNow) {
+        const key = String(p.partition);
+        let part = partLags[key];
+        if (!part) {
+          const svg = sparkSVG('lag of partition ' + key + ' over the last minutes');
+          const now = el('span', { class: 'muted' }, '');
+          const box = el('span', { class: 'lag-part', 'data-partition': key }, el('span', { class: 'muted' }, 'p' + key), svg, now);
+          const boxes = Array.from($('lag-parts').children);
+          const after = boxes.find((b) => Number(b.dataset.partition) > p.partition);
+          $('lag-parts').insertBefore(box, after || null);
+          part = partLags[key] = { svg, now, values: [] };
+        }
+        const v = typeof p.lag === 'number' ? p.lag : 0;
+        part.values.push(v);
+        if (part.values.length > SPARK_SAMPLES) part.values.shift();
+        spark(part.svg, part.values);
+        part.now.textContent = String(v);
       }
       for (const [k, b] of Object.entries(countEls)) {
         const v = Number(b.querySelector('.n').textContent);
