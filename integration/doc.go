@@ -14,7 +14,9 @@
 // The fault scenarios: TestProjectorKilled, TestProjectorScaling,
 // TestProjectorFrozen, TestRedisRestartAndFlush, TestBrokerRestart,
 // TestCheckpointBeyondLog and TestDeadlinesSurviveProjectorKill
-// (scenarios_test.go); and, in failover_test.go, TestSentinelFailover (a
+// (scenarios_test.go); TestArchiveIntoS3 (archive_test.go: closed sessions
+// leave Redis into a bucket of versitygw, an S3-compatible server in its own
+// container, and are read back archived); and, in failover_test.go, TestSentinelFailover (a
 // primary, a replica and three sentinels, CORREX_REDIS_WAIT_REPLICAS=1: the
 // replica paused so it lags, the primary killed, the replica promoted, a new
 // replica started), TestRedisRestoredFromOlderRDB (Redis without AOF

@@ -49,6 +49,7 @@ type images struct {
 	ingest, projector, query string
 	kafka, kafkaFlavor       string
 	redis                    string
+	s3                       string   // versitygw, the archive scenario's S3-compatible server
 	ours                     []string // images scripts/images.sh builds
 }
 
@@ -64,7 +65,8 @@ func imagesFromEnv() images {
 	name := func(s string) string { return prefix + s + ":" + tag }
 	im := images{ingest: name("ingest"), projector: name("projector"), query: name("query"),
 		kafka: envOr("KAFKA_IMAGE", name("kafkabroker")), redis: envOr("REDIS_IMAGE", name("redis"))}
-	im.ours = []string{im.ingest, im.projector, im.query}
+	im.s3 = name("versitygw")
+	im.ours = []string{im.ingest, im.projector, im.query, im.s3}
 	if im.kafka == name("kafkabroker") {
 		im.ours = append(im.ours, im.kafka)
 	}

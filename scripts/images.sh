@@ -10,6 +10,9 @@
 #   -> ${PREFIX}ingest:${TAG} ${PREFIX}projector:${TAG} ${PREFIX}query:${TAG}
 #   KAFKA_IMAGE          default ${PREFIX}kafkabroker:${TAG}
 #   REDIS_IMAGE          default ${PREFIX}redis:${TAG}
+#   -> ${PREFIX}versitygw:${TAG}, the integration suites' S3-compatible server
+#      (the archive scenario), built from the Go module proxy at the version
+#      scripts/deps.sh installs
 # Set KAFKA_IMAGE or REDIS_IMAGE to another image (apache/kafka:4.1.0,
 # redpandadata/redpanda:v25.2.1, redis:8) to use it instead: this script then
 # does not build that image and the suites start the one named.
@@ -90,6 +93,16 @@ for s in "${binaries[@]}"; do
   esac
   build "$image" "deploy/docker/$s.Dockerfile" "$(context "$s")"
 done
+
+# versitygw, statically linked, with an empty bucket correx-archive.
+versitygw_version="$(sed -n 's/^versitygw_version=//p' scripts/deps.sh)"
+dir="$out/versitygw"
+mkdir -p "$dir/data/correx-archive"
+s3_started=$SECONDS
+GOBIN="$(cd "$dir" && pwd)" CGO_ENABLED=0 go install -trimpath -ldflags='-s -w' \
+  "github.com/versity/versitygw/cmd/versitygw@${versitygw_version}"
+echo "images: built versitygw ${versitygw_version} ($((SECONDS - s3_started))s)"
+build "${prefix}versitygw:${tag}" deploy/docker/versitygw.Dockerfile "$dir"
 
 case "$redis_image" in
   "${prefix}redis:${tag}")
