@@ -23,8 +23,8 @@ build: ## compile every package and binary, and the command line into bin/correx
 
 test: deps unit fuzz test-helm ## unit and component tests (race detector), every fuzz target for FUZZTIME, the Helm chart
 
-unit: ## go test -race on every package (needs redis-server; see deps)
-	$(GO) test -race -count=1 ./...
+unit: ## go test -race on every package (needs redis-server; see deps); the end-to-end package alone takes several minutes
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@scripts/fuzz.sh
