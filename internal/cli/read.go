@@ -50,12 +50,17 @@ func getCommand(s *settings) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if ok, err := s.writeData(snap); ok {
-				return err
-			}
-			return s.snapshotTable([]client.Snapshot{*snap}).write(s.env.Stdout)
+			return s.printSnapshot(snap)
 		},
 	}
+}
+
+// printSnapshot prints one snapshot as get and archive get do.
+func (s *settings) printSnapshot(snap *client.Snapshot) error {
+	if ok, err := s.writeData(snap); ok {
+		return err
+	}
+	return s.snapshotTable([]client.Snapshot{*snap}).write(s.env.Stdout)
 }
 
 // filterFlags are the filters a listing and a watch share (the query
@@ -321,10 +326,7 @@ func archiveGetCommand(s *settings) *cobra.Command {
 			if !snap.Archived {
 				return fmt.Errorf("%s is not archived: the read model holds it (correx get %s): %w", args[0], args[0], client.ErrNotFound)
 			}
-			if ok, err := s.writeData(snap); ok {
-				return err
-			}
-			return s.snapshotTable([]client.Snapshot{*snap}).write(s.env.Stdout)
+			return s.printSnapshot(snap)
 		},
 	}
 }
