@@ -79,6 +79,11 @@ type Projector struct {
 	// franz-go joins the group as soon as the client exists, so its
 	// callbacks can run before NewClient has even returned to Run.
 	clientsSet chan struct{}
+	// topicsReady is closed once Run has ensured the topics (ensureTopics):
+	// the group can assign partitions before that, and a start that read
+	// the changelog's offsets before its topic existed would find it
+	// unknown, and keep finding it so in the client's metadata cache.
+	topicsReady chan struct{}
 
 	mu        sync.Mutex // guards everything below; held while folding and in rebalance callbacks
 	parts     map[int32]*partState
@@ -128,7 +133,7 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 func New(cfg Config, store Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
 		parts: map[int32]*partState{}, cache: newCache(cfg), stalls: stalls{byPartition: map[int32]string{}},
-		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), clock: wallClock{}}
+		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), topicsReady: make(chan struct{}), clock: wallClock{}}
 	for _, o := range opts {
 		o(p)
 	}
@@ -237,6 +242,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("projector: ensuring topics: %w", err)
 	}
+	close(p.topicsReady)
 	flusherDone := make(chan struct{})
 	go func() { defer close(flusherDone); p.flush.run() }()
 	defer func() { close(p.flush.jobs); <-flusherDone }()

@@ -26,6 +26,7 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -46,13 +47,14 @@ type env struct {
 	brokers []string
 	rdb     *redis.Client
 	srv     *redistest.Server
+	kc      *kfake.Cluster // the broker, for tests that control its requests
 }
 
 func newEnv(t *testing.T, partitions int32) *env {
 	t.Helper()
 	c := kafkatest.Start(t)
 	srv := redistest.Start(t)
-	e := &env{t: t, brokers: c.ListenAddrs(), rdb: srv.Client(t), srv: srv}
+	e := &env{t: t, brokers: c.ListenAddrs(), rdb: srv.Client(t), srv: srv, kc: c}
 	cl := e.client()
 	defer cl.Close()
 	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, partitions); err != nil {

@@ -130,22 +130,25 @@ func (s *stalls) err() error {
 	return nil
 }
 
-// adjustOffsets starts every assigned partition at its Redis checkpoint (the
-// next offset to fold). A partition with none starts at the earliest
-// offset, with checkpoint 0 stored first (startCheckpoints). A checkpoint
-// beyond the end of the log means the read model belongs to another log
-// (the topic was deleted and recreated, or truncated): folding from there
-// would silently skip events, so the partition is paused and /readyz
-// reports it until an operator runs `projector reset`.
+// adjustOffsets starts every assigned partition at its Redis checkpoint
+// (the next offset to fold), once Run has ensured the topics
+// (topicsReady). A partition with none starts at the earliest offset,
+// with checkpoint 0 stored first (startCheckpoints). A checkpoint beyond
+// the end of the log means the read model belongs to another log (the
+// topic was deleted and recreated, or truncated): folding from there would
+// silently skip events, so the partition is paused and /readyz reports it
+// until an operator runs `projector reset`.
 func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	parts := offsets[p.cfg.Topic]
 	if len(parts) == 0 {
 		return offsets, nil
 	}
-	select {
-	case <-p.clientsSet:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for _, ready := range []chan struct{}{p.clientsSet, p.topicsReady} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	var ids []int32
 	for id := range parts {
@@ -457,7 +460,11 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 	defer p.stalls.restored(part.id)
 	var pl *restorePlan
 	if err := retry(p.flush.ctx, p.log, "reading the changelog", func(ctx context.Context) (err error) {
-		pl, err = p.planRestore(ctx, part.id)
+		b, err := p.listRestoreBounds(ctx)
+		if err != nil {
+			return err
+		}
+		pl, err = p.planRestore(ctx, part.id, b)
 		return err
 	}, "partition", part.id); err != nil {
 		return snapshot.Checkpoint{}, restoreStopped

@@ -11,6 +11,7 @@ import (
 	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -72,23 +73,37 @@ func (pl *restorePlan) usable() bool {
 	return pl != nil && pl.stall == "" && pl.latest.HasCheckpoint && pl.latest.Checkpoint.Offset > 0
 }
 
+// restoreBounds is what a restore plan needs from Kafka besides the
+// changelog's records: the events topic's start and end offsets and the
+// changelog's end offsets, listed once for all the partitions a start
+// restores.
+type restoreBounds struct {
+	starts, ends kadm.ListedOffsets
+}
+
+// listRestoreBounds lists the offsets planRestore reads (two requests,
+// whatever the number of partitions).
+func (p *Projector) listRestoreBounds(ctx context.Context) (restoreBounds, error) {
+	var b restoreBounds
+	var err error
+	if b.starts, err = p.adm.ListStartOffsets(ctx, p.cfg.Topic); err != nil {
+		return b, err
+	}
+	b.ends, err = p.adm.ListEndOffsets(ctx, p.cfg.Topic, p.flush.changelog)
+	return b, err
+}
+
 // planRestore reads partition id's changelog to its end (as it was when
-// the read began) and the events partition's bounds. It returns nil when
-// the changelog is off or unusable (a record it cannot read: the restore
-// then folds from 0 as without a changelog, which is always correct).
-func (p *Projector) planRestore(ctx context.Context, id int32) (*restorePlan, error) {
+// the bounds were listed) and takes the events partition's bounds from b.
+// It returns nil when the changelog is off or unusable (a record it cannot
+// read: the restore then folds from 0 as without a changelog, which is
+// always correct).
+func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) (*restorePlan, error) {
 	if p.flush.changelog == "" {
 		return nil, nil
 	}
 	topic := p.flush.changelog
-	starts, err := p.adm.ListStartOffsets(ctx, p.cfg.Topic)
-	if err != nil {
-		return nil, err
-	}
-	ends, err := p.adm.ListEndOffsets(ctx, p.cfg.Topic, topic)
-	if err != nil {
-		return nil, err
-	}
+	starts, ends := b.starts, b.ends
 	pl := &restorePlan{}
 	if s, ok := starts.Lookup(p.cfg.Topic, id); ok && s.Err == nil {
 		pl.eventStart = s.Offset
@@ -320,6 +335,13 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 			todo = append(todo, id)
 		}
 	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	bounds, err := p.listRestoreBounds(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// The partitions are restored side by side (restoreParallel at a
 	// time): each is mostly round trips to Kafka and Redis.
 	results := make(chan result, len(todo))
@@ -329,7 +351,7 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			r := result{id: id}
-			pl, err := p.planRestore(ctx, id)
+			pl, err := p.planRestore(ctx, id, bounds)
 			switch {
 			case err != nil:
 				r.err = err

@@ -2,8 +2,10 @@ package projector
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // restoreCounts counts what a projector folded and restored.
@@ -146,6 +149,74 @@ func TestRestoreOnStart(t *testing.T) {
 	}
 	got := e.dump("b")
 	e.assertSame(e.reference("ref"), got)
+}
+
+// TestStartWaitsForItsTopics: the group can assign the partitions before
+// Run has created the changelog's topic (the client joins as soon as it
+// exists). The start must not look the changelog up before that: it found
+// the topic unknown, and kept finding it so in the client's metadata cache
+// (franz-go's MetadataMinAge, 5s), so that a fresh stack folded nothing
+// for seconds. The broker holds the changelog's CreateTopics until the
+// changelog is looked up, or for a second after the partitions are
+// assigned.
+func TestStartWaitsForItsTopics(t *testing.T) {
+	e := newEnv(t, 3)
+	e.produce(workloadEvents(63, 40))
+	var started atomic.Pointer[Projector]
+	var held, lookedUp atomic.Bool
+	names := func(ts []kmsg.MetadataRequestTopic) bool {
+		for _, tp := range ts {
+			if tp.Topic != nil && *tp.Topic == changelog.Topic(topic) {
+				return true
+			}
+		}
+		return false
+	}
+	e.kc.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		e.kc.KeepControl()
+		if names(r.(*kmsg.MetadataRequest).Topics) && !held.Load() {
+			lookedUp.Store(true)
+		}
+		return nil, nil, false
+	})
+	e.kc.ControlKey(int16(kmsg.CreateTopics), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		e.kc.KeepControl()
+		for _, tp := range r.(*kmsg.CreateTopicsRequest).Topics {
+			if tp.Topic != changelog.Topic(topic) || held.Load() {
+				continue
+			}
+			var assignedAt time.Time
+			e.kc.SleepControl(func() {
+				testwait.Eventually(30*time.Second, func() bool {
+					if p := started.Load(); assignedAt.IsZero() && p != nil && p.assigned.Load() > 0 {
+						assignedAt = time.Now()
+					}
+					return lookedUp.Load() || (!assignedAt.IsZero() && time.Since(assignedAt) > time.Second)
+				})
+			})
+			held.Store(true)
+		}
+		return nil, nil, false
+	})
+	var logs syncBuffer
+	cfg := e.changelogConfig("w")
+	cfg.Group = "g-w"
+	p := New(cfg, e.store("w"), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	started.Store(p)
+	c, cancel := context.WithCancel(ctx)
+	r := &running{p: p, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- p.Run(c) }()
+	e.waitCaughtUp("w", 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if !held.Load() {
+		t.Fatal("the changelog's topic was not created through the broker")
+	}
+	if lookedUp.Load() || strings.Contains(logs.String(), "reading checkpoints for assigned partitions") {
+		t.Fatalf("the start looked the changelog up before its topic existed (and retried):\n%s", logs.String())
+	}
+	e.assertSame(e.reference("ref"), e.dump("w"))
 }
 
 // TestRestoreSkipsArchived: a session whose last changelog record says it
