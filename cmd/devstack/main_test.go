@@ -32,12 +32,21 @@ func TestParse(t *testing.T) {
 }
 
 // TestRun starts the devstack on free ports against a real redis-server,
-// lets the demo run, and stops it as Ctrl-C would.
+// lets the demo run until a progress line counts sessions (or a minute
+// passes), and stops it as Ctrl-C would.
 func TestRun(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out, errs bytes.Buffer
+	progress := regexp.MustCompile(`ingested [1-9][0-9]* .* sessions [1-9].*  archived [0-9]+`)
+	var out syncBuffer
+	var errs bytes.Buffer
+	go func() {
+		for ctx.Err() == nil && !progress.MatchString(out.String()) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+	}()
 	err := run(ctx, []string{"-data-dir", t.TempDir(), "-kafka-port", "0", "-ingest-addr", "127.0.0.1:0",
 		"-query-addr", "127.0.0.1:0", "-projector-addr", "127.0.0.1:0", "-progress", "500ms", "-demo-rate", "500"},
 		func(k string) string { return map[string]string{"CORREX_REDIS_URL": srv.URL()}[k] }, &out, &errs)
@@ -50,8 +59,8 @@ func TestRun(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, o)
 		}
 	}
-	if !regexp.MustCompile(`ingested [1-9][0-9]* .* sessions [1-9].*  archived [0-9]+`).MatchString(o) {
-		t.Errorf("no progress line with events and sessions:\n%s", o)
+	if !progress.MatchString(o) {
+		t.Errorf("no progress line with events and sessions within a minute:\n%s\n%s", o, errs.String())
 	}
 }
 
