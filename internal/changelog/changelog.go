@@ -108,9 +108,10 @@ func ArchivedRecord(topic, sessionID string, pos snapshot.Position) *kgo.Record 
 // ErrNotChangelog is returned for a record without a known kind.
 var ErrNotChangelog = errors.New("changelog: not a changelog record")
 
-// DecodeRecord reads a changelog record. A snapshot record's value is
-// checked to decode as a snapshot of its key, whose position is returned
-// (the restore keeps the latest position of each session).
+// DecodeRecord reads a changelog record. Of a snapshot record's value it
+// reads the head (snapshot.DecodeHead): the session id, which must be the
+// key, and the position, which is returned (the restore keeps the latest
+// position of each session, and decodes only the snapshots it keeps).
 func DecodeRecord(r *kgo.Record) (Record, error) {
 	var kind Kind
 	for _, h := range r.Headers {
@@ -124,14 +125,14 @@ func DecodeRecord(r *kgo.Record) (Record, error) {
 		if !fsm.ValidSessionID(key) {
 			return Record{}, fmt.Errorf("changelog: snapshot record key %q: not a session id", cut(key))
 		}
-		var s snapshot.Snapshot
-		if err := snapshot.Decode(r.Value, &s); err != nil {
+		id, pos, err := snapshot.DecodeHead(r.Value)
+		if err != nil {
 			return Record{}, fmt.Errorf("changelog: snapshot of %s: %w", key, err)
 		}
-		if s.ID != key {
-			return Record{}, fmt.Errorf("changelog: snapshot record key %q holds session %q", key, s.ID)
+		if id != key {
+			return Record{}, fmt.Errorf("changelog: snapshot record key %q holds session %q", key, cut(id))
 		}
-		return Record{Kind: kind, SessionID: key, Snapshot: r.Value, Position: s.Position}, nil
+		return Record{Kind: kind, SessionID: key, Snapshot: r.Value, Position: pos}, nil
 	case KindCheckpoint:
 		if key != CheckpointKey {
 			return Record{}, fmt.Errorf("changelog: checkpoint record key %q: want %q", cut(key), CheckpointKey)

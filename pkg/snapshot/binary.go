@@ -331,6 +331,39 @@ func (s *Snapshot) MarshalBinary() ([]byte, error) { return s.AppendBinary(nil),
 // UnmarshalBinary implements encoding.BinaryUnmarshaler; see Decode.
 func (s *Snapshot) UnmarshalBinary(b []byte) error { return Decode(b, s) }
 
+// DecodeHead reads a stored snapshot's session id and position without
+// decoding the rest: what a reader that keeps the latest snapshot of each
+// session needs (a restore from the changelog) before it decodes the kept
+// ones. It does not check the rest; Decode does. A JSON snapshot is
+// decoded whole.
+func DecodeHead(b []byte) (id string, pos Position, err error) {
+	if len(b) > 0 && b[0] == '{' {
+		var s Snapshot
+		if err := s.UnmarshalJSON(b); err != nil {
+			return "", Position{}, err
+		}
+		return s.ID, s.Position, nil
+	}
+	if len(b) < headerLen {
+		return "", Position{}, corrupt("%d bytes, shorter than the header", len(b))
+	}
+	if b[0] < FormatBinaryV1 || b[0] > FormatBinaryV3 {
+		return "", Position{}, corrupt("unknown format version %d", b[0])
+	}
+	pos.Partition = int32(binary.BigEndian.Uint32(b[1:5]))
+	pos.Offset = int64(binary.BigEndian.Uint64(b[5:13]))
+	if !fsm.State(b[13]).Valid() || pos.Partition < 0 || pos.Offset < 0 {
+		return "", Position{}, corrupt("bad header")
+	}
+	d := decoder{b: b, i: headerLen}
+	d.varint() // FirstOffset
+	id = d.str()
+	if d.err != nil {
+		return "", Position{}, d.err
+	}
+	return id, pos, nil
+}
+
 // Decode decodes a stored snapshot into s, replacing its contents. It reads
 // the binary format and, for snapshots written as JSON (a '{' first byte),
 // the JSON form. Any malformed input gives an error wrapping ErrCorrupt.

@@ -268,7 +268,8 @@ func TestDecodeCorrupt(t *testing.T) {
 
 // FuzzDecode feeds arbitrary bytes to the snapshot decoder. Invariants: no
 // panic; an error always wraps ErrCorrupt; whatever decodes re-encodes to
-// bytes that decode to the same snapshot.
+// bytes that decode to the same snapshot; DecodeHead never panics, its
+// errors wrap ErrCorrupt, and it reads the id and position Decode reads.
 func FuzzDecode(f *testing.F) {
 	for _, events := range corpus(f)[:20] {
 		f.Add(fold(events, 5).AppendBinary(nil))
@@ -276,12 +277,19 @@ func FuzzDecode(f *testing.F) {
 	js, _ := snapshot.EncodeJSON(fold(corpus(f)[1], 0))
 	f.Add(js)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		id, pos, herr := snapshot.DecodeHead(b)
+		if herr != nil && !errors.Is(herr, snapshot.ErrCorrupt) {
+			t.Fatalf("DecodeHead: error %v does not wrap ErrCorrupt", herr)
+		}
 		var s snapshot.Snapshot
 		if err := snapshot.Decode(b, &s); err != nil {
 			if !errors.Is(err, snapshot.ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
 			}
 			return
+		}
+		if herr != nil || id != s.ID || pos != s.Position {
+			t.Fatalf("DecodeHead read %q at %v (%v), Decode %q at %v", id, pos, herr, s.ID, s.Position)
 		}
 		enc := s.AppendBinary(nil)
 		var again snapshot.Snapshot
