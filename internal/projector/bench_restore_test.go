@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,9 +29,11 @@ import (
 //     (catchup-on/off: the rate with it over the rate without it), after
 //     an untimed warm-up catch-up.
 //
-// The restore's floor is writing the sessions' snapshots to the read model
-// (PutBatch, with its indexes): about 80 ms per 1,000 on a shared 2-core
-// machine, the bulk of restore-s.
+// The restore's floor is Redis writing the sessions back: the fenced
+// snapshot writes with their index entries and the deadline and closed
+// entries, each a Lua step (pkg/snapshot's BenchmarkStorePut), one Redis
+// core for all of it. restore-redis-cpu-s is the CPU Redis spent during
+// the restore (INFO cpu): most of restore-s.
 //
 // Run it once: go test -run='^$' -bench=Restore -benchtime=1x.
 func BenchmarkRestore(b *testing.B) {
@@ -62,7 +65,9 @@ func BenchmarkRestore(b *testing.B) {
 		flush()
 		// Caught up is every checkpoint at the log's end: the restores
 		// stored theirs (the last may stop before counting itself).
+		redisBefore := e.redisCPU(b)
 		restore, p := run(fmt.Sprintf("on%d", i), true)
+		redisRestore := e.redisCPU(b) - redisBefore
 		if n := p.restores.Load(); n == 0 {
 			b.Fatal("nothing restored")
 		}
@@ -78,10 +83,33 @@ func BenchmarkRestore(b *testing.B) {
 		b.ReportMetric(off.Seconds(), "replay-s")
 		b.ReportMetric(restore.Seconds(), "restore-s")
 		b.ReportMetric(off.Seconds()/restore.Seconds(), "replay/restore")
+		b.ReportMetric(redisRestore.Seconds(), "restore-redis-cpu-s")
 		b.ReportMetric(restore10.Seconds(), "restore-10x-s")
 		b.ReportMetric(restore10.Seconds()/restore.Seconds(), "10x/1x")
 		b.ReportMetric(off.Seconds()/on.Seconds(), "catchup-on/off")
 	}
+}
+
+// redisCPU returns the CPU time (user and system) the Redis server has
+// used so far, from INFO cpu.
+func (e *benchEnv) redisCPU(b *testing.B) time.Duration {
+	b.Helper()
+	info, err := e.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // multiplyChangelog produces every record of the changelog n more times,

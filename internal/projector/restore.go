@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/correx/sessions/internal/changelog"
@@ -65,6 +66,39 @@ type restorePlan struct {
 	gap string
 	// read is how long reading the changelog took.
 	read time.Duration
+	// entries, armed and links are what a restore writes, in session id
+	// order (prepare): the kept snapshots, their deadlines and closed
+	// entries, and each open child's link to its parent.
+	entries []snapshot.Entry
+	armed   []projstore.ArmedDeadline
+	links   []projstore.ChildLink
+}
+
+// prepare decodes each kept snapshot once (the changelog's read took only
+// its head) and builds what writeRestore writes. A snapshot that does not
+// decode makes the changelog unusable (badChangelog).
+func (pl *restorePlan) prepare(timeouts fsm.Timeouts, forcedGrace time.Duration) error {
+	ids := make([]string, 0, len(pl.latest.Snapshots))
+	for sid := range pl.latest.Snapshots {
+		ids = append(ids, sid)
+	}
+	sort.Strings(ids)
+	pl.entries = make([]snapshot.Entry, len(ids))
+	pl.armed = make([]projstore.ArmedDeadline, len(ids))
+	pl.links = nil
+	var s snapshot.Snapshot
+	for i, sid := range ids {
+		rec := pl.latest.Snapshots[sid]
+		if err := snapshot.Decode(rec.Snapshot, &s); err != nil {
+			return badChangelog{fmt.Errorf("the snapshot of %s: %w", sid, err)}
+		}
+		pl.entries[i] = snapshot.Entry{SessionID: sid, Data: rec.Snapshot}
+		pl.armed[i] = armedOf(&s, timeouts, forcedGrace)
+		if par := s.ParentSessionID; par != "" && par != s.ID && fsm.ValidSessionID(par) && !s.Terminal() {
+			pl.links = append(pl.links, projstore.ChildLink{Parent: par, Child: s.ID})
+		}
+	}
+	return nil
 }
 
 // usable reports whether the plan restores (a changelog checkpoint to
@@ -119,8 +153,12 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 	}
 	if ce.Offset > 0 {
 		start := time.Now()
-		defer func() { pl.read = time.Since(start) }()
-		if err := p.readChangelog(ctx, id, ce.Offset, pl); err != nil {
+		err := p.readChangelog(ctx, id, ce.Offset, pl)
+		if err == nil && pl.latest.HasCheckpoint {
+			err = pl.prepare(p.cfg.Timeouts, p.cfg.ForcedGrace)
+		}
+		pl.read = time.Since(start)
+		if err != nil {
 			var bad badChangelog
 			if errors.As(err, &bad) {
 				p.log.Error("the changelog cannot be read: folding the partition from the start of the log instead", "partition", id, "err", err)
@@ -206,49 +244,30 @@ func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, pl *
 // in the children index (a cascade then reaches it, as after its
 // SessionCreated: cascade.go's familyOf), then reports how many it wrote.
 func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan) (int, error) {
-	ids := make([]string, 0, len(pl.latest.Snapshots))
-	for sid := range pl.latest.Snapshots {
-		ids = append(ids, sid)
-	}
-	sort.Strings(ids)
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), restoreChunk)]
-		ids = ids[len(chunk):]
-		entries := make([]snapshot.Entry, len(chunk))
-		armed := make([]projstore.ArmedDeadline, 0, len(chunk))
-		var links []projstore.ChildLink
-		var s snapshot.Snapshot
-		for i, sid := range chunk {
-			rec := pl.latest.Snapshots[sid]
-			entries[i] = snapshot.Entry{SessionID: sid, Data: rec.Snapshot}
-			s = snapshot.Snapshot{}
-			if err := snapshot.Decode(rec.Snapshot, &s); err != nil {
-				return 0, final(fmt.Errorf("the changelog's snapshot of %s: %w", sid, err)) // DecodeRecord read it
-			}
-			armed = append(armed, armedOf(&s, p.cfg.Timeouts, p.cfg.ForcedGrace))
-			if par := s.ParentSessionID; par != "" && par != s.ID && fsm.ValidSessionID(par) && !s.Terminal() {
-				links = append(links, projstore.ChildLink{Parent: par, Child: s.ID})
-			}
-		}
+	for from := 0; from < len(pl.entries); from += restoreChunk {
+		to := min(from+restoreChunk, len(pl.entries))
 		if err := retry(ctx, p.log, "writing the restored snapshots", func(ctx context.Context) error {
-			_, err := p.store.PutBatch(ctx, entries)
+			_, err := p.store.PutBatch(ctx, pl.entries[from:to])
 			return err
 		}, "partition", id); err != nil {
 			return 0, err
 		}
 		if err := retry(ctx, p.log, "arming the restored snapshots' deadlines", func(ctx context.Context) error {
-			_, err := p.store.ArmDeadlines(ctx, p.cfg.Topic, map[int32][]projstore.ArmedDeadline{id: armed})
+			_, err := p.store.ArmDeadlines(ctx, p.cfg.Topic, map[int32][]projstore.ArmedDeadline{id: pl.armed[from:to]})
 			return err
 		}, "partition", id); err != nil {
 			return 0, err
 		}
+	}
+	for from := 0; from < len(pl.links); from += restoreChunk {
+		links := pl.links[from:min(from+restoreChunk, len(pl.links))]
 		if err := retry(ctx, p.log, "linking the restored children to their parents", func(ctx context.Context) error {
 			return p.store.AddChildren(ctx, links)
 		}, "partition", id); err != nil {
 			return 0, err
 		}
 	}
-	return len(pl.latest.Snapshots), nil
+	return len(pl.entries), nil
 }
 
 // restoreAfterReset restores partition id from pl once its checkpoint is
@@ -318,16 +337,16 @@ type restoreNote struct{ stall, gap string }
 // events log's end), its snapshots deleted and the reset read back, as a
 // rebuild does, so that a crash in the restore restarts it. An error makes
 // the caller read the start again.
+//
+// It goes in three steps: the changelogs are read side by side
+// (restoreParallel at a time: mostly round trips to Kafka); then every
+// partition to restore is reset and emptied, one after another, before any
+// is written (a partition's delete reads the header of every stored
+// snapshot, so deleting after another partition's restore would read all
+// of that one's too); then the partitions are written side by side.
 func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int32]snapshot.Checkpoint) (map[int32]restoreNote, error) {
 	if p.flush.changelog == "" {
 		return nil, nil
-	}
-	type result struct {
-		id   int32
-		cp   snapshot.Checkpoint
-		note restoreNote
-		ok   bool
-		err  error
 	}
 	var todo []int32
 	for _, id := range ids {
@@ -342,104 +361,127 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 	if err != nil {
 		return nil, err
 	}
-	// The partitions are restored side by side (restoreParallel at a
-	// time): each is mostly round trips to Kafka and Redis.
-	results := make(chan result, len(todo))
-	sem := make(chan struct{}, restoreParallel)
+	var mu sync.Mutex
+	plans := make(map[int32]*restorePlan, len(todo))
+	if err := sideBySide(todo, func(id int32) error {
+		pl, err := p.planRestore(ctx, id, bounds)
+		mu.Lock()
+		plans[id] = pl
+		mu.Unlock()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	notes := map[int32]restoreNote{}
+	var restore []int32
 	for _, id := range todo {
-		go func(id int32, cp snapshot.Checkpoint) {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r := result{id: id}
-			pl, err := p.planRestore(ctx, id, bounds)
-			switch {
-			case err != nil:
-				r.err = err
-			case pl != nil && pl.stall != "":
-				r.note = restoreNote{stall: pl.stall}
-			case pl.usable():
-				p.mu.Lock()
-				p.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
-				p.mu.Unlock()
-				r.cp, r.err = p.restoreStarted(ctx, id, cp, pl)
-				r.ok = r.err == nil
-				r.note.gap = pl.gap
-				p.mu.Lock()
-				p.stalls.restored(id)
-				p.mu.Unlock()
-			}
-			results <- r
-		}(id, cps[id])
-	}
-	var notes map[int32]restoreNote
-	var errs []error
-	for range todo {
-		r := <-results
-		if r.err != nil {
-			errs = append(errs, r.err)
-			continue
-		}
-		if r.ok {
-			cps[r.id] = r.cp
-		}
-		if r.note != (restoreNote{}) {
-			if notes == nil {
-				notes = map[int32]restoreNote{}
-			}
-			notes[r.id] = r.note
+		switch pl := plans[id]; {
+		case pl != nil && pl.stall != "":
+			notes[id] = restoreNote{stall: pl.stall}
+		case pl.usable():
+			restore = append(restore, id)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		for _, e := range errs {
-			if errors.Is(e, errCrashed) {
-				return nil, final(errCrashed)
+	defer func() {
+		p.mu.Lock()
+		for _, id := range restore {
+			p.stalls.restored(id)
+		}
+		p.mu.Unlock()
+	}()
+	p.mu.Lock()
+	for _, id := range restore {
+		pl := plans[id]
+		p.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.entries), pl.latest.Checkpoint.Offset))
+	}
+	p.mu.Unlock()
+	for _, id := range restore {
+		if cps[id].RebuildUntil == 0 {
+			if err := p.resetForRestore(ctx, id, plans[id]); err != nil {
+				return nil, err
 			}
 		}
+	}
+	if err := sideBySide(restore, func(id int32) error {
+		pl := plans[id]
+		cp, again, err := p.restoreAfterReset(ctx, id, pl)
+		if errors.Is(err, errCrashed) {
+			return final(err)
+		}
+		if err != nil {
+			return err
+		}
+		if again {
+			return fmt.Errorf("the checkpoint of partition %d changed during its restore (Redis emptied or gone back in time): reading it again", id)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		cps[id] = cp
+		if pl.gap != "" {
+			notes[id] = restoreNote{gap: pl.gap}
+		}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	return notes, nil
 }
 
+// sideBySide runs fn for each id, restoreParallel at a time, and joins
+// their errors; a simulated crash among them is returned alone (final).
+func sideBySide(ids []int32, fn func(id int32) error) error {
+	errs := make(chan error, len(ids))
+	sem := make(chan struct{}, restoreParallel)
+	for _, id := range ids {
+		go func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs <- fn(id)
+		}()
+	}
+	var all []error
+	crashed := false
+	for range ids {
+		if err := <-errs; err != nil {
+			crashed = crashed || errors.Is(err, errCrashed)
+			all = append(all, err)
+		}
+	}
+	if crashed {
+		return final(errCrashed)
+	}
+	return errors.Join(all...)
+}
+
 // restoreParallel is how many partitions a start restores at once.
 const restoreParallel = 8
 
-// restoreStarted restores partition id, whose stored checkpoint is cp (0),
-// from pl, after resetting it with the rebuild mark if it has none.
-func (p *Projector) restoreStarted(ctx context.Context, id int32, cp snapshot.Checkpoint, pl *restorePlan) (snapshot.Checkpoint, error) {
-	if cp.RebuildUntil == 0 {
-		until := max(pl.eventEnd, 1)
-		if err := p.store.ResetCheckpoint(ctx, p.cfg.Topic, id, until, time.Now()); err != nil {
-			return cp, err
-		}
-		if p.crash.at(crashRebuildReset) {
-			return cp, final(errCrashed)
-		}
-		if _, err := p.store.DeletePartition(ctx, id); err != nil {
-			return cp, err
-		}
-		if err := p.store.DeleteDeadlines(ctx, p.cfg.Topic, id); err != nil {
-			return cp, err
-		}
-		if p.crash.at(crashRebuildDeleted) {
-			return cp, final(errCrashed)
-		}
-		now, err := p.store.Checkpoints(ctx, p.cfg.Topic)
-		if err != nil {
-			return cp, err
-		}
-		if got, ok := now[id]; !ok || got.Offset != 0 || got.RebuildUntil != until {
-			return cp, fmt.Errorf("the checkpoint of partition %d changed while its snapshots were deleted before its restore: reading it again", id)
-		}
+// resetForRestore resets partition id's checkpoint to 0 with the rebuild
+// mark (the events log's end as pl read it), deletes its snapshots and
+// deadlines, and reads the reset back, as a rebuild does.
+func (p *Projector) resetForRestore(ctx context.Context, id int32, pl *restorePlan) error {
+	until := max(pl.eventEnd, 1)
+	if err := p.store.ResetCheckpoint(ctx, p.cfg.Topic, id, until, time.Now()); err != nil {
+		return err
 	}
-	restored, again, err := p.restoreAfterReset(ctx, id, pl)
-	if errors.Is(err, errCrashed) {
-		return cp, final(err)
+	if p.crash.at(crashRebuildReset) {
+		return final(errCrashed)
 	}
+	if _, err := p.store.DeletePartition(ctx, id); err != nil {
+		return err
+	}
+	if err := p.store.DeleteDeadlines(ctx, p.cfg.Topic, id); err != nil {
+		return err
+	}
+	if p.crash.at(crashRebuildDeleted) {
+		return final(errCrashed)
+	}
+	now, err := p.store.Checkpoints(ctx, p.cfg.Topic)
 	if err != nil {
-		return cp, err
+		return err
 	}
-	if again {
-		return cp, fmt.Errorf("the checkpoint of partition %d changed during its restore (Redis emptied or gone back in time): reading it again", id)
+	if got, ok := now[id]; !ok || got.Offset != 0 || got.RebuildUntil != until {
+		return fmt.Errorf("the checkpoint of partition %d changed while its snapshots were deleted before its restore: reading it again", id)
 	}
-	return restored, nil
+	return nil
 }

@@ -3,6 +3,7 @@ package projector
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -217,6 +218,60 @@ func TestStartWaitsForItsTopics(t *testing.T) {
 		t.Fatalf("the start looked the changelog up before its topic existed (and retried):\n%s", logs.String())
 	}
 	e.assertSame(e.reference("ref"), e.dump("w"))
+}
+
+// TestRestoreFallsBackOnABadSnapshot: the changelog's read takes only each
+// snapshot's head; a kept snapshot whose body does not decode makes the
+// partition's changelog unusable before anything is reset or written, and
+// the partition is folded from the start of the log instead, exact.
+func TestRestoreFallsBackOnABadSnapshot(t *testing.T) {
+	e := newEnv(t, 2)
+	e.produce(workloadEvents(64, 80))
+	r, _ := e.startCounting("f", nil)
+	e.waitCaughtUp("f", 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	stored := e.dump("f")
+	var victim string
+	for id := range stored {
+		victim = id
+		break
+	}
+	// A later position with the body cut short: the head reads, the rest
+	// does not.
+	bad := append([]byte{}, stored[victim][:len(stored[victim])-5]...)
+	var s snapshot.Snapshot
+	if err := snapshot.Decode(stored[victim], &s); err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint64(bad[5:13], uint64(s.Position.Offset+1))
+	if id, pos, err := snapshot.DecodeHead(bad); err != nil || id != victim || pos.Offset != s.Position.Offset+1 {
+		t.Fatalf("the bad snapshot's head: %q %v %v", id, pos, err)
+	}
+	if err := snapshot.Decode(bad, &snapshot.Snapshot{}); err == nil {
+		t.Fatal("the bad snapshot decodes")
+	}
+	cl := e.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := cl.ProduceSync(ctx, changelog.SnapshotRecord(changelog.Topic(topic), s.Position.Partition, victim, bad)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, c := e.startCounting("f", nil)
+	e.waitCaughtUp("f", 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	if c.restores.Load() != 1 {
+		t.Fatalf("%d partitions restored, want 1 (the other folded from the log's start)", c.restores.Load())
+	}
+	if c.folded.Load() == 0 {
+		t.Fatal("nothing folded: the partition with the bad snapshot was not folded from the log")
+	}
+	e.assertSame(stored, e.dump("f"))
 }
 
 // TestRestoreSkipsArchived: a session whose last changelog record says it
