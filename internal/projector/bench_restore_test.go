@@ -32,8 +32,9 @@ import (
 // The restore's floor is Redis writing the sessions back: the fenced
 // snapshot writes with their index entries and the deadline and closed
 // entries, each a Lua step (pkg/snapshot's BenchmarkStorePut), one Redis
-// core for all of it. restore-redis-cpu-s is the CPU Redis spent during
-// the restore (INFO cpu): most of restore-s.
+// core for all of it. restore-redis-cpu-s and replay-redis-cpu-s are the
+// CPU Redis spent during each (INFO cpu): the restore's is most of
+// restore-s.
 //
 // Run it once: go test -run='^$' -bench=Restore -benchtime=1x.
 func BenchmarkRestore(b *testing.B) {
@@ -59,13 +60,15 @@ func BenchmarkRestore(b *testing.B) {
 	run("warm", false)
 	for i := 0; b.Loop(); i++ {
 		flush()
+		redisBefore := e.redisCPU(b)
 		off, _ := run(fmt.Sprintf("off%d", i), false) // today's full replay of a lost Redis
+		redisReplay := e.redisCPU(b) - redisBefore
 		flush()
 		on, _ := run(fmt.Sprintf("on%d", i), true) // the same, writing the changelog
 		flush()
 		// Caught up is every checkpoint at the log's end: the restores
 		// stored theirs (the last may stop before counting itself).
-		redisBefore := e.redisCPU(b)
+		redisBefore = e.redisCPU(b)
 		restore, p := run(fmt.Sprintf("on%d", i), true)
 		redisRestore := e.redisCPU(b) - redisBefore
 		if n := p.restores.Load(); n == 0 {
@@ -83,6 +86,7 @@ func BenchmarkRestore(b *testing.B) {
 		b.ReportMetric(off.Seconds(), "replay-s")
 		b.ReportMetric(restore.Seconds(), "restore-s")
 		b.ReportMetric(off.Seconds()/restore.Seconds(), "replay/restore")
+		b.ReportMetric(redisReplay.Seconds(), "replay-redis-cpu-s")
 		b.ReportMetric(redisRestore.Seconds(), "restore-redis-cpu-s")
 		b.ReportMetric(restore10.Seconds(), "restore-10x-s")
 		b.ReportMetric(restore10.Seconds()/restore.Seconds(), "10x/1x")
