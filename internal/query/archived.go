@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
@@ -78,17 +77,27 @@ func archivedJSON(s *snapshot.Snapshot) ([]byte, error) {
 	return append(b[:len(b)-1:len(b)-1], `,"archived":true}`...), nil
 }
 
-// serveArchived answers GET /v1/sessions/{id} from the archive, or 404.
-func (h *Handler) serveArchived(w http.ResponseWriter, r *http.Request, id string) {
+// findArchived reads session id from the archive, and answers the request
+// itself (404, or the archive's error) when it reports false.
+func (h *Handler) findArchived(w http.ResponseWriter, r *http.Request, id string) (*archive.Object, bool) {
 	o, err := h.archived(r.Context(), id)
 	switch {
 	case errors.Is(err, context.Canceled):
-		return
+		return nil, false
 	case err != nil:
 		h.archiveError(w, err)
-		return
+		return nil, false
 	case o == nil:
 		notFound(w)
+		return nil, false
+	}
+	return o, true
+}
+
+// serveArchived answers GET /v1/sessions/{id} from the archive, or 404.
+func (h *Handler) serveArchived(w http.ResponseWriter, r *http.Request, id string) {
+	o, ok := h.findArchived(w, r, id)
+	if !ok {
 		return
 	}
 	b, err := archivedJSON(o.Snapshot)
@@ -96,11 +105,7 @@ func (h *Handler) serveArchived(w http.ResponseWriter, r *http.Request, id strin
 		h.archiveError(w, err)
 		return
 	}
-	etag := ETag(o.Snapshot)
-	w.Header().Set("ETag", etag)
-	w.Header().Set("Cache-Control", "no-cache")
-	if match := r.Header.Get("If-None-Match"); match != "" && (match == etag || match == "*" || match == "W/"+etag) {
-		w.WriteHeader(http.StatusNotModified)
+	if notModified(w, r, ETag(o.Snapshot)) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -111,15 +116,8 @@ func (h *Handler) serveArchived(w http.ResponseWriter, r *http.Request, id strin
 // archivedHistory answers GET /v1/sessions/{id}/history from the archive,
 // or 404: up to limit entries after the cursor's position.
 func (h *Handler) archivedHistory(w http.ResponseWriter, r *http.Request, id string, after *historyCursor, limit int) {
-	o, err := h.archived(r.Context(), id)
-	switch {
-	case errors.Is(err, context.Canceled):
-		return
-	case err != nil:
-		h.archiveError(w, err)
-		return
-	case o == nil:
-		notFound(w)
+	o, ok := h.findArchived(w, r, id)
+	if !ok {
 		return
 	}
 	s := o.Snapshot
@@ -168,14 +166,9 @@ func (h *Handler) listArchive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	limit := DefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxArchiveLimit {
-			badRequest(w, "limit", fmt.Sprintf("must be an integer from 1 to %d", MaxArchiveLimit))
-			return
-		}
-		limit = n
+	limit, ok := parseLimit(w, q, DefaultLimit, MaxArchiveLimit)
+	if !ok {
+		return
 	}
 	if h.archive == nil {
 		httpx.Unavailable(w, 30*time.Second, "this query service has no archive configured (CORREX_ARCHIVE_URL)", nil)

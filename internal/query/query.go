@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -306,14 +307,37 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, err)
 		return
 	}
-	etag := ETag(snap)
+	if notModified(w, r, ETag(snap)) {
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, snap)
+}
+
+// notModified sets a snapshot answer's ETag and Cache-Control and, when
+// the request's If-None-Match matches etag, answers 304 and reports true.
+func notModified(w http.ResponseWriter, r *http.Request, etag string) bool {
 	w.Header().Set("ETag", etag)
 	w.Header().Set("Cache-Control", "no-cache")
 	if match := r.Header.Get("If-None-Match"); match != "" && (match == etag || match == "*" || match == "W/"+etag) {
 		w.WriteHeader(http.StatusNotModified)
-		return
+		return true
 	}
-	httpx.WriteJSON(w, http.StatusOK, snap)
+	return false
+}
+
+// parseLimit reads the limit parameter of a listing: def when absent or
+// empty, otherwise an integer from 1 to most (a 400 naming it if not).
+func parseLimit(w http.ResponseWriter, q url.Values, def, most int) (int, bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		badRequest(w, "limit", fmt.Sprintf("must be an integer from 1 to %d", most))
+		return 0, false
+	}
+	return n, true
 }
 
 var (
@@ -397,14 +421,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	limit := DefaultLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxLimit {
-			badRequest(w, "limit", fmt.Sprintf("must be an integer from 1 to %d", MaxLimit))
-			return
-		}
-		limit = n
+	limit, ok := parseLimit(w, q, DefaultLimit, MaxLimit)
+	if !ok {
+		return
 	}
 	if f.none {
 		httpx.WriteJSON(w, http.StatusOK, ListResponse{Sessions: []*snapshot.Snapshot{}})
