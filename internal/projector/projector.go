@@ -572,14 +572,19 @@ func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapsho
 }
 
 // Ready reports whether the projector can make progress: Redis answers and
-// no partition is stalled. It never waits for the fold or a flush: the
-// stalls are read from an atomic snapshot.
+// no partition is stalled (nor its archive sweep failing). It never waits
+// for the fold or a flush: the stalls are read from an atomic snapshot. It
+// may be called before Run, and while Run starts.
 func (p *Projector) Ready(ctx context.Context) error {
 	if err := p.store.Ping(ctx); err != nil {
 		return err
 	}
-	if err := p.sweep.err(); err != nil {
-		return err
+	select {
+	case <-p.clientsSet: // Run has set the sweeper (connect)
+		if err := p.sweep.err(); err != nil {
+			return err
+		}
+	default: // not started: no sweep has run
 	}
 	return p.stalls.err()
 }
