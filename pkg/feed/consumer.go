@@ -54,7 +54,7 @@ type partition struct {
 
 // NewConsumer returns a consumer configured by opts; Redis and Group are
 // required.
-func NewConsumer(opts ...Opt) (*Consumer, error) {
+func NewConsumer(opts ...Option) (*Consumer, error) {
 	cfg := defaults()
 	for _, o := range opts {
 		o.apply(&cfg)

@@ -49,9 +49,9 @@ func (e *env) produce(t *testing.T, cs ...feed.Change) {
 	}
 }
 
-func (e *env) consumer(t *testing.T, opts ...feed.Opt) *feed.Consumer {
+func (e *env) consumer(t *testing.T, opts ...feed.Option) *feed.Consumer {
 	t.Helper()
-	c, err := feed.NewConsumer(append([]feed.Opt{feed.Brokers(e.brokers...), feed.EventsTopic(eventsTopic),
+	c, err := feed.NewConsumer(append([]feed.Option{feed.Brokers(e.brokers...), feed.EventsTopic(eventsTopic),
 		feed.Group("observer"), feed.Redis(e.rdb), feed.KeyPrefix("test")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -325,13 +325,13 @@ func TestNewConsumerRequiresRedisAndGroup(t *testing.T) {
 	defer rdb.Close()
 	for _, tc := range []struct {
 		name string
-		opts []feed.Opt
+		opts []feed.Option
 		want error
 	}{
-		{"no redis", []feed.Opt{feed.Group("g")}, feed.ErrNoRedis},
-		{"no group", []feed.Opt{feed.Redis(rdb)}, feed.ErrNoGroup},
-		{"empty topic", []feed.Opt{feed.Redis(rdb), feed.Group("g"), feed.EventsTopic("")}, feed.ErrInvalidOption},
-		{"bad start", []feed.Opt{feed.Redis(rdb), feed.Group("g"), feed.StartAt(7)}, feed.ErrInvalidOption},
+		{"no redis", []feed.Option{feed.Group("g")}, feed.ErrNoRedis},
+		{"no group", []feed.Option{feed.Redis(rdb)}, feed.ErrNoGroup},
+		{"empty topic", []feed.Option{feed.Redis(rdb), feed.Group("g"), feed.EventsTopic("")}, feed.ErrInvalidOption},
+		{"bad start", []feed.Option{feed.Redis(rdb), feed.Group("g"), feed.StartAt(7)}, feed.ErrInvalidOption},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := feed.NewConsumer(tc.opts...); !errors.Is(err, tc.want) {

@@ -8,8 +8,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Opt configures a Consumer. Each option's doc comment gives its default.
-type Opt interface{ apply(*config) }
+// Option configures a Consumer. Each option's doc comment gives its default.
+type Option interface{ apply(*config) }
+
+// Opt is the former name of Option.
+//
+// Deprecated: use Option, as pkg/client and pkg/testkit do.
+type Opt = Option
 
 type optFunc func(*config)
 
@@ -69,7 +74,7 @@ func (c *config) validate() error {
 
 // Brokers are the Kafka seed brokers, host:port each. Default:
 // "localhost:9092" (CORREX_KAFKA_BROKERS of the services).
-func Brokers(addrs ...string) Opt { return optFunc(func(c *config) { c.brokers = addrs }) }
+func Brokers(addrs ...string) Option { return optFunc(func(c *config) { c.brokers = addrs }) }
 
 // KafkaOpts are passed to kgo.NewClient after the consumer's own options:
 // TLS (kgo.DialTLSConfig), SASL (kgo.SASL), a client id, static membership
@@ -77,36 +82,36 @@ func Brokers(addrs ...string) Opt { return optFunc(func(c *config) { c.brokers =
 // reads (ConsumeTopics, ConsumerGroup, the rebalance callbacks,
 // AdjustFetchOffsetsFn, auto commit) are its own: do not pass them. Default:
 // none.
-func KafkaOpts(opts ...kgo.Opt) Opt {
+func KafkaOpts(opts ...kgo.Opt) Option {
 	return optFunc(func(c *config) { c.kafkaOpts = append(c.kafkaOpts, opts...) })
 }
 
 // EventsTopic is the events topic of the deployment (CORREX_TOPIC); the
 // consumer reads Topic(EventsTopic). Default: "correx.session-events".
-func EventsTopic(topic string) Opt { return optFunc(func(c *config) { c.eventsTopic = topic }) }
+func EventsTopic(topic string) Option { return optFunc(func(c *config) { c.eventsTopic = topic }) }
 
 // Group is the consumer's own consumer group: instances with the same group
 // share the partitions, and the checkpoint is kept per group. Required; it
 // must not be the projector's group.
-func Group(group string) Opt { return optFunc(func(c *config) { c.group = group }) }
+func Group(group string) Option { return optFunc(func(c *config) { c.group = group }) }
 
 // Redis is the client that keeps the checkpoint: a single server, a
 // cluster or a failover client (each partition's checkpoint is one key).
 // The consumer does not close it. Required.
-func Redis(client redis.UniversalClient) Opt { return optFunc(func(c *config) { c.rdb = client }) }
+func Redis(client redis.UniversalClient) Option { return optFunc(func(c *config) { c.rdb = client }) }
 
 // KeyPrefix prefixes the checkpoint keys:
 // "<prefix>:feed:<group>:<changes topic>:<partition>". Default: "correx".
-func KeyPrefix(prefix string) Opt { return optFunc(func(c *config) { c.prefix = prefix }) }
+func KeyPrefix(prefix string) Option { return optFunc(func(c *config) { c.prefix = prefix }) }
 
 // StartAt is where a partition with no checkpoint starts. Default: Earliest.
-func StartAt(p StartPosition) Opt { return optFunc(func(c *config) { c.start = p }) }
+func StartAt(p StartPosition) Option { return optFunc(func(c *config) { c.start = p }) }
 
 // Filter hands the handler only the changes for which keep returns true;
 // the others count as handled (they move the checkpoint). keep runs on the
 // handler's goroutine. Default: every change.
-func Filter(keep func(*Change) bool) Opt { return optFunc(func(c *config) { c.filter = keep }) }
+func Filter(keep func(*Change) bool) Option { return optFunc(func(c *config) { c.filter = keep }) }
 
 // Logger receives the consumer's warnings (Redis or Kafka unavailable,
 // records that are not changes) and assignment notices. Default: discarded.
-func Logger(l *slog.Logger) Opt { return optFunc(func(c *config) { c.log = l }) }
+func Logger(l *slog.Logger) Option { return optFunc(func(c *config) { c.log = l }) }

@@ -1,13 +1,19 @@
 package fsm
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // DefaultTimeouts returns the service defaults (docs/timeouts.md) when none
-// is configured: inactivity 24 hours, so that sessions are bounded, and
-// cancellation 5 minutes; the other kinds unset.
+// is configured: inactivity and approval 24 hours, so that every
+// non-terminal state has a deadline armed and every session is bounded,
+// and cancellation 5 minutes; execution and recovery unset.
 func DefaultTimeouts() Timeouts {
 	var t Timeouts
 	t[TimeoutInactivity] = 24 * time.Hour
+	t[TimeoutApproval] = 24 * time.Hour
 	t[TimeoutCancellation] = 5 * time.Minute
 	return t
 }
@@ -122,4 +128,41 @@ func NextDeadlineWith(s *Session, defaults Timeouts, forcedGrace time.Duration) 
 		}
 	}
 	return best, best.Kind != TimeoutNone
+}
+
+// timeoutArmedFrom says, per kind, where a deadline of the kind runs from:
+// the one column of the README's timeout table that is prose
+// (TimeoutsMarkdownTable derives the states from DeadlinesWith).
+var timeoutArmedFrom = [NumTimeoutKinds]string{
+	TimeoutExecution: "a budget of running time: entering a counting state, less the execution time already used (`executionMs`); " +
+		"time in PAUSED and AWAITING_APPROVAL does not count, and it is not armed in CANCELLING, where the table would reject it",
+	TimeoutInactivity:   "the last applied event's `occurredAt`",
+	TimeoutApproval:     "entering AWAITING_APPROVAL",
+	TimeoutRecovery:     "entering RECOVERING",
+	TimeoutCancellation: "entering CANCELLING (a forced cancellation: its request or escalation, plus the forced grace)",
+}
+
+// TimeoutsMarkdownTable renders, as Markdown, each timeout kind, where its
+// deadline runs from, and the states in which DeadlinesWith arms it
+// (found by asking it, for a session in each state with every kind set).
+// The README embeds this text between markers, and a test keeps the two
+// identical (`go generate ./pkg/fsm` rewrites it).
+func TimeoutsMarkdownTable() string {
+	var all Timeouts
+	for _, k := range TimeoutKinds() {
+		all[k] = time.Hour
+	}
+	var b strings.Builder
+	b.WriteString("| kind | armed from | while |\n|---|---|---|\n")
+	for _, k := range TimeoutKinds() {
+		var in []string
+		for st := StateNone + 1; int(st) < NumStates; st++ {
+			s := Session{State: st, Timeouts: all, StateEnteredAt: 1, UpdatedAt: 1}
+			if DeadlinesWith(&s, Timeouts{}, time.Hour)[k] != 0 {
+				in = append(in, st.String())
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", k, timeoutArmedFrom[k], strings.Join(in, ", "))
+	}
+	return b.String()
 }

@@ -45,8 +45,12 @@
 //   - The approval wait runs from ApprovalRequested to the first transition to
 //     a state other than AWAITING_APPROVAL or RECOVERING: a recovery during a
 //     pending approval does not end the wait.
-//   - A cancellation is forced when the cancellation timeout completes it, or
-//     when it was requested with mode "forced".
+//   - A cancellation is forced (Cancellation.Forced) only when the
+//     cancellation deadline completes it (TimeoutExpired cancellation),
+//     whatever its mode: a forced request, or an escalation, only arms that
+//     deadline at the request plus the forced grace, and a session that
+//     ends itself with SessionCancelled first has mode forced and Forced
+//     false.
 //   - Timeouts that lead to CANCELLING record the cancellation reason as
 //     "timeout:<kind>".
 //   - occurredAt is normalized to UTC; the instant is kept, the offset is not.
@@ -102,7 +106,7 @@
 //   - Record values carry "v": 1. A record without "v" is read as version 1,
 //     so that hand-written records (kcat) work; any other version is refused
 //     with ErrUnsupportedVersion. The fields added since (expectedVersion,
-//     custom type names, the new payload members) are optional additions to
+//     custom type names, the new payload members, sentBy) are optional additions to
 //     version 1: a record without them is byte for byte what it was, and
 //     so are its canonical bytes and digest.
 //

@@ -15,7 +15,8 @@ type DecodeOptions struct {
 	// its compact form, and the goal and reasons are held to MaxGoalBytes
 	// and MaxReasonBytes; an eventId in the space reserved for the ids
 	// the system derives (EventID.Reserved) and the types the system alone
-	// produces are refused. Without it every field a record must carry is
+	// produces are refused, and so is a session id of dots alone
+	// (ValidNewSessionID). Without it every field a record must carry is
 	// required and Payload aliases the input.
 	Ingest bool
 }
@@ -61,6 +62,7 @@ const (
 	seenCorrelation
 	seenPayload
 	seenExpected
+	seenSentBy
 )
 
 // maxCount is the largest version or count an envelope may carry: 2^53-1,
@@ -189,9 +191,12 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 			return nil
 		}
 		if v, ok := str("sessionId"); ok {
-			if !ValidSessionID(v) {
+			switch {
+			case !ValidSessionID(v):
 				d.add("sessionId", "must be "+SessionIDRule)
-			} else {
+			case d.opts.Ingest && !ValidNewSessionID(v):
+				d.add("sessionId", "must be "+NewSessionIDRule+` ("." and ".." are path segments)`)
+			default:
 				e.SessionID = v
 			}
 		}
@@ -253,6 +258,17 @@ func (d *envelopeDecoder) member(key []byte, keyEsc bool, val []byte, kind jsonK
 		}
 		if v, ok := d.count("expectedVersion", val, kind); ok {
 			e.ExpectedVersion, e.HasExpectedVersion = v, true
+		}
+	case "sentBy":
+		if !d.once(seenSentBy, "sentBy") || kind == kindNull {
+			return nil
+		}
+		if d.opts.Ingest {
+			d.add("sentBy", "is set by ingest to the sending token's name; a client cannot send it")
+			return nil
+		}
+		if v, ok := str("sentBy"); ok {
+			e.SentBy = v
 		}
 	case "payload":
 		if !d.once(seenPayload, "payload") {

@@ -64,5 +64,7 @@ func (e *ValidationError) WithIndex(i int) *ValidationError {
 // event (ingest refuses it with a field error on eventId) or a record
 // another producer wrote to the topic without the system's header (the
 // projector sets it aside with reason reserved_event_id, and a replay
-// skips it).
+// skips it). From the line of internal/systemkey on, such a record, and
+// any that carries the system's header, must also carry the system's MAC
+// (correx-mac), or the projector sets it aside as forged_system_event.
 var ErrReservedEventID = errors.New("eventId reserved for events the system derives")

@@ -24,6 +24,13 @@ type Event struct {
 	HasExpectedVersion bool
 	Payload            []byte
 	Fields             Fields
+	// SentBy is the name of the token that sent an approval decision
+	// through ingest, beside the payload's "by" (who decided, as the
+	// producer wrote it: a producer may decide on someone's behalf).
+	// Ingest sets it from the request's token and refuses it in a client's
+	// envelope; the record member "sentBy" carries it. It is not part of
+	// the canonical bytes: it says who carried the event, not what happened.
+	SentBy string
 }
 
 // TypeName returns the wire spelling of the event's type: Custom for a
@@ -85,6 +92,27 @@ func ValidSessionID(id string) bool {
 		}
 	}
 	return true
+}
+
+// NewSessionIDRule says in words what ValidNewSessionID accepts.
+const NewSessionIDRule = SessionIDRule + ", not only dots"
+
+// ValidNewSessionID reports whether a producer may name session id (ingest
+// and pkg/client refuse any other): ValidSessionID, and not dots alone.
+// "." and ".." are path segments that URL paths and S3 rewrite, so such a
+// session could be neither read at /v1/sessions/{id} nor archived under
+// its own key. Records already in the log are read with ValidSessionID, as
+// before.
+func ValidNewSessionID(id string) bool {
+	if !ValidSessionID(id) {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] != '.' {
+			return true
+		}
+	}
+	return false
 }
 
 func sessionIDChar(c byte) bool {

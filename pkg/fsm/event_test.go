@@ -180,6 +180,33 @@ func TestDecodeEnvelopeIngest(t *testing.T) {
 	}
 }
 
+// TestSessionIDOfDotsAlone: ingest refuses a session id of dots alone (a
+// path segment that URL paths and S3 rewrite), as the session and as a
+// parent; a record already in the log is read as before.
+func TestSessionIDOfDotsAlone(t *testing.T) {
+	for id, want := range map[string]bool{".": false, "..": false, "...": false, ".a": true, "a.": true, "a..b": true, "a": true, "a b": false} {
+		if got := fsm.ValidNewSessionID(id); got != want {
+			t.Errorf("ValidNewSessionID(%q) = %v, want %v", id, got, want)
+		}
+	}
+	for _, c := range []struct{ in, field string }{
+		{`{"sessionId":"..","type":"SessionCreated"}`, "sessionId"},
+		{`{"sessionId":"a","type":"SessionCreated","payload":{"parentSessionId":"."}}`, "payload.parentSessionId"},
+	} {
+		var e fsm.Event
+		err := fsm.DecodeEnvelope([]byte(c.in), &e, fsm.DecodeOptions{Ingest: true})
+		var ve *fsm.ValidationError
+		if !errors.As(err, &ve) || len(ve.Errors) != 1 || ve.Errors[0].Field != c.field {
+			t.Errorf("%s at ingest: %v, want one error naming %s", c.in, err, c.field)
+		}
+	}
+	var e fsm.Event
+	rec := `{"v":1,"eventId":"0193a5c0-0000-7000-8000-000000000001","sessionId":"..","type":"SessionCreated","occurredAt":"2026-11-29T06:00:00Z"}`
+	if err := fsm.DecodeRecord([]byte(rec), &e); err != nil || e.SessionID != ".." {
+		t.Errorf("a record of session ..: %v %q, want it read", err, e.SessionID)
+	}
+}
+
 func TestRecordRoundTrip(t *testing.T) {
 	at := time.Date(2026, 11, 29, 6, 0, 0, 123456789, time.UTC)
 	id, _ := fsm.ParseEventID([]byte(validID))

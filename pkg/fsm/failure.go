@@ -138,15 +138,18 @@ func ParseDecisionKind(name string) (DecisionKind, bool) {
 }
 
 // Decision is how one approval request ended, as kept in the session's
-// last DecisionsKept decisions. By and Reason are set only on granted and
-// denied decisions.
+// last DecisionsKept decisions. By, SentBy and Reason are set only on
+// granted and denied decisions.
 type Decision struct {
 	RequestID string
 	Kind      DecisionKind
 	At        int64
 	Waited    int64 // nanoseconds from the request to the decision
 	By        string
-	Reason    string
+	// SentBy is the name of the token that sent the decision through
+	// ingest (Event.SentBy), "" for one written otherwise.
+	SentBy string
+	Reason string
 }
 
 // Refusal reasons a successor receives in ReplacementRefused

@@ -521,6 +521,9 @@ func (d *envelopeDecoder) payloadMember(pf *payloadField, field string, val []by
 		case pf.kind == pkSessionID && !ValidSessionID(v.text):
 			d.add(field, "must be "+SessionIDRule)
 			return
+		case pf.kind == pkSessionID && d.opts.Ingest && !ValidNewSessionID(v.text):
+			d.add(field, "must be "+NewSessionIDRule+` ("." and ".." are path segments)`)
+			return
 		case pf.ingest != nil && d.opts.Ingest:
 			if msg := pf.ingest(v.text); msg != "" {
 				d.add(field, msg)

@@ -30,6 +30,10 @@ func AppendRecord(dst []byte, e *Event) []byte {
 		dst = append(dst, `,"payload":`...)
 		dst = append(dst, e.Payload...)
 	}
+	if e.SentBy != "" {
+		dst = append(dst, `,"sentBy":`...)
+		dst = appendQuoted(dst, e.SentBy)
+	}
 	return append(dst, '}')
 }
 

@@ -131,8 +131,10 @@ func Rejections() iter.Seq[Reason] {
 func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // Outcome is what Reducer.Apply reports about one event. For an applied
-// transition From and To differ; for an applied execution event they are both
-// ACTIVE; otherwise both are the unchanged state.
+// transition From and To differ, except for the escalation of a graceful
+// CANCELLING to forced, a transition CANCELLING -> CANCELLING (Escalated);
+// for an applied execution event they are both ACTIVE; otherwise both are
+// the unchanged state.
 type Outcome struct {
 	Result Result
 	Reason Reason
@@ -148,11 +150,18 @@ type Outcome struct {
 	// the predecessor refused it (ReplacementRefusal): the reason of the
 	// successor's ReplacementRefused.
 	Refusal string
+	// Escalated is set when a forced CancellationRequested escalated a
+	// graceful CANCELLING: the state stays, and the transition CANCELLING
+	// -> CANCELLING is recorded like any other.
+	Escalated bool
 }
 
-// Transitioned reports whether the event changed the session's state
-// (including the creation, from StateNone to CREATED).
-func (o Outcome) Transitioned() bool { return o.Result == Applied && o.From != o.To }
+// Transitioned reports whether the event recorded a transition: it changed
+// the session's state (including the creation, from StateNone to
+// CREATED), or escalated a graceful CANCELLING to forced (CANCELLING ->
+// CANCELLING). Every transition the snapshot records is one, and each has
+// a change record, a span and a count in the transitions counter.
+func (o Outcome) Transitioned() bool { return o.Result == Applied && (o.From != o.To || o.Escalated) }
 
 // Reducer folds events into sessions. Folding is pure: the result depends
 // only on the session and the event (no clock, no randomness, no I/O, no map
@@ -225,7 +234,7 @@ func (r *Reducer) Apply(s *Session, e *Event) Outcome {
 	}
 	if rule == &escalation {
 		r.escalate(s, e, at)
-		return Outcome{Result: Applied, From: from, To: from}
+		return Outcome{Result: Applied, From: from, To: from, Escalated: true}
 	}
 	if rule != nil {
 		waited := s.Approval.Waited
@@ -421,6 +430,7 @@ func endWait(s *Session, kind DecisionKind, e *Event, at int64) {
 	d := Decision{RequestID: s.Approval.RequestID, Kind: kind, At: at, Waited: waited}
 	if kind == DecisionGranted || kind == DecisionDenied {
 		d.By = cutText(e.Fields.By, MaxDeciderBytes)
+		d.SentBy = cutText(e.SentBy, MaxDeciderBytes)
 		d.Reason = cutText(e.Fields.Reason, MaxReasonBytes)
 	}
 	s.decisions.push(d, DecisionsKept)

@@ -210,8 +210,10 @@ type Cancellation struct {
 	Timeout     TimeoutKind // the timeout that requested it, if any
 	Completed   bool
 	CompletedAt int64
-	// Forced is set when the cancellation completed because the cancellation
-	// timeout expired, or when it was requested in forced mode.
+	// Forced is set only when the cancellation deadline completed the
+	// cancellation (TimeoutExpired cancellation), whatever Mode is: a
+	// forced request or an escalation arms that deadline sooner, and one
+	// that SessionCancelled completes first stays Forced false.
 	Forced bool
 	// EscalatedAt is when a forced CancellationRequested escalated a
 	// graceful cancellation (zero when none did); the cancellation

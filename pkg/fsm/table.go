@@ -55,6 +55,12 @@ var table = [...]Rule{
 // which holds one rule per event, and is listed with StateKeepingEvents.
 var escalation = Rule{Event: CancellationRequested, From: SetOf(StateCancelling), To: StateCancelling}
 
+// Escalation returns the rule of the escalation, the one transition not
+// in Table: a forced CancellationRequested in a graceful CANCELLING,
+// recorded as a transition CANCELLING -> CANCELLING (Outcome.Escalated).
+// Table and Escalation together are every transition a session can make.
+func Escalation() Rule { return escalation }
+
 // inFlightStates are the states besides ACTIVE where ToolCompleted is
 // applied: a tool that was running when the session was suspended or asked
 // to stop is recorded.

@@ -8,9 +8,9 @@ import (
 )
 
 // The stored form of a snapshot is this compact binary encoding (chosen over
-// JSON by BenchmarkCodec; the HTTP API still speaks JSON). Layout, version 3:
+// JSON by BenchmarkCodec; the HTTP API still speaks JSON). Layout, version 4:
 //
-//	[0]     format version (3; Decode still reads 1 and 2)
+//	[0]     format version (4; Decode still reads 1 to 3)
 //	[1:5]   position partition, big-endian uint32
 //	[5:13]  position offset, big-endian uint64
 //	[13]    state
@@ -25,14 +25,17 @@ import (
 // counters and annotations, ...; see appendV2Tail). Version 3 adds after
 // that a second tail (appendV3Tail): the structured failure, the pending
 // approval request, the cancellation's escalation and the approval
-// decisions. A version 1 snapshot decodes as a session without the
-// version 2 and 3 fields, a version 2 one without the version 3 fields.
+// decisions. Version 4 adds a third tail (appendV4Tail): the name of the
+// token that sent each decision. A version 1 snapshot decodes as a session
+// without the fields of versions 2 to 4, a version 2 one without those of 3
+// and 4, a version 3 one without the decisions' senders.
 const (
 	FormatBinaryV1 = 1
 	FormatBinaryV2 = 2
 	FormatBinaryV3 = 3
+	FormatBinaryV4 = 4
 	// FormatBinary is the version AppendBinary writes.
-	FormatBinary = FormatBinaryV3
+	FormatBinary = FormatBinaryV4
 	headerLen    = 14
 )
 
@@ -129,7 +132,29 @@ func (s *Snapshot) AppendBinary(dst []byte) []byte {
 		dst = append(dst, id[:]...)
 	}
 	dst = s.appendV2Tail(dst)
-	return s.appendV3Tail(dst)
+	dst = s.appendV3Tail(dst)
+	return s.appendV4Tail(dst)
+}
+
+// appendV4Tail appends the field version 4 added: each approval decision's
+// sender (Decision.SentBy), in the order of the decisions.
+func (s *Snapshot) appendV4Tail(dst []byte) []byte {
+	for i := range s.NumDecisions() {
+		v := s.DecisionAt(i).SentBy
+		dst = binary.AppendUvarint(dst, uint64(len(v)))
+		dst = append(dst, v...)
+	}
+	return dst
+}
+
+// decodeV4Tail reads what appendV4Tail wrote into the decisions of h.
+func (d *decoder) decodeV4Tail(h *fsm.Histories) {
+	for i := range h.Decisions {
+		if d.err != nil {
+			return
+		}
+		h.Decisions[i].SentBy = d.str()
+	}
 }
 
 // appendV3Tail appends the fields version 3 added: the failure's category,
@@ -347,7 +372,7 @@ func DecodeHead(b []byte) (id string, pos Position, err error) {
 	if len(b) < headerLen {
 		return "", Position{}, corrupt("%d bytes, shorter than the header", len(b))
 	}
-	if b[0] < FormatBinaryV1 || b[0] > FormatBinaryV3 {
+	if b[0] < FormatBinaryV1 || b[0] > FormatBinaryV4 {
 		return "", Position{}, corrupt("unknown format version %d", b[0])
 	}
 	pos.Partition = int32(binary.BigEndian.Uint32(b[1:5]))
@@ -374,7 +399,7 @@ func Decode(b []byte, s *Snapshot) error {
 	if len(b) < headerLen {
 		return corrupt("%d bytes, shorter than the header", len(b))
 	}
-	if b[0] < FormatBinaryV1 || b[0] > FormatBinaryV3 {
+	if b[0] < FormatBinaryV1 || b[0] > FormatBinaryV4 {
 		return corrupt("unknown format version %d", b[0])
 	}
 	v2 := b[0] >= FormatBinaryV2
@@ -492,6 +517,9 @@ func Decode(b []byte, s *Snapshot) error {
 	}
 	if b[0] >= FormatBinaryV3 && d.err == nil {
 		d.decodeV3Tail(s, &h)
+	}
+	if b[0] >= FormatBinaryV4 && d.err == nil {
+		d.decodeV4Tail(&h)
 	}
 	if d.err == nil && d.i != len(b) {
 		d.fail("%d trailing bytes", len(b)-d.i)

@@ -34,7 +34,7 @@ func TestJSONDeadline(t *testing.T) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"inactivity": "5s", "execution": "1h0m0s", "cancellation": "5m0s"}
+	want := map[string]string{"inactivity": "5s", "execution": "1h0m0s", "approval": "24h0m0s", "cancellation": "5m0s"}
 	if !reflect.DeepEqual(v.Timeouts, want) {
 		t.Errorf("timeouts: got %v, want %v", v.Timeouts, want)
 	}

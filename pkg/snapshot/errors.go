@@ -28,6 +28,11 @@ var ErrBadCursor = errors.New("bad cursor")
 // batch again, is safe).
 var ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 
+// ErrNotOwner is wrapped by the error of a write refused because its
+// writer no longer owns the partition: a newer owner took it over (the
+// projector's ownership epochs, internal/projector/projstore's epoch.go).
+var ErrNotOwner = errors.New("the partition has a newer owner")
+
 // StoreError is a store operation that failed, with the key it was about.
 // Err is Redis's error, or wraps ErrCorrupt or ErrNotReplicated.
 type StoreError struct {

@@ -57,7 +57,7 @@ func ExampleSnapshot_AppendBinary() {
 	fmt.Println(back.ID, back.State, back.Version, back.Position, back.Goal)
 	fmt.Println("same bytes:", bytes.Equal(back.AppendBinary(nil), b))
 	// Output:
-	// format 3, header 00 00 00 03 00 00 00 00 00 00 00 0b 03
+	// format 4, header 00 00 00 03 00 00 00 00 00 00 00 0b 03
 	// s-1 ACTIVE 2 3:11 ship it
 	// same bytes: true
 }

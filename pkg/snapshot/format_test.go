@@ -149,12 +149,12 @@ func TestFormatV2StillDecodes(t *testing.T) {
 			t.Fatalf("fixture %d: %s first offset %d", n, &got, got.FirstOffset)
 		}
 		now := got.AppendBinary(nil)
-		if now[0] != snapshot.FormatBinaryV3 || !bytes.Equal(old[1:14], now[1:14]) {
+		if now[0] != snapshot.FormatBinary || !bytes.Equal(old[1:14], now[1:14]) {
 			t.Fatalf("fixture %d: re-encoded header % x, was % x", n, now[:14], old[:14])
 		}
 		var again snapshot.Snapshot
 		if err := snapshot.Decode(now, &again); err != nil || !bytes.Equal(again.AppendBinary(nil), now) {
-			t.Fatalf("fixture %d: version 3 round trip: %v", n, err)
+			t.Fatalf("fixture %d: round trip of today's format: %v", n, err)
 		}
 	}
 }
@@ -235,5 +235,113 @@ func TestSecondStageFields(t *testing.T) {
 		t.Errorf("annotations %v", m.Annotations)
 	case len(m.Rejections) != 1 || m.Rejections[0]["type"] != "x.acme.Late" || m.Rejections[0]["reason"] != "after_terminal":
 		t.Errorf("rejections %v", m.Rejections)
+	}
+}
+
+// TestFormatV3StillDecodes reads snapshots stored by the version 3 encoder
+// (testdata/format-v3.hex: workload.New(13, 10% invalid, 10% duplicates,
+// forced cancellations), eight sessions "v3-N", folded at partition 4 from
+// offset 900) and checks that each decodes to exactly the session today's
+// fold gives for the same events (those events carry no sender, which is
+// all version 4 added), and that re-encoded, it is version 4 with the same
+// header and reads back the same.
+func TestFormatV3StillDecodes(t *testing.T) {
+	hexes, err := os.ReadFile("testdata/format-v3.hex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl := bytes.Split(bytes.TrimSpace(hexes), []byte("\n"))
+	g := workload.New(13, workload.Options{InvalidShare: 0.1, DuplicateShare: 0.1, ForcedCancellations: true})
+	seqs := g.Sessions("v3", 8, time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC))
+	if len(hl) != len(seqs) {
+		t.Fatalf("%d fixtures, want %d", len(hl), len(seqs))
+	}
+	decisions := 0
+	for n := range seqs {
+		old, err := hex.DecodeString(string(hl[n]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old[0] != snapshot.FormatBinaryV3 {
+			t.Fatalf("fixture %d is format %d", n, old[0])
+		}
+		var got snapshot.Snapshot
+		if err := snapshot.Decode(old, &got); err != nil {
+			t.Fatalf("fixture %d: %v", n, err)
+		}
+		var want snapshot.Snapshot
+		var r fsm.Reducer
+		for i := range seqs[n] {
+			want.Fold(&r, &seqs[n][i], snapshot.Position{Partition: 4, Offset: int64(900 + i)})
+		}
+		now := got.AppendBinary(nil)
+		if !bytes.Equal(now, want.AppendBinary(nil)) {
+			t.Fatalf("fixture %d: decoded v3 snapshot differs from today's fold", n)
+		}
+		for i := range got.NumDecisions() {
+			if d := got.DecisionAt(i); d.SentBy != "" {
+				t.Fatalf("fixture %d: decision %d has a sender %q read from version 3", n, i, d.SentBy)
+			}
+			decisions++
+		}
+		if now[0] != snapshot.FormatBinaryV4 || !bytes.Equal(old[1:14], now[1:14]) {
+			t.Fatalf("fixture %d: re-encoded header % x, was % x", n, now[:14], old[:14])
+		}
+		var again snapshot.Snapshot
+		if err := snapshot.Decode(now, &again); err != nil || !bytes.Equal(again.AppendBinary(nil), now) {
+			t.Fatalf("fixture %d: version 4 round trip: %v", n, err)
+		}
+	}
+	if decisions == 0 {
+		t.Fatal("no fixture holds a decision: the fixture does not exercise what version 4 changed")
+	}
+}
+
+// TestDecisionSender checks that a decision's sender (the token that sent
+// it through ingest) is kept beside its "by" in the binary and JSON forms
+// and shown in the API form.
+func TestDecisionSender(t *testing.T) {
+	b := &builderEvents{}
+	b.add(fsm.SessionCreated, fsm.Fields{Goal: "g"})
+	b.add(fsm.SessionStarted, fsm.Fields{})
+	b.add(fsm.ApprovalRequested, fsm.Fields{RequestID: "r-1", HasRequestID: true})
+	b.add(fsm.ApprovalGranted, fsm.Fields{RequestID: "r-1", HasRequestID: true, By: "alice"})
+	b.events[len(b.events)-1].SentBy = "ops-bot"
+	b.add(fsm.ApprovalRequested, fsm.Fields{RequestID: "r-2", HasRequestID: true})
+	b.add(fsm.ApprovalDenied, fsm.Fields{RequestID: "r-2", HasRequestID: true, By: "bob"})
+	s := fold(b.events, 10)
+	if s.NumDecisions() != 2 {
+		t.Fatalf("%d decisions, want 2", s.NumDecisions())
+	}
+	if d := s.DecisionAt(0); d.By != "alice" || d.SentBy != "ops-bot" {
+		t.Fatalf("first decision by %q sent by %q, want alice and ops-bot", d.By, d.SentBy)
+	}
+	if d := s.DecisionAt(1); d.By != "bob" || d.SentBy != "" {
+		t.Fatalf("second decision by %q sent by %q, want bob and none", d.By, d.SentBy)
+	}
+	bin := s.AppendBinary(nil)
+	js, err := snapshot.EncodeJSON(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, form := range map[string][]byte{"binary": bin, "JSON": js} {
+		var back snapshot.Snapshot
+		if err := snapshot.Decode(form, &back); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(back.AppendBinary(nil), bin) {
+			t.Fatalf("%s form loses the sender", name)
+		}
+	}
+	w, err := s.Wire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(api, []byte(`"by":"alice","sentBy":"ops-bot"`)) || bytes.Count(api, []byte(`"sentBy"`)) != 1 {
+		t.Fatalf("API form: %s", api)
 	}
 }

@@ -121,6 +121,7 @@ func (s *Snapshot) view(internal bool) (*storedJSON, error) {
 			WaitedMs: d.Waited / int64(time.Millisecond)}
 		if d.Kind == fsm.DecisionGranted || d.Kind == fsm.DecisionDenied {
 			v.Approval.Decisions[i].By, v.Approval.Decisions[i].Reason = d.By, d.Reason
+			v.Approval.Decisions[i].SentBy = d.SentBy
 		}
 	}
 	for _, l := range s.Labels {
@@ -519,7 +520,7 @@ func (v *storedJSON) restoreDecisions(h *fsm.Histories) error {
 			return corrupt("json: bad approval decision %q", d.Decision)
 		}
 		out := fsm.Decision{RequestID: d.RequestID, Kind: kind, At: d.At.UnixNano(), Waited: d.WaitedMs * int64(time.Millisecond),
-			By: d.By, Reason: d.Reason}
+			By: d.By, SentBy: d.SentBy, Reason: d.Reason}
 		if exact != nil {
 			out.Waited = exact[i]
 		}

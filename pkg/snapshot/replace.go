@@ -9,7 +9,8 @@ import (
 
 // Replace stores e fenced like PutBatch, except that it also replaces a
 // stored snapshot at the same position: it loses only to a later one. It
-// reports whether e was stored.
+// reports whether e was stored. An archived session (its tombstone) is
+// never stored again.
 //
 // It is for a snapshot rebuilt from the log up to its position: the fold is
 // deterministic, so that snapshot is what any writer that folded the log
@@ -20,9 +21,10 @@ func (s *Store) Replace(ctx context.Context, e Entry) (bool, error) {
 	if len(e.Data) < headerLen || e.Data[0] != FormatBinary {
 		return false, &StoreError{Op: "put", Key: e.SessionID, Err: corrupt("entry is not a binary snapshot")}
 	}
-	keys := []string{s.keys.Index(Bucket(e.SessionID)), s.keys.Snapshot(e.SessionID)}
+	b := Bucket(e.SessionID)
+	keys := []string{s.keys.Index(b), s.keys.Epochs(b), s.keys.Snapshot(e.SessionID), s.keys.Tombstones(e.SessionID)}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		return []*redis.Cmd{redislayout.ReplaceScript.EvalSha(ctx, pipe, keys, 1, e.SessionID, e.Data)}
+		return []*redis.Cmd{redislayout.ReplaceScript.EvalSha(ctx, pipe, keys, 1, e.SessionID, e.Data, e.Epoch)}
 	})
 	if err != nil {
 		return false, &StoreError{Op: "put", Key: e.SessionID, Err: err}

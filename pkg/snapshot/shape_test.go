@@ -44,6 +44,7 @@ var notInAPIForm = map[string]string{
 // API form does not write, with who does.
 var notFromSnapshot = map[string]string{
 	"Archived": "the query service adds it to a snapshot it reads back from the archive (internal/query, archivedJSON)",
+	"AsOf":     "the query service adds it to a session folded as of a version or a time (internal/query, asof.go)",
 }
 
 // fillerValues are the values of types whose valid values the codecs

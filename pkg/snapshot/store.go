@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,6 +148,17 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Snapshot, error) 
 type Entry struct {
 	SessionID string
 	Data      []byte // AppendBinary output
+	// Epoch is the writer's ownership epoch of the snapshot's partition
+	// (the projector's, internal/projector/projstore), or 0 for a writer
+	// that owns nothing (the query service's rebuild). An entry whose
+	// epoch is lower than the partition's is not written
+	// (PutResult.NotOwned).
+	Epoch uint64
+}
+
+// partition is the partition of the entry's position, from its header.
+func (e Entry) partition() int32 {
+	return int32(uint32(e.Data[1])<<24 | uint32(e.Data[2])<<16 | uint32(e.Data[3])<<8 | uint32(e.Data[4]))
 }
 
 // NewEntry encodes snap for PutBatch.
@@ -158,6 +170,13 @@ func NewEntry(snap *Snapshot) Entry {
 type PutResult struct {
 	Written int // snapshots that replaced an older one or were new
 	Fenced  int // snapshots that lost to a stored one at an equal or later position
+	// Tombstoned counts snapshots of archived sessions, which are never
+	// written again (a session's tombstone, DESIGN 13.1).
+	Tombstoned int
+	// NotOwned lists the partitions, in order of first appearance, whose
+	// entries were not written because a newer owner took the partition
+	// over (Entry.Epoch is lower than the partition's).
+	NotOwned []int32
 }
 
 // maxCall is about how many entries one script call carries on a single
@@ -165,7 +184,8 @@ type PutResult struct {
 const maxCall = redislayout.MaxCall
 
 // PutBatch stores entries with offset fencing: each replaces the stored
-// snapshot of its session only if its position is greater. The decision is
+// snapshot of its session only if its position is greater, its writer
+// still owns its partition (Entry.Epoch) and the session has no tombstone. The decision is
 // made inside Redis by putScript, all in one pipelined round trip: one script
 // call for the whole batch on a single server, one per bucket on Redis
 // Cluster (where a script may only touch one slot). Two entries for the same
@@ -174,10 +194,6 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 	var res PutResult
 	if len(entries) == 0 {
 		return res, nil
-	}
-	type group struct {
-		keys []string // the index, then snapshot keys
-		args []any    // id, data pairs
 	}
 	var groups [Buckets]*group
 	order := make([]int, 0, 64)
@@ -188,20 +204,22 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 		b := Bucket(e.SessionID)
 		g := groups[b]
 		if g == nil {
-			g = &group{keys: []string{s.keys.Index(b)}}
+			g = &group{keys: []string{s.keys.Index(b), s.keys.Epochs(b)}}
 			groups[b] = g
 			order = append(order, b)
 		}
-		g.keys = append(g.keys, s.keys.Snapshot(e.SessionID))
-		g.args = append(g.args, e.SessionID, e.Data)
+		g.keys = append(g.keys, s.keys.Snapshot(e.SessionID), s.keys.Tombstones(e.SessionID))
+		g.args = append(g.args, e.SessionID, e.Data, e.Epoch)
 	}
+	var callBuckets [][]int // the buckets of each call, in order
 	call := func(pipe redis.Pipeliner, buckets []int) *redis.Cmd {
+		callBuckets = append(callBuckets, buckets)
 		var keys []string
 		var args []any
 		for _, b := range buckets {
 			g := groups[b]
 			keys = append(keys, g.keys...)
-			args = append(args, len(g.keys)-1)
+			args = append(args, len(g.args)/3)
 			args = append(args, g.args...)
 		}
 		return redislayout.PutScript.EvalSha(ctx, pipe, keys, args...)
@@ -210,6 +228,7 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 	var wait *redis.Cmd
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		var cmds []*redis.Cmd
+		callBuckets = callBuckets[:0]
 		if cluster {
 			for _, b := range order {
 				cmds = append(cmds, call(pipe, []int{b}))
@@ -221,8 +240,8 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 		// Lua collect megabytes of argument strings at once.
 		for start, n := 0, 0; start < len(order); {
 			end := start
-			for n = 0; end < len(order) && (n == 0 || n+len(groups[order[end]].args)/2 <= maxCall); end++ {
-				n += len(groups[order[end]].args) / 2
+			for n = 0; end < len(order) && (n == 0 || n+len(groups[order[end]].args)/3 <= maxCall); end++ {
+				n += len(groups[order[end]].args) / 3
 			}
 			cmds = append(cmds, call(pipe, order[start:end]))
 			start = end
@@ -244,23 +263,54 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 			return res, &StoreError{Op: "put", Err: fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.waitReplicas, s.waitTimeout)}
 		}
 	}
-	for _, cmd := range cmds {
+	answered := 0
+	for ci, cmd := range cmds {
 		flags, err := cmd.Int64Slice()
 		if err != nil {
 			return res, &StoreError{Op: "put", Err: err}
 		}
-		for _, f := range flags {
-			if f == 1 {
+		for j, f := range flags {
+			answered++
+			switch f {
+			case 1:
 				res.Written++
-			} else {
+			case 0:
 				res.Fenced++
+			case -2:
+				res.Tombstoned++
+			default:
+				// The entry's partition is read back from the call's
+				// arguments: the j-th entry of the call.
+				part := entryOfCall(&groups, callBuckets[ci], j).partition()
+				if !slices.Contains(res.NotOwned, part) {
+					res.NotOwned = append(res.NotOwned, part)
+				}
 			}
 		}
 	}
-	if res.Written+res.Fenced != len(entries) {
-		return res, &StoreError{Op: "put", Err: fmt.Errorf("script answered for %d of %d entries", res.Written+res.Fenced, len(entries))}
+	if answered != len(entries) {
+		return res, &StoreError{Op: "put", Err: fmt.Errorf("script answered for %d of %d entries", answered, len(entries))}
 	}
 	return res, nil
+}
+
+// entryOfCall returns the j-th entry of a PutScript call over buckets.
+func entryOfCall(groups *[Buckets]*group, buckets []int, j int) Entry {
+	for _, b := range buckets {
+		g := groups[b]
+		if n := len(g.args) / 3; j >= n {
+			j -= n
+			continue
+		}
+		return Entry{SessionID: g.args[3*j].(string), Data: g.args[3*j+1].([]byte)}
+	}
+	return Entry{Data: make([]byte, headerLen)}
+}
+
+// group is one bucket's part of a PutScript call.
+type group struct {
+	keys []string // the index, the epochs, then snapshot and tombstone keys
+	args []any    // id, data, epoch triples
 }
 
 // run executes the commands build adds in one pipeline, loading the
@@ -293,6 +343,11 @@ type Checkpoint struct {
 	// lower offset is returned, so the writer can rebuild. 0 checks only
 	// that a checkpoint is stored.
 	Known int64
+	// Epoch is the writer's ownership epoch of the partition (the
+	// projector's, internal/projector/projstore), or 0 for none: a
+	// checkpoint whose epoch is lower than the partition's is not written
+	// (PriorCheckpoint.NotOwner).
+	Epoch uint64
 	// RebuildUntil, when positive, says that the partition's read model is
 	// being rebuilt from the earliest offset (ResetCheckpoint) and is not
 	// whole until the checkpoint reaches this offset. Read by Checkpoints;
@@ -316,17 +371,21 @@ func (c Checkpoint) Lag() (lag int64, known bool) {
 type PriorCheckpoint struct {
 	Stored bool  // whether a checkpoint was stored at all
 	Offset int64 // the stored offset; 0 when none was stored
+	// NotOwner says that nothing was written, or read: the checkpoint's
+	// Epoch is lower than the partition's (a newer owner took it over).
+	NotOwner bool
 }
 
 // Lost reports whether the store refused cp because it lost the
 // checkpoint the writer expected: cp is Expected, and none is stored, or
 // the stored one is lower than cp.Known. Nothing was written for cp then.
 func (p PriorCheckpoint) Lost(cp Checkpoint) bool {
-	return cp.Expected && (!p.Stored || p.Offset < cp.Known)
+	return !p.NotOwner && cp.Expected && (!p.Stored || p.Offset < cp.Known)
 }
 
 // SaveCheckpoints advances the checkpoints of a topic's partitions. A lower
-// offset never replaces a stored higher one, and a checkpoint marked Expected
+// offset never replaces a stored higher one, a writer that no longer owns
+// the partition (Checkpoint.Epoch) writes nothing, and a checkpoint marked Expected
 // is not written where none is stored, or where the stored one is lower
 // than Known (PriorCheckpoint.Lost). It returns, per checkpoint, the one
 // stored before the call.
@@ -335,14 +394,14 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 		return nil, nil
 	}
 	key := s.keys.Checkpoints(topic)
-	args := make([]any, 0, 1+5*len(cps))
+	args := make([]any, 0, 1+6*len(cps))
 	args = append(args, now.UnixMilli())
 	for _, cp := range cps {
 		expected := 0
 		if cp.Expected {
 			expected = 1
 		}
-		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark, expected, cp.Known)
+		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark, expected, cp.Known, cp.Epoch)
 	}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		return []*redis.Cmd{redislayout.CheckpointScript.EvalSha(ctx, pipe, []string{key}, args...)}
@@ -359,8 +418,11 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 	}
 	out := make([]PriorCheckpoint, len(prev))
 	for i, off := range prev {
-		if off >= 0 { // the script answers -1 where none was stored
+		switch {
+		case off >= 0: // the script answers -1 where none was stored
 			out[i] = PriorCheckpoint{Stored: true, Offset: off}
+		case off == -2: // and -2 to a writer that no longer owns the partition
+			out[i] = PriorCheckpoint{NotOwner: true}
 		}
 	}
 	return out, nil

@@ -42,10 +42,11 @@ func TestStoreContract(t *testing.T) {
 
 // TestStoreSurface holds the public store to its contract: the exported
 // methods of *snapshot.Store are those of snapshottest.Store, which Run
-// checks, and the Redis store's setup, nothing more. What the projector
-// keeps beside the snapshots is internal/projector/projstore's.
+// checks, the Redis store's setup, and the read of the verifiers' report
+// the query service answers /v1/verify with, nothing more. What the
+// projector keeps beside the snapshots is internal/projector/projstore's.
 func TestStoreSurface(t *testing.T) {
-	setup := []string{"Ping", "WaitReplicas", "WithTimeoutDefaults"}
+	setup := []string{"Ping", "VerifyReport", "WaitReplicas", "WithTimeoutDefaults"}
 	contract := reflect.TypeFor[snapshottest.Store]()
 	var want []string
 	for i := range contract.NumMethod() {

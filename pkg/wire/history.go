@@ -27,6 +27,17 @@ type HistoryEntry struct {
 	Reason     string    `json:"reason,omitempty"`
 	From       string    `json:"from,omitempty"`
 	To         string    `json:"to"`
+	// RequestID is an approval event's requestId as written (set on
+	// ApprovalRequested, ApprovalGranted and ApprovalDenied when the
+	// payload has one).
+	RequestID string `json:"requestId,omitempty"`
+	// By is a decision's payload "by": who decided, as the producer wrote
+	// it. SentBy is the name of the token that sent the decision through
+	// ingest (absent when authentication is off or the record did not come
+	// through ingest). A producer may decide on someone's behalf, so the
+	// two may differ; both are kept.
+	By     string `json:"by,omitempty"`
+	SentBy string `json:"sentBy,omitempty"`
 }
 
 // HistoryPage is the body of GET /v1/sessions/{id}/history: entries in the

@@ -56,6 +56,9 @@ type Snapshot struct {
 	// after it left the read model (GET /v1/sessions/{id}, DESIGN 12.4);
 	// absent otherwise, so stored snapshots are unchanged.
 	Archived bool `json:"archived,omitempty"`
+	// AsOf is the version or time (RFC 3339, UTC) a read as of one asked
+	// for (GET /v1/sessions/{id}?asOf=, DESIGN 13.8); absent otherwise.
+	AsOf string `json:"asOf,omitempty"`
 }
 
 // Counters are a snapshot's counters; Custom counts applied custom events
@@ -144,7 +147,11 @@ type ApprovalDecision struct {
 	At        time.Time `json:"at"`
 	WaitedMs  int64     `json:"waitedMs"`
 	By        string    `json:"by,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
+	// SentBy is the name of the token that sent a granted or denied
+	// decision through ingest, beside By (who decided, as the producer
+	// wrote it); absent for a decision written otherwise.
+	SentBy string `json:"sentBy,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Failure is why and when a session failed. Category is one of

@@ -109,6 +109,15 @@ type Key struct {
 // Key returns the change's idempotency key.
 func (c *Change) Key() Key { return Key{c.SessionID, c.Position} }
 
+// Transition reports whether c is an applied transition: a change of
+// state (the creation included) or the escalation of a graceful
+// CANCELLING to forced, a CancellationRequested whose From and To are both
+// CANCELLING. The other applied changes are custom events
+// ("x.<vendor>.<Name>"), which never change a state.
+func (c *Change) Transition() bool {
+	return c.Outcome == Applied && !strings.HasPrefix(c.Type, "x.")
+}
+
 // AppendJSON appends the record value of c: compact JSON with members in a
 // fixed order, labels sorted by key, times in RFC 3339 with nanoseconds in
 // UTC and no HTML escaping (encoding/json's encoding of c with

@@ -1,6 +1,7 @@
 // Command gendoc writes the lifecycle table and the Mermaid state diagram,
-// both rendered from fsm's transition table, into the README between their
-// markers. `go generate ./pkg/fsm` runs it; its test fails when the README is
+// both rendered from fsm's transition table, and the timeout table (the
+// states in which fsm.DeadlinesWith arms each kind), into the README
+// between their markers. `go generate ./pkg/fsm` runs it; its test fails when the README is
 // out of date.
 package main
 
@@ -19,6 +20,7 @@ var sections = []struct {
 }{
 	{"fsm-table", fsm.MarkdownTable},
 	{"fsm-diagram", func() string { return "```mermaid\n" + fsm.Mermaid() + "```\n" }},
+	{"timeout-table", fsm.TimeoutsMarkdownTable},
 }
 
 // update returns readme with every generated section replaced.
