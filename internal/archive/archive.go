@@ -4,9 +4,17 @@
 // any S3-compatible store, gs://, and mem:// in tests), its format, and
 // the listing of archived sessions by id prefix.
 //
+// This package links the file:// and mem:// drivers only. The s3:// and
+// gs:// drivers, and with them the AWS and Google Cloud SDKs, come from
+// internal/archive/cloudblob, which the service binaries import; a program
+// that does not (pkg/testkit) gets a clear error from Open for those URLs.
+//
 // An object holds the session's final snapshot (the stored JSON form,
 // snapshot.EncodeJSON) and its whole history (wire.HistoryEntry, as GET
-// /v1/sessions/{id}/history answers it). Its key carries what a listing
+// /v1/sessions/{id}/history answers it), or, when the events log no longer
+// held the session's first events when it was archived, says so
+// ("historyComplete": false, the "firstVersion" it holds and the log's
+// "earliestOffset" then; DESIGN 13.2). Its key carries what a listing
 // shows, so that listing reads no object:
 //
 //	sessions/<sessionId>/<STATE>/<endedAt, Unix nanoseconds>.json
@@ -36,9 +44,7 @@ import (
 	"github.com/correx/sessions/pkg/wire"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file://
-	_ "gocloud.dev/blob/gcsblob"  // gs://
 	_ "gocloud.dev/blob/memblob"  // mem://
-	_ "gocloud.dev/blob/s3blob"   // s3://
 	"gocloud.dev/gcerrors"
 )
 
@@ -48,6 +54,10 @@ const Format = 1
 // Schemes are the URL schemes Open accepts.
 var Schemes = []string{"file", "s3", "gs", "mem"}
 
+// errFormat wraps what is wrong with an object itself, not with the
+// bucket.
+var errFormat = errors.New("archive: object")
+
 // ErrNotFound is returned by Get for a session that is not archived.
 var ErrNotFound = errors.New("archive: session not archived")
 
@@ -56,15 +66,44 @@ type Object struct {
 	Snapshot   *snapshot.Snapshot
 	History    []wire.HistoryEntry
 	ArchivedAt time.Time
+	// Truncated, when set, says that the events log no longer held the
+	// session's first events when it was archived (DESIGN 13.2): History
+	// is then empty, and the archive holds the session from its final
+	// snapshot's version only (FirstVersion).
+	Truncated *Truncation
 }
 
-// objectJSON is an object's bytes.
+// Truncation is what an object whose history is incomplete says of it.
+type Truncation struct {
+	// EarliestOffset is where the session's partition of the events log
+	// started when the session was archived: its first offset was before.
+	EarliestOffset int64
+}
+
+// HistoryComplete reports whether the object holds the session's whole
+// history.
+func (o *Object) HistoryComplete() bool { return o.Truncated == nil }
+
+// FirstVersion is the first version of the session the object holds: 1
+// (the creation's) with a complete history, else the final snapshot's.
+func (o *Object) FirstVersion() uint64 {
+	if o.Truncated == nil {
+		return 1
+	}
+	return o.Snapshot.Version
+}
+
+// objectJSON is an object's bytes. historyComplete is written always;
+// an object written before it existed reads as complete.
 type objectJSON struct {
-	Format     int                 `json:"format"`
-	SessionID  string              `json:"sessionId"`
-	ArchivedAt time.Time           `json:"archivedAt"`
-	Snapshot   json.RawMessage     `json:"snapshot"`
-	History    []wire.HistoryEntry `json:"history"`
+	Format          int                 `json:"format"`
+	SessionID       string              `json:"sessionId"`
+	ArchivedAt      time.Time           `json:"archivedAt"`
+	HistoryComplete *bool               `json:"historyComplete,omitempty"`
+	FirstVersion    uint64              `json:"firstVersion,omitempty"`
+	EarliestOffset  *int64              `json:"earliestOffset,omitempty"`
+	Snapshot        json.RawMessage     `json:"snapshot"`
+	History         []wire.HistoryEntry `json:"history"`
 }
 
 // Entry is a session in a listing: what its key says.
@@ -79,6 +118,11 @@ type Store struct {
 	bucket *blob.Bucket
 	url    string // with any password removed, for messages
 	dir    string // a file:// bucket's directory, which Ping checks too
+	// root is dir made absolute, as the file:// driver names its files;
+	// fsync flushes one file or directory to its disk (syncPath; tests
+	// watch it).
+	root  string
+	fsync func(path string) error
 }
 
 // CheckURL reports a URL Open would refuse without reaching its bucket:
@@ -104,13 +148,20 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		return nil, err
 	}
 	u, _ := url.Parse(rawURL)
+	if !blob.DefaultURLMux().ValidBucketScheme(u.Scheme) {
+		return nil, fmt.Errorf("archive URL %q: this program does not link the %s:// driver (a blank import of internal/archive/cloudblob registers it)", u.Redacted(), u.Scheme)
+	}
 	b, err := blob.OpenBucket(ctx, rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("archive %s: %v", u.Redacted(), err)
 	}
-	s := &Store{bucket: b, url: u.Redacted()}
+	s := &Store{bucket: b, url: u.Redacted(), fsync: syncPath}
 	if u.Scheme == "file" {
 		s.dir = filepath.FromSlash(u.Path)
+		if s.root, err = filepath.Abs(s.dir); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("archive %s: %v", u.Redacted(), err)
+		}
 	}
 	if err := s.Ping(ctx); err != nil {
 		b.Close()
@@ -182,40 +233,113 @@ func Encode(o *Object) ([]byte, error) {
 	if h == nil {
 		h = []wire.HistoryEntry{}
 	}
-	return json.Marshal(objectJSON{Format: Format, SessionID: o.Snapshot.ID, ArchivedAt: o.ArchivedAt.UTC(), Snapshot: snap, History: h})
+	v := objectJSON{Format: Format, SessionID: o.Snapshot.ID, ArchivedAt: o.ArchivedAt.UTC(), Snapshot: snap, History: h}
+	complete := o.HistoryComplete()
+	v.HistoryComplete = &complete
+	if !complete {
+		v.FirstVersion, v.EarliestOffset = o.FirstVersion(), &o.Truncated.EarliestOffset
+	}
+	return json.Marshal(v)
 }
 
 // Decode reads an object's bytes.
 func Decode(b []byte) (*Object, error) {
 	var v objectJSON
 	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, fmt.Errorf("archive: object: %v", err)
+		return nil, fmt.Errorf("%w: %v", errFormat, err)
 	}
 	if v.Format != Format {
-		return nil, fmt.Errorf("archive: object format %d, this build reads %d", v.Format, Format)
+		return nil, fmt.Errorf("%w format %d, this build reads %d", errFormat, v.Format, Format)
 	}
 	var s snapshot.Snapshot
 	if err := s.UnmarshalJSON(v.Snapshot); err != nil {
-		return nil, fmt.Errorf("archive: object of %s: %v", v.SessionID, err)
+		return nil, fmt.Errorf("%w of %s: %v", errFormat, v.SessionID, err)
 	}
-	return &Object{Snapshot: &s, History: v.History, ArchivedAt: v.ArchivedAt}, nil
+	o := &Object{Snapshot: &s, History: v.History, ArchivedAt: v.ArchivedAt}
+	if v.HistoryComplete != nil && !*v.HistoryComplete {
+		o.Truncated = &Truncation{}
+		if v.EarliestOffset != nil {
+			o.Truncated.EarliestOffset = *v.EarliestOffset
+		}
+	}
+	return o, nil
 }
 
 // Put writes the object of a terminal session. Writing it again is
 // harmless: the key is a function of the snapshot.
 func (s *Store) Put(ctx context.Context, o *Object) error {
 	if o.Snapshot == nil || !o.Snapshot.Terminal() {
-		return errors.New("archive: only a terminal session is archived")
+		return fmt.Errorf("%w: only a terminal session is archived", errFormat)
 	}
 	b, err := Encode(o)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", errFormat, err)
 	}
 	key := Key(o.Snapshot.ID, o.Snapshot.State.String(), EndedAt(o.Snapshot))
 	if err := s.bucket.WriteAll(ctx, key, b, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
 		return fmt.Errorf("archive %s: writing %s: %v", s.url, key, err)
 	}
+	if s.dir != "" {
+		if err := s.syncFile(ctx, key); err != nil {
+			return fmt.Errorf("archive %s: syncing %s: %v", s.url, key, err)
+		}
+	}
 	return nil
+}
+
+// syncFile makes a file:// write durable before Put returns, and so before
+// the session leaves Redis. The file:// driver writes a temporary file,
+// its attributes sidecar (key.attrs, which a read decodes whole when it
+// exists) and renames the file into place, making the directories it
+// needs, but fsyncs none of it: a crash could then lose an object whose
+// session has already left Redis. So the object, its sidecar and every
+// directory from the object's up to the bucket's (the rename's entry and
+// those of the directories made) are fsynced. The driver escapes some keys
+// into other file names, so the file is the one the driver itself opens
+// for the key.
+func (s *Store) syncFile(ctx context.Context, key string) error {
+	var path string
+	r, err := s.bucket.NewReader(ctx, key, &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
+		var f *os.File
+		if as(&f) {
+			path = f.Name()
+		}
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	_ = r.Close()
+	if path == "" {
+		return errors.New("the file:// driver did not name the object's file")
+	}
+	if err := s.fsync(path); err != nil {
+		return err
+	}
+	if err := s.fsync(path + ".attrs"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if err := s.fsync(dir); err != nil {
+			return err
+		}
+		if dir == s.root || !strings.HasPrefix(dir, s.root) || filepath.Dir(dir) == dir {
+			return nil
+		}
+	}
+}
+
+// syncPath fsyncs one file or directory.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Get reads the archived object of session id, or ErrNotFound.

@@ -149,3 +149,40 @@ func TestOpenErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFilePutIsSynced: a file:// Put returns only after the object, its
+// attributes sidecar and every directory from the object's up to the
+// bucket's are fsynced, so that the session may leave Redis: a crash after
+// Put cannot lose the object or the directory entries that name it.
+func TestFilePutIsSynced(t *testing.T) {
+	root := t.TempDir()
+	ctx := context.Background()
+	s, err := Open(ctx, "file://"+filepath.ToSlash(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var synced []string
+	real := s.fsync
+	s.fsync = func(path string) error {
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, filepath.ToSlash(rel))
+		return real(path)
+	}
+	snap := terminal(t)[0]
+	if err := s.Put(ctx, &Object{Snapshot: snap, ArchivedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	key := Key(snap.ID, snap.State.String(), EndedAt(snap))
+	dir := strings.TrimSuffix(key, "/"+filepath.Base(key))
+	want := []string{key, key + ".attrs", dir, filepath.ToSlash(filepath.Dir(dir)), "sessions", "."}
+	if got := strings.Join(synced, " "); got != strings.Join(want, " ") {
+		t.Errorf("synced %s\nwant   %s", got, strings.Join(want, " "))
+	}
+	if o, err := s.Get(ctx, snap.ID); err != nil || o.Snapshot.Version != snap.Version {
+		t.Errorf("read back: %v %v", o, err)
+	}
+}

@@ -67,6 +67,15 @@ type Checkpoint struct {
 type Archived struct {
 	Archived bool   `json:"archived"`
 	Position string `json:"position"` // "partition:offset" of the session's last event
+	Final
+}
+
+// Final is what an archived record says of the session's end, for its
+// tombstone (DESIGN 13.1); records from before tombstones have none.
+type Final struct {
+	State   string `json:"state,omitempty"`   // the final state's name
+	Version uint64 `json:"version,omitempty"` // the final version
+	EndedMs int64  `json:"endedMs,omitempty"` // the end, Unix milliseconds
 }
 
 // Record is a decoded changelog record.
@@ -78,6 +87,9 @@ type Record struct {
 	// Position is the snapshot's position (read from its encoding), or
 	// the archived session's.
 	Position snapshot.Position
+	// Final is an archived record's end of the session (zero when the
+	// record has none).
+	Final Final
 }
 
 func record(topic string, partition int32, kind Kind, key string, value []byte) *kgo.Record {
@@ -101,7 +113,13 @@ func CheckpointRecord(topic string, partition int32, cp Checkpoint) *kgo.Record 
 // ArchivedRecord returns the record saying that a session was archived out
 // of Redis, its last event at pos (on partition pos.Partition).
 func ArchivedRecord(topic, sessionID string, pos snapshot.Position) *kgo.Record {
-	v, _ := json.Marshal(Archived{Archived: true, Position: pos.String()})
+	return ArchivedRecordFinal(topic, sessionID, pos, Final{})
+}
+
+// ArchivedRecordFinal is ArchivedRecord saying how the session ended, which
+// a restore keeps as its tombstone.
+func ArchivedRecordFinal(topic, sessionID string, pos snapshot.Position, f Final) *kgo.Record {
+	v, _ := json.Marshal(Archived{Archived: true, Position: pos.String(), Final: f})
 	return record(topic, pos.Partition, KindArchived, sessionID, v)
 }
 
@@ -160,7 +178,7 @@ func DecodeRecord(r *kgo.Record) (Record, error) {
 		if err != nil {
 			return Record{}, fmt.Errorf("changelog: archived value of %s: %w", key, err)
 		}
-		return Record{Kind: kind, SessionID: key, Position: pos}, nil
+		return Record{Kind: kind, SessionID: key, Position: pos, Final: a.Final}, nil
 	}
 	return Record{}, fmt.Errorf("%w: header %s is %q", ErrNotChangelog, Header, cut(string(kind)))
 }
@@ -189,6 +207,9 @@ func cut(s string) string {
 type Latest struct {
 	Snapshots map[string]Record // by session id
 	Archived  map[string]snapshot.Position
+	// Finals holds what the archived records with one say of the
+	// session's end, by session id (a subset of Archived's).
+	Finals map[string]Final
 	// Checkpoint is the latest checkpoint, when HasCheckpoint.
 	Checkpoint    Checkpoint
 	HasCheckpoint bool
@@ -199,12 +220,20 @@ func (l *Latest) Add(r Record) {
 	if l.Snapshots == nil {
 		l.Snapshots, l.Archived = map[string]Record{}, map[string]snapshot.Position{}
 	}
+	if l.Finals == nil {
+		l.Finals = map[string]Final{}
+	}
 	switch r.Kind {
 	case KindCheckpoint:
 		l.Checkpoint, l.HasCheckpoint = r.Checkpoint, true
 	case KindArchived:
 		delete(l.Snapshots, r.SessionID)
 		l.Archived[r.SessionID] = r.Position
+		if r.Final != (Final{}) {
+			l.Finals[r.SessionID] = r.Final
+		} else {
+			delete(l.Finals, r.SessionID)
+		}
 	case KindSnapshot:
 		if at, ok := l.Archived[r.SessionID]; ok && !at.Less(r.Position) {
 			return
@@ -213,6 +242,7 @@ func (l *Latest) Add(r Record) {
 			return
 		}
 		delete(l.Archived, r.SessionID)
+		delete(l.Finals, r.SessionID)
 		l.Snapshots[r.SessionID] = r
 	}
 }

@@ -85,7 +85,11 @@ func (b *Binder) Strings(p *[]string, name, env string, def []string, usage stri
 		def = splitList(v)
 	}
 	*p = def
-	b.FS.Func(name, b.usage(usage+" (comma-separated; default "+strings.Join(def, ",")+")", env), func(s string) error {
+	usage += " (comma-separated"
+	if len(def) > 0 {
+		usage += "; default " + strings.Join(def, ",")
+	}
+	b.FS.Func(name, b.usage(usage+")", env), func(s string) error {
 		*p = splitList(s)
 		return nil
 	})

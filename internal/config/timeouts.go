@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,11 +12,11 @@ import (
 // BindTimeouts registers the service defaults of the session timeouts
 // (docs/timeouts.md), CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL,
 // _RECOVERY and _CANCELLATION (flags -timeout-<kind>), with
-// fsm.DefaultTimeouts' values as their defaults: inactivity 24h,
-// cancellation 5m, the others unset. The projector arms deadlines with
-// them and the query service shows effective timeouts with them, so both
-// take the same ones; each warns at start when inactivity is 0
-// (WarnUnbounded).
+// fsm.DefaultTimeouts' values as their defaults: inactivity and approval
+// 24h, cancellation 5m, execution and recovery unset. The projector arms
+// deadlines with them and the query service shows effective timeouts with
+// them, so both take the same ones; each warns at start when inactivity,
+// approval or cancellation is 0 (WarnUnbounded).
 func (b *Binder) Timeouts(t *fsm.Timeouts) {
 	d := fsm.DefaultTimeouts()
 	for _, k := range fsm.TimeoutKinds() {
@@ -51,11 +52,24 @@ func (p *Problems) AddTimeouts(t fsm.Timeouts) {
 	}
 }
 
-// WarnUnbounded logs a warning when t disables the inactivity timeout:
-// a session that names none of its own and is left alone then stays open
-// for ever, and so does its read model.
+// WarnUnbounded logs a warning for each default that t disables among
+// the ones that bound a state no other default bounds: inactivity
+// (CREATED, INITIALIZING, ACTIVE, PAUSED, RECOVERING), approval
+// (AWAITING_APPROVAL) and cancellation (CANCELLING). A session that names
+// none of its own and is left alone in such a state then stays open for
+// ever, and so does its read model.
 func WarnUnbounded(log *slog.Logger, t fsm.Timeouts) {
-	if t[fsm.TimeoutInactivity] == 0 {
-		log.Warn("CORREX_TIMEOUT_INACTIVITY is 0 (no inactivity timeout): sessions that name none may run for ever")
+	for _, w := range []struct {
+		kind   fsm.TimeoutKind
+		states string
+	}{
+		{fsm.TimeoutInactivity, "CREATED, INITIALIZING, ACTIVE, PAUSED or RECOVERING"},
+		{fsm.TimeoutApproval, "AWAITING_APPROVAL"},
+		{fsm.TimeoutCancellation, "CANCELLING"},
+	} {
+		if t[w.kind] == 0 {
+			log.Warn(fmt.Sprintf("CORREX_TIMEOUT_%s is 0 (no %s timeout): sessions that name none may run for ever in %s",
+				strings.ToUpper(w.kind.String()), w.kind, w.states))
+		}
 	}
 }

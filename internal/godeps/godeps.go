@@ -69,3 +69,26 @@ func covered(path string, rules []string) bool {
 	}
 	return false
 }
+
+// CheckImports fails t for each package that pkg imports directly (not
+// counting its tests) and the rules refuse: a rule on who may import a
+// package, where Check is a rule on what a program links.
+func CheckImports(t testing.TB, pkg string, r Rules) {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{join .Imports \"\\n\"}}", pkg).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, ee.Stderr)
+		}
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	for imp := range strings.Lines(string(out)) {
+		imp = strings.TrimSpace(imp)
+		if imp == "" {
+			continue
+		}
+		if covered(imp, r.Deny) || (r.Allow != nil && !covered(imp, r.Allow)) {
+			t.Errorf("%s imports %s", pkg, imp)
+		}
+	}
+}

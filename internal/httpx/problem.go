@@ -26,17 +26,20 @@ type Problem struct {
 
 // Problem types: stable URIs that clients can switch on.
 const (
-	TypeValidation      = "https://correx.dev/problems/validation"
-	TypeTooLarge        = "https://correx.dev/problems/too-large"
-	TypeMediaType       = "https://correx.dev/problems/unsupported-media-type"
-	TypeUnavailable     = "https://correx.dev/problems/unavailable"
-	TypeNotFound        = "https://correx.dev/problems/not-found"
-	TypeTimeout         = "https://correx.dev/problems/timeout"
-	TypeMethod          = "https://correx.dev/problems/method-not-allowed"
-	TypeInternal        = "https://correx.dev/problems/internal"
-	TypeUnauthenticated = "https://correx.dev/problems/unauthenticated"
-	TypeForbidden       = "https://correx.dev/problems/forbidden"
-	TypeRateLimited     = "https://correx.dev/problems/rate-limited"
+	TypeValidation  = "https://correx.dev/problems/validation"
+	TypeTooLarge    = "https://correx.dev/problems/too-large"
+	TypeMediaType   = "https://correx.dev/problems/unsupported-media-type"
+	TypeUnavailable = "https://correx.dev/problems/unavailable"
+	TypeNotFound    = "https://correx.dev/problems/not-found"
+	// TypeEndpointNotFound is the 404 of a path no route serves (a wrong
+	// URL, or the other service's): not a missing session.
+	TypeEndpointNotFound = "https://correx.dev/problems/endpoint-not-found"
+	TypeTimeout          = "https://correx.dev/problems/timeout"
+	TypeMethod           = "https://correx.dev/problems/method-not-allowed"
+	TypeInternal         = "https://correx.dev/problems/internal"
+	TypeUnauthenticated  = "https://correx.dev/problems/unauthenticated"
+	TypeForbidden        = "https://correx.dev/problems/forbidden"
+	TypeRateLimited      = "https://correx.dev/problems/rate-limited"
 )
 
 // MarshalJSON writes the standard members and the extension members.

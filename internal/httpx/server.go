@@ -13,8 +13,13 @@ import (
 
 // Health serves /healthz (the process is up) and /readyz (its dependencies
 // answer). Ready is called with a short deadline on every /readyz request.
+// Degraded, when set, lists what works less than fully without making the
+// service unready (an archive that cannot be reached): /readyz answers 200
+// {"status": "ready", "degraded": [...]} then, so that a load balancer
+// keeps the service while operators see what is wrong.
 type Health struct {
-	Ready func(ctx context.Context) error
+	Ready    func(ctx context.Context) error
+	Degraded func() []string
 	// draining is set during shutdown so load balancers stop sending traffic
 	// before the listener closes.
 	draining atomic.Bool
@@ -35,6 +40,12 @@ func (h *Health) Register(mux *http.ServeMux) {
 			defer cancel()
 			if err := h.Ready(ctx); err != nil {
 				Unavailable(w, time.Second, "not ready: "+err.Error(), nil)
+				return
+			}
+		}
+		if h.Degraded != nil {
+			if d := h.Degraded(); len(d) > 0 {
+				WriteJSON(w, http.StatusOK, map[string]any{"status": "ready", "degraded": d})
 				return
 			}
 		}

@@ -147,7 +147,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, kfakeLog io.Writer, 
 		return err
 	}
 	addr := c.ListenAddrs()[0]
-	log.Info("broker ready", "listen", cfg.Listen, "advertised", addr, "dataDir", cfg.DataDir)
+	// listen is the address bound (the port chosen, for a port of 0).
+	listen := cfg.Listen
+	if a, ok := ln.(advertised); ok {
+		listen = a.Listener.Addr().String()
+	}
+	log.Info("broker ready", "listen", listen, "advertised", addr, "dataDir", cfg.DataDir)
 	if ready != nil {
 		ready(addr)
 	}

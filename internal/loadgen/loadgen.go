@@ -47,6 +47,53 @@ type Config struct {
 	KeepWritten bool
 	// Token is a bearer token sent with every request (empty: none).
 	Token string
+	// Settled makes every session end (workload.Options.Settled): none is
+	// left in CREATED or running. The demo, which runs for hours, sets it.
+	Settled bool
+	// Timeouts are each session's own (workload.Options.Timeouts).
+	Timeouts fsm.Timeouts
+}
+
+// workloadOptions are the generator's options for cfg.
+func (cfg Config) workloadOptions() workload.Options {
+	return workload.Options{InvalidShare: cfg.InvalidShare, DuplicateShare: cfg.DuplicateShare, Structured: true, Settled: cfg.Settled, Timeouts: cfg.Timeouts}
+}
+
+// Generate returns the sessions Run would send for cfg, each session's
+// events in the order they are sent, without sending anything.
+func Generate(cfg Config) map[string][]fsm.Event {
+	cfg = cfg.withDefaults()
+	out := make(map[string][]fsm.Event, cfg.Sessions)
+	for w := range cfg.Concurrency {
+		g := workload.New(cfg.Seed+uint64(w)*7919, cfg.workloadOptions())
+		for i := w; i < cfg.Sessions; i += cfg.Concurrency {
+			id := cfg.sessionID(i)
+			out[id] = g.Session(id, cfg.Start.Add(time.Duration(i)*time.Millisecond))
+		}
+	}
+	return out
+}
+
+func (cfg Config) sessionID(i int) string {
+	return cfg.Prefix + "-" + strconv.FormatUint(cfg.Seed, 36) + "-" + strconv.Itoa(i)
+}
+
+// withDefaults fills in the defaults of the zero fields (but Start, which
+// Run sets to now).
+func (cfg Config) withDefaults() Config {
+	if cfg.Sessions <= 0 {
+		cfg.Sessions = 100
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 50
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "lg"
+	}
+	return cfg
 }
 
 // Report is what a run did.
@@ -93,18 +140,7 @@ type session struct {
 
 // Run runs the workload; it returns early with ctx.
 func Run(ctx context.Context, cfg Config) (Report, error) {
-	if cfg.Sessions <= 0 {
-		cfg.Sessions = 100
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 4
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 50
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = "lg"
-	}
+	cfg = cfg.withDefaults()
 	c, err := newClient(cfg)
 	if err != nil {
 		return Report{}, err
@@ -121,9 +157,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	began := time.Now()
 	for w := range cfg.Concurrency {
 		var mine []*session
-		g := workload.New(cfg.Seed+uint64(w)*7919, workload.Options{InvalidShare: cfg.InvalidShare, DuplicateShare: cfg.DuplicateShare, Structured: true})
+		g := workload.New(cfg.Seed+uint64(w)*7919, cfg.workloadOptions())
 		for i := w; i < cfg.Sessions; i += cfg.Concurrency {
-			id := cfg.Prefix + "-" + strconv.FormatUint(cfg.Seed, 36) + "-" + strconv.Itoa(i)
+			id := cfg.sessionID(i)
 			s := &session{id: id, events: g.Session(id, cfg.Start.Add(time.Duration(i)*time.Millisecond))}
 			all[i] = s
 			mine = append(mine, s)

@@ -7,7 +7,8 @@
 // pkg/snapshot's Store (snapshots, state indexes, checkpoints: the public
 // contract, pkg/snapshot/snapshottest) and the projector's own storage,
 // internal/projector/projstore (children index, outbox, armed deadlines,
-// replication markers, a partition's deletion and rebuild mark). The
+// replication markers, a partition's deletion and rebuild mark, ownership
+// epochs and tombstones). The
 // layout is here, apart from both and internal, so that each key name and
 // each script is written once while none of them widens pkg/snapshot's
 // public API: pkg/snapshot imports this package, and projstore imports

@@ -40,7 +40,35 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	log    *bytes.Buffer
+	log    *lockedBuffer
+}
+
+// lockedBuffer is redis-server's output, written by exec's copying
+// goroutine while start reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// listening reports whether redis-server says it has bound its port: the
+// line it logs once its listeners are open (a server's "Ready to accept
+// connections", a Sentinel's "Sentinel ID is"). A server whose port was
+// taken logs "Address already in use" and exits before either.
+func (l *lockedBuffer) listening() bool {
+	out := l.String()
+	return strings.Contains(out, "eady to accept connections") || strings.Contains(out, "Sentinel ID is")
 }
 
 // URL returns the server's address as a CORREX_REDIS_URL (rediss:// for a
@@ -69,9 +97,14 @@ func binary(t testing.TB, name string) string {
 	return p
 }
 
-// freePort returns a loopback port that is free now, and whose cluster bus
-// port (port+10000) is free too.
-func freePort(t testing.TB) int {
+// candidatePort returns a loopback port that is free now, and whose cluster bus
+// port (port+10000) is free too. redis-server cannot report a port it
+// chose, so it is handed one: another process may take it before
+// redis-server binds it, and then redis-server exits with "Address already
+// in use" and start reports it, so that the callers retry on another port.
+// An answer on the port counts only once this server has logged that it
+// listens (lockedBuffer.listening), never another server's.
+func candidatePort(t testing.TB) int {
 	t.Helper()
 	for range 200 {
 		port := 20000 + rand.IntN(25000)
@@ -100,7 +133,7 @@ func Start(t testing.TB, extra ...string) *Server {
 	dir := t.TempDir()
 	var s *Server
 	for attempt := 0; ; attempt++ {
-		port := freePort(t)
+		port := candidatePort(t)
 		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--save", "", "--appendonly", "no", "--protected-mode", "no"}
 		s = &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, args: append(args, extra...)}
@@ -147,7 +180,7 @@ func StartSentinels(t testing.TB, master *Server, n int) []*Server {
 		dir := t.TempDir()
 		var s *Server
 		for attempt := 0; ; attempt++ {
-			p := freePort(t)
+			p := candidatePort(t)
 			conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
 				"sentinel monitor mymaster %s %s %d\nsentinel down-after-milliseconds mymaster 500\n"+
 				"sentinel failover-timeout mymaster 2000\nsentinel parallel-syncs mymaster 1\n", p, dir, host, port, n/2+1)
@@ -197,7 +230,7 @@ func StartTLS(t testing.TB, f TLSFiles, extra ...string) *Server {
 	}
 	var s *Server
 	for attempt := 0; ; attempt++ {
-		port := freePort(t)
+		port := candidatePort(t)
 		args := []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--save", "", "--appendonly", "no", "--protected-mode", "no",
 			"--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile, "--tls-ca-cert-file", f.CAFile,
@@ -218,7 +251,7 @@ func StartTLS(t testing.TB, f TLSFiles, extra ...string) *Server {
 func (s *Server) start(t testing.TB) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.log = new(bytes.Buffer)
+	s.log = new(lockedBuffer)
 	s.cmd = exec.Command(binary(t, "redis-server"), s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
@@ -235,6 +268,13 @@ func (s *Server) start(t testing.TB) error {
 		case <-exited:
 			return fmt.Errorf("redis-server on %s exited: %s", s.Addr, s.log.String())
 		default:
+		}
+		if !s.log.listening() {
+			// Until this process says it listens, an answer on the port
+			// could be another server's: one that took the port after
+			// candidatePort found it free.
+			time.Sleep(20 * time.Millisecond)
+			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()

@@ -65,6 +65,10 @@ type Endpoint struct {
 	UI http.Handler
 	// Ready answers /readyz.
 	Ready func(context.Context) error
+	// Degraded, when set, lists what works less than fully while the
+	// service is ready (a secondary store unreachable); /readyz shows it
+	// beside "ready" (httpx.Health).
+	Degraded func() []string
 	// TLS serves HTTPS when set. With a client CA, /v1/ requires a
 	// verified client certificate, while /healthz, /readyz and /metrics
 	// stay open to clients without one (kubelet probes, Prometheus).
@@ -85,7 +89,7 @@ func (rt Runtime) HTTP(ctx context.Context, ep Endpoint) error {
 		}
 	}
 	api := ep.API
-	health := &httpx.Health{Ready: ep.Ready}
+	health := &httpx.Health{Ready: ep.Ready, Degraded: ep.Degraded}
 	mux := http.NewServeMux()
 	health.Register(mux)
 	metrics := rt.Metrics
@@ -117,7 +121,7 @@ func (rt Runtime) HTTP(ctx context.Context, ep Endpoint) error {
 		mux.Handle("/ui/", ui)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound,
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeEndpointNotFound, Status: http.StatusNotFound,
 			Detail: "no endpoint " + r.URL.Path})
 	})
 	l := rt.Listener

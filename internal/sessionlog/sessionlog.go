@@ -15,6 +15,7 @@ import (
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -23,6 +24,11 @@ type Reader struct {
 	Kafka kafka.Config
 	Topic string
 	Opts  []kgo.Opt // extra client options (telemetry)
+	// Decode decodes a record as the projector folds it; nil is
+	// kafka.DecodeEvent. The projector sets it to its system key's
+	// (systemkey.Keys.DecodeEvent), which also skips forged system
+	// records. Set it before the first read.
+	Decode func(*kgo.Record, *fsm.Event) error
 }
 
 // Scan calls fn with each record of session id in partition p from offset
@@ -38,10 +44,62 @@ func (r *Reader) Scan(ctx context.Context, id string, p int32, from, end int64, 
 	})
 }
 
+// ErrBeyondLog is returned by Read for a range that ends at or past the
+// partition's high watermark: records that are not in the log (a position
+// from elsewhere), which a read would otherwise wait for for ever.
+var ErrBeyondLog = errors.New("sessionlog: the range ends past the log's end")
+
+// Bounds returns where partition p of the topic starts (its log start
+// offset: records before it left the log) and its high watermark (the
+// offset the next record will take).
+func (r *Reader) Bounds(ctx context.Context, p int32) (start, hw int64, err error) {
+	cl, err := kafka.NewClient(r.Kafka, r.Opts...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	return bounds(ctx, cl.Client, r.Topic, p)
+}
+
+func bounds(ctx context.Context, cl *kgo.Client, topic string, p int32) (start, hw int64, err error) {
+	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("the log's start offsets: %w", err)
+	}
+	s, ok := starts.Lookup(topic, p)
+	if !ok {
+		return 0, 0, fmt.Errorf("partition %d of %s does not exist", p, topic)
+	}
+	hw, err = highWatermark(ctx, cl, topic, p)
+	return s.Offset, hw, err
+}
+
+// highWatermark is partition p's end offset: what Read needs of the log's
+// bounds, one request.
+func highWatermark(ctx context.Context, cl *kgo.Client, topic string, p int32) (int64, error) {
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("the log's end offsets: %w", err)
+	}
+	e, ok := ends.Lookup(topic, p)
+	if !ok {
+		return 0, fmt.Errorf("partition %d of %s does not exist", p, topic)
+	}
+	return e.Offset, nil
+}
+
 // Read calls fn with every record of partition p from offset from to
 // offset end (both included), in order, decoded as the projector decodes
 // them: a record whose key is not its event's sessionId, or that does not
-// decode, is skipped. fn returns false to stop early.
+// decode, is skipped. fn returns false to stop early. A range that ends at
+// or past the partition's high watermark is ErrBeyondLog, read as far as
+// the log goes: the read never waits for records that are not there.
 func (r *Reader) Read(ctx context.Context, p int32, from, end int64, fn func(e *fsm.Event, pos snapshot.Position) bool) error {
 	if from > end {
 		return nil
@@ -53,6 +111,21 @@ func (r *Reader) Read(ctx context.Context, p int32, from, end int64, fn func(e *
 		return err
 	}
 	defer cl.Close()
+	decode := r.Decode
+	if decode == nil {
+		decode = kafka.DecodeEvent
+	}
+	hw, err := highWatermark(ctx, cl.Client, r.Topic, p)
+	if err != nil {
+		return err
+	}
+	var beyond error
+	if end >= hw {
+		beyond = fmt.Errorf("%w: offset %d of partition %d, and the log ends at %d", ErrBeyondLog, end, p, hw-1)
+		if end = hw - 1; from > end {
+			return beyond
+		}
+	}
 	var e fsm.Event
 	for {
 		fetches := cl.PollFetches(ctx)
@@ -73,7 +146,7 @@ func (r *Reader) Read(ctx context.Context, p int32, from, end int64, fn func(e *
 			if rec.Offset == end {
 				done = true
 			}
-			if kafka.DecodeEvent(rec, &e) != nil || string(rec.Key) != e.SessionID {
+			if decode(rec, &e) != nil || string(rec.Key) != e.SessionID {
 				return // a record the projector set aside
 			}
 			if !fn(&e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset}) {
@@ -81,7 +154,7 @@ func (r *Reader) Read(ctx context.Context, p int32, from, end int64, fn func(e *
 			}
 		})
 		if done {
-			return nil
+			return beyond
 		}
 	}
 }
@@ -96,20 +169,52 @@ func Entry(s *snapshot.Snapshot, e *fsm.Event, pos snapshot.Position, o fsm.Outc
 	if o.Reason != fsm.ReasonNone {
 		en.Reason = o.Reason.String()
 	}
+	switch e.Type {
+	case fsm.ApprovalRequested, fsm.ApprovalGranted, fsm.ApprovalDenied:
+		if e.Fields.HasRequestID {
+			en.RequestID = e.Fields.RequestID
+		}
+		en.By, en.SentBy = e.Fields.By, e.SentBy
+	}
 	return en
+}
+
+// History is a session's history as the archive keeps it.
+type History struct {
+	Entries []wire.HistoryEntry
+	// Complete is false when the log no longer held the session's first
+	// events (its start had passed the session's first offset: a finite
+	// retention, DESIGN 13.2). Entries is then empty: an event's outcome
+	// depends on every event before it, so the records the log still
+	// holds cannot be folded without those it lost, and a fold of them
+	// alone would take each for an event of an unknown session.
+	Complete bool
+	// EarliestOffset is where the partition's log started when it was
+	// read (set when !Complete).
+	EarliestOffset int64
 }
 
 // Histories returns the whole history of each of the stored sessions, all
 // on partition p, as GET /v1/sessions/{id}/history answers it: each
 // session's records folded from its first offset to its stored position,
 // an entry for each the fold took (Entry). The partition is read once,
-// from the lowest first offset to the highest position.
-func (r *Reader) Histories(ctx context.Context, p int32, stored []*snapshot.Snapshot) (map[string][]wire.HistoryEntry, error) {
+// from the lowest first offset the log still holds to the highest
+// position. A session whose first offset is before the log's start is
+// not folded: its History says it is not Complete.
+func (r *Reader) Histories(ctx context.Context, p int32, stored []*snapshot.Snapshot) (map[string]History, error) {
 	type folding struct {
 		stored *snapshot.Snapshot
 		s      snapshot.Snapshot
 		red    fsm.Reducer
 		out    []wire.HistoryEntry
+	}
+	out := make(map[string]History, len(stored))
+	if len(stored) == 0 {
+		return out, nil
+	}
+	start, _, err := r.Bounds(ctx, p)
+	if err != nil {
+		return nil, err
 	}
 	byID := make(map[string]*folding, len(stored))
 	from, end := int64(-1), int64(-1)
@@ -117,32 +222,34 @@ func (r *Reader) Histories(ctx context.Context, p int32, stored []*snapshot.Snap
 		if s.Position.Partition != p {
 			return nil, fmt.Errorf("sessionlog: session %s is on partition %d, not %d", s.ID, s.Position.Partition, p)
 		}
+		if s.FirstOffset < start {
+			out[s.ID] = History{Entries: []wire.HistoryEntry{}, EarliestOffset: start}
+			continue
+		}
 		byID[s.ID] = &folding{stored: s, out: []wire.HistoryEntry{}}
 		if from < 0 || s.FirstOffset < from {
 			from = s.FirstOffset
 		}
 		end = max(end, s.Position.Offset)
 	}
-	out := make(map[string][]wire.HistoryEntry, len(stored))
-	if len(stored) == 0 {
-		return out, nil
-	}
-	err := r.Read(ctx, p, from, end, func(e *fsm.Event, pos snapshot.Position) bool {
-		f := byID[e.SessionID]
-		if f == nil || pos.Offset < f.stored.FirstOffset || pos.Offset > f.stored.Position.Offset {
+	if len(byID) > 0 {
+		err := r.Read(ctx, p, from, end, func(e *fsm.Event, pos snapshot.Position) bool {
+			f := byID[e.SessionID]
+			if f == nil || pos.Offset < f.stored.FirstOffset || pos.Offset > f.stored.Position.Offset {
+				return true
+			}
+			o, folded := f.s.Fold(&f.red, e, pos)
+			if folded && o.Result != fsm.Orphan {
+				f.out = append(f.out, Entry(&f.s, e, pos, o))
+			}
 			return true
+		})
+		if err != nil {
+			return nil, err
 		}
-		o, folded := f.s.Fold(&f.red, e, pos)
-		if folded && o.Result != fsm.Orphan {
-			f.out = append(f.out, Entry(&f.s, e, pos, o))
-		}
-		return true
-	})
-	if err != nil {
-		return nil, err
 	}
 	for id, f := range byID {
-		out[id] = f.out
+		out[id] = History{Entries: f.out, Complete: true}
 	}
 	return out, nil
 }

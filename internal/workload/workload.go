@@ -44,6 +44,19 @@ type Options struct {
 	// cancellation is graceful: see Generator. Either way the same random
 	// draws are made, so the rest of the stream does not change.
 	ForcedCancellations bool
+	// Settled makes every session end: one that never starts is always
+	// cancelled (off, half of them stay in CREATED), and none is left
+	// running (off, one in twenty is). A workload that runs for hours (the
+	// devstack demo) then reaches a steady state instead of piling up
+	// sessions that only their 24-hour inactivity timeout would end. The
+	// same random draws are made either way.
+	Settled bool
+	// Timeouts are the sessions' own timeouts, named in each
+	// SessionCreated (default none: the service's defaults, 24 hours of
+	// inactivity or awaiting approval). Short ones let the projector end
+	// what the stream leaves open (a session an invalid event moved off its
+	// path): the demo's steady state.
+	Timeouts fsm.Timeouts
 }
 
 // Generator makes sessions from a seeded random source. It is not safe for
@@ -126,9 +139,9 @@ func (g *Generator) randomFields(t fsm.EventType) fsm.Fields {
 func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 	b := &builder{g: g, id: id, at: start}
 	r := g.rng
-	b.emit(fsm.SessionCreated, fsm.Fields{Goal: "goal of " + id})
+	b.emit(fsm.SessionCreated, fsm.Fields{Goal: "goal of " + id, Timeouts: g.opts.Timeouts})
 	if r.IntN(10) == 0 { // some sessions never start
-		if r.IntN(2) == 0 {
+		if r.IntN(2) == 0 || g.opts.Settled {
 			b.emit(fsm.CancellationRequested, fsm.Fields{Reason: "user"})
 			b.emit(fsm.SessionCancelled, fsm.Fields{})
 		}
@@ -215,7 +228,10 @@ func (g *Generator) Session(id string, start time.Time) []fsm.Event {
 		b.emit(fsm.TimeoutExpired, fsm.Fields{Timeout: []fsm.TimeoutKind{fsm.TimeoutExecution, fsm.TimeoutInactivity}[r.IntN(2)]})
 		b.end(false)
 	default:
-		// left running: no ending
+		if g.opts.Settled {
+			b.emit(fsm.SessionCompleted, fsm.Fields{})
+		}
+		// else left running: no ending
 	}
 	return b.events
 }
