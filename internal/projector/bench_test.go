@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/kafkatest"
 	"github.com/correx/sessions/internal/projector/projstore"
@@ -21,6 +22,7 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -104,8 +106,37 @@ func (e *benchEnv) config(group, instance string) Config {
 
 // catchUp runs a projector from its checkpoints (none: a full rebuild)
 // until every checkpoint reaches the log end, and returns the time taken.
+// It folds: see fold.
 func (e *benchEnv) catchUp(b *testing.B, prefix, group string, opts ...Option) time.Duration {
-	return e.catchUpWith(b, prefix, e.config(group, "bench-"+group), opts...)
+	return e.fold(b, prefix, e.config(group, "bench-"+group), opts...)
+}
+
+// fold is catchUpWith for a benchmark that measures folding: the snapshot
+// changelog is deleted first, so that the projector cannot restore what an
+// earlier run wrote there instead of folding the log, and the benchmark
+// fails if any partition was restored all the same.
+func (e *benchEnv) fold(b *testing.B, prefix string, cfg Config, opts ...Option) time.Duration {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := kadm.NewClient(cl).DeleteTopics(ctx, changelog.Topic(cfg.Topic))
+	cl.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range resp {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			b.Fatalf("deleting the changelog %s: %v", r.Topic, r.Err)
+		}
+	}
+	var p *Projector
+	d := e.catchUpWith(b, prefix, cfg, append(opts, func(q *Projector) { p = q })...)
+	if n := p.restores.Load(); n > 0 {
+		b.Fatalf("%d partitions were restored from the changelog: this run did not fold the log", n)
+	}
+	return d
 }
 
 // catchUpWith is catchUp with a configuration.
@@ -271,7 +302,7 @@ func BenchmarkCatchUpWait(b *testing.B) {
 		e.rdb = rdb
 		cfg := e.config(name, "bench-"+name)
 		cfg.RedisWaitReplicas = wait
-		return e.catchUpWith(b, name, cfg)
+		return e.fold(b, name, cfg)
 	}
 	var off, on, coff, con time.Duration
 	for i := 0; b.Loop(); i++ {
@@ -480,4 +511,43 @@ func (c *encodingClient) UploadTraces(_ context.Context, spans []*tracepb.Resour
 	raw, err := proto.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: spans})
 	c.bytes.Add(int64(len(raw)))
 	return err
+}
+
+// BenchmarkCatchUpVerifier measures what the background verifier at its
+// default rate (CORREX_VERIFY_RATE=20) costs a projector folding a
+// pre-filled topic (BENCH_SESSIONS sessions, default 50,000, about 20
+// events each) from nothing: catch-up without it and with it, alternating
+// in one process (after an untimed warm-up), each run under its own
+// prefix and group, and their
+// ratio (verify-on/off, off time over on time; target at least 0.95,
+// DESIGN 13.7). Run it once: go test -run='^$' -bench=CatchUpVerifier
+// -benchtime=1x.
+func BenchmarkCatchUpVerifier(b *testing.B) {
+	sessions := 50000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
+		sessions = v
+	}
+	e := newBenchEnv(b, sessions)
+	run := func(name string, rate float64) time.Duration {
+		cfg := e.config(name, "bench-"+name)
+		cfg.VerifyRate = rate
+		return e.fold(b, name, cfg)
+	}
+	// The first catch-up over a fresh broker can be much slower than the
+	// next (once, off first: off took 4.5 times on at 50,000 sessions): one
+	// untimed run first, then each iteration times off, on, on, off, so
+	// that neither side gains from its place.
+	run("warm", 0)
+	var off, on time.Duration
+	for i := 0; b.Loop(); i++ {
+		off += run(fmt.Sprintf("voff%da", i), 0)
+		on += run(fmt.Sprintf("von%da", i), DefaultConfig().VerifyRate)
+		on += run(fmt.Sprintf("von%db", i), DefaultConfig().VerifyRate)
+		off += run(fmt.Sprintf("voff%db", i), 0)
+	}
+	n := float64(2 * b.N * e.events)
+	b.ReportMetric(float64(e.events), "events")
+	b.ReportMetric(n/off.Seconds(), "verify-off-events/s")
+	b.ReportMetric(n/on.Seconds(), "verify-on-events/s")
+	b.ReportMetric(off.Seconds()/on.Seconds(), "verify-on/off")
 }

@@ -35,8 +35,8 @@ func BenchmarkCatchUpTimeouts(b *testing.B) {
 		armed := e.config(fmt.Sprintf("a%d", i), "bench-a")
 		armed.Timeouts[fsm.TimeoutExecution] = 720 * time.Hour
 		armed.Timeouts[fsm.TimeoutInactivity] = 700 * time.Hour
-		dn := e.catchUpWith(b, fmt.Sprintf("n%d", i), none)
-		da := e.catchUpWith(b, fmt.Sprintf("a%d", i), armed)
+		dn := e.fold(b, fmt.Sprintf("n%d", i), none)
+		da := e.fold(b, fmt.Sprintf("a%d", i), armed)
 		armedN, err := e.rdb.Eval(ctx, `local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do n = n + redis.call('ZCARD', k) end return n`,
 			nil, fmt.Sprintf("a%d:{dl:*}:due", i)).Int()
 		if err != nil {

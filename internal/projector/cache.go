@@ -1,6 +1,9 @@
 package projector
 
-import "github.com/correx/sessions/pkg/snapshot"
+import (
+	"github.com/correx/sessions/internal/projector/projstore"
+	"github.com/correx/sessions/pkg/snapshot"
+)
 
 // cache holds the snapshots the projector folds into: one map per owned
 // partition, the LRU list with its count and estimated bytes (lru.go), and
@@ -41,6 +44,10 @@ type entry struct {
 	encoded    int    // the length of the snapshot's encoding when last encoded
 	size       int    // estimate() when last counted in lru.bytes
 	prev, next *entry // LRU links
+	// tomb is the session's tombstone when it has no snapshot because it
+	// was archived (DESIGN 13.1): events for it are rejected, as for a
+	// terminal session (Projector.foldTombstoned).
+	tomb *projstore.Tombstone
 }
 
 // evictable reports whether dropping the entry loses nothing: its latest
@@ -148,15 +155,30 @@ func (c *cache) dropPartition(id int32) {
 	c.dirty = keep
 }
 
-// forget drops a session that left Redis at pos (archived), unless a
-// fold changed it since: it is then written back, and archived again by
-// a later sweep.
+// forget drops a session that left Redis at pos (archived), even one a
+// fold changed since: the archive's removal left a tombstone, so no
+// snapshot of the session is written again (pkg/snapshot's PutScript
+// refuses it), and the next event reads the tombstone.
 func (c *cache) forget(part int32, id string, pos snapshot.Position) {
 	en := c.parts[part][id]
-	if en == nil || en.dirty || en.snap.Position != pos {
+	if en == nil {
 		return
 	}
 	c.lru.remove(en)
+	en.part, en.dirty = nil, false // takeDirty discards it
+	delete(c.parts[part], id)
+}
+
+// forgetTombstone drops a session known only by its tombstone, which the
+// tombstone retention removed: the next event reads the store again, and
+// finds no session. An entry with a snapshot is kept.
+func (c *cache) forgetTombstone(part int32, id string) {
+	en := c.parts[part][id]
+	if en == nil || en.tomb == nil || en.snap.Exists() || en.dirty {
+		return
+	}
+	c.lru.remove(en)
+	en.part = nil
 	delete(c.parts[part], id)
 }
 

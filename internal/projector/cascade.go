@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"encoding/binary"
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
@@ -14,10 +15,14 @@ import (
 // The reasons of the CancellationRequested a child gets when its parent
 // closes: ReasonParentCompleted when the parent completed,
 // ReasonParentCancelled when it was cancelled (entered CANCELLING) or
-// failed.
+// failed. A child created after its parent had closed is cancelled at its
+// creation with ReasonParentClosed (DESIGN 13.4), whether the parent is
+// still in Redis ("after" by the events' occurredAt, childReason) or
+// archived (its tombstone).
 const (
 	ReasonParentCancelled = "parent_cancelled"
 	ReasonParentCompleted = "parent_completed"
+	ReasonParentClosed    = "parent_closed"
 )
 
 // closeReason returns the reason a child's cancellation gives for its
@@ -27,6 +32,20 @@ func closeReason(st fsm.State) string {
 		return ReasonParentCompleted
 	}
 	return ReasonParentCancelled
+}
+
+// childReason returns the reason of the cancellation of a child created at
+// created by its parent's close at closed, which gives reason:
+// ReasonParentClosed when the child was created after the close. It
+// compares the events' occurredAt, not the order in which the fold met
+// them (the child and its parent may be on different partitions), so
+// whichever path cancels the child (its parent's cascade, or its own
+// creation) gives the same reason, and so does a fold again.
+func childReason(created, closed time.Time, reason string) string {
+	if created.After(closed) {
+		return ReasonParentClosed
+	}
+	return reason
 }
 
 // cascadePage is how many children a cascade handles at once: their
@@ -56,8 +75,10 @@ const (
 // cancelled by its own creation. A child cancelled by both gets the same
 // event twice (its id is derived from the child and the parent's event that
 // entered CANCELLING, or FAILED or CANCELLED when it did not pass through
-// CANCELLING: the event itself, or the parent's transition into that state),
-// which its fold sees as a duplicate. A child that ends (a terminal state)
+// CANCELLING: the event itself, or the parent's transition into that
+// state), which its fold sees as a duplicate; its reason is the same on
+// both paths (childReason): parent_closed for a child created after its
+// parent closed, else the parent's close's (closeReason). A child that ends (a terminal state)
 // is removed from the index (projstore.Store.RemoveChildren), so the index
 // holds the children a parent's end may still have to reach.
 type family struct {
@@ -177,14 +198,30 @@ func (d *derived) cascade(ctx context.Context, store Store, job *flushJob, emit 
 			parents[i] = ch.fam.parent
 		}
 		var snaps []*snapshot.Snapshot
+		var tombs []*projstore.Tombstone
 		if err := retry(ctx, d.log, "reading parents", func(ctx context.Context) (err error) {
-			snaps, err = store.GetMany(ctx, parents)
+			if snaps, err = store.GetMany(ctx, parents); err != nil {
+				return err
+			}
+			tombs, err = store.Tombstones(ctx, parents)
 			return err
 		}); err != nil {
 			return err
 		}
 		for i, p := range snaps {
-			if p == nil || !cascades(p.State) || p.NumTransitions() == 0 {
+			if p == nil {
+				if t := tombs[i]; t != nil {
+					// An archived parent (DESIGN 13.4): it closed, so the
+					// child is cancelled as by a parent still in Redis,
+					// parent_closed whatever its occurredAt says: its
+					// creation is folded after the parent left Redis, and
+					// no cascade of the parent can reach it any more.
+					emit(cancelRecord(d.eventsTopic, page[i].session, t.SessionID, tombstoneTrigger(t), t.Ended,
+						fsm.CancelGraceful, ReasonParentClosed, page[i].headers))
+				}
+				continue
+			}
+			if !cascades(p.State) || p.NumTransitions() == 0 {
 				continue
 			}
 			entered := closedBy(p)
@@ -192,8 +229,9 @@ func (d *derived) cascade(ctx context.Context, store Store, job *flushJob, emit 
 			if p.Cancellation.Requested {
 				mode = p.Cancellation.Mode
 			}
-			emit(cancelRecord(d.eventsTopic, page[i].session, p.ID, entered.EventID, time.Unix(0, entered.At), mode,
-				closeReason(entered.To), page[i].headers))
+			closed := time.Unix(0, entered.At)
+			emit(cancelRecord(d.eventsTopic, page[i].session, p.ID, entered.EventID, closed, mode,
+				childReason(page[i].at, closed, closeReason(entered.To)), page[i].headers))
 		}
 	}
 	return nil
@@ -296,7 +334,11 @@ func (d *derived) cancelPage(ctx context.Context, store Store, kids []string, of
 			k.ParentClosePolicy == fsm.ParentCloseAbandon || k.ParentSessionID != ch.session {
 			continue
 		}
-		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, ch.fam.reason, ch.headers))
+		reason := ch.fam.reason
+		if !ch.fam.escalates {
+			reason = childReason(time.Unix(0, k.CreatedAt), ch.at, reason)
+		}
+		emit(cancelRecord(d.eventsTopic, k.ID, ch.session, ch.id, ch.at, ch.fam.mode, reason, ch.headers))
 	}
 	if d.crash.at(crashCascadePage) {
 		return errCrashed
@@ -317,6 +359,17 @@ func closedBy(parent *snapshot.Snapshot) fsm.Transition {
 		}
 	}
 	return t
+}
+
+// tombstoneTrigger is the trigger of the cancellation of a child created
+// after its parent was archived: the parent's tombstone keeps no event id,
+// so one is derived from the parent and its final version, the same
+// every time the child's creation is folded (a second one is a
+// duplicate).
+func tombstoneTrigger(t *projstore.Tombstone) fsm.EventID {
+	var v fsm.EventID
+	binary.BigEndian.PutUint64(v[8:], t.Version)
+	return derivedID(fsm.SessionCompleted, t.SessionID, v)
 }
 
 // cancelRecord returns the CancellationRequested record of child for the

@@ -38,7 +38,7 @@ func familyEvents() []fsm.Event {
 // non-terminal children with its mode, and their children in turn; a
 // child created with parentClosePolicy abandon and a terminal child are
 // left alone; a child created after its parent ended (CANCELLING, or
-// FAILED) is cancelled by its own creation. Sessions spread over four
+// FAILED) is cancelled by its own creation, parent_closed. Sessions spread over four
 // partitions.
 func TestCascadingCancellation(t *testing.T) {
 	e := newEnv(t, 4)
@@ -90,6 +90,7 @@ func TestCascadingCancellation(t *testing.T) {
 		// Forced, with the default grace of 0s: the firer ends them at once.
 		{"c1", fsm.StateCancelled, fsm.CancelForced, "root"},
 		{"g1", fsm.StateCancelled, fsm.CancelForced, "c1"},
+		// Created after their parents closed: parent_closed (DESIGN 13.4).
 		{"late", fsm.StateCancelled, fsm.CancelForced, "root"},
 		{"fc", fsm.StateCancelling, fsm.CancelGraceful, "fp"},
 		{"c2", fsm.StateActive, 0, ""},
@@ -106,8 +107,12 @@ func TestCascadingCancellation(t *testing.T) {
 			}
 			continue
 		}
-		if s.Cancellation.Reason != ReasonParentCancelled || s.Cancellation.Mode != tt.mode {
-			t.Errorf("%s: cancellation %+v, want %s %v", tt.id, s.Cancellation, ReasonParentCancelled, tt.mode)
+		reason := ReasonParentCancelled
+		if tt.id == "late" || tt.id == "fc" {
+			reason = ReasonParentClosed
+		}
+		if s.Cancellation.Reason != reason || s.Cancellation.Mode != tt.mode {
+			t.Errorf("%s: cancellation %+v, want %s %v", tt.id, s.Cancellation, reason, tt.mode)
 		}
 	}
 	// Each cancellation names its parent, and every record stays on its
@@ -117,7 +122,7 @@ func TestCascadingCancellation(t *testing.T) {
 		if err := fsm.DecodeRecord(rec.Value, &ev); err != nil {
 			t.Fatalf("%d:%d: %v", rec.Partition, rec.Offset, err)
 		}
-		if ev.Type == fsm.CancellationRequested && ev.Fields.Reason == ReasonParentCancelled {
+		if ev.Type == fsm.CancellationRequested && (ev.Fields.Reason == ReasonParentCancelled || ev.Fields.Reason == ReasonParentClosed) {
 			if want := map[string]string{"c1": "root", "g1": "c1", "late": "root", "fc": "fp"}[ev.SessionID]; want == "" ||
 				!strings.Contains(string(ev.Payload), `"parentSessionId":"`+want+`"`) {
 				t.Errorf("cancellation of %s: payload %s", ev.SessionID, ev.Payload)
@@ -231,7 +236,8 @@ func (e *env) closedByParent(prefix string, ids []string, reason string) map[str
 // parent_completed, their children follow with parent_cancelled (from
 // their parent's CANCELLING), an abandoned child and an ended one are left
 // alone, and a child created after its parent completed is cancelled by
-// its creation, with the id its parent's close would have given it.
+// its creation, parent_closed, with the id its parent's close would have
+// given it.
 func TestCompletedParentCancelsChildren(t *testing.T) {
 	e := newEnv(t, 4)
 	ev := eventsOf(0xd0)
@@ -258,7 +264,8 @@ func TestCompletedParentCancelsChildren(t *testing.T) {
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
-	e.closedByParent("completed", []string{"ca", "cb", "cl"}, ReasonParentCompleted)
+	e.closedByParent("completed", []string{"ca", "cb"}, ReasonParentCompleted)
+	e.closedByParent("completed", []string{"cl"}, ReasonParentClosed) // created after cp completed (DESIGN 13.4)
 	e.closedByParent("completed", []string{"cg"}, ReasonParentCancelled)
 	st := e.store("completed")
 	for id, want := range map[string]fsm.State{"cp": fsm.StateCompleted, "cx": fsm.StateActive, "cd": fsm.StateCompleted} {
@@ -407,7 +414,8 @@ func TestCascadeRejectsNothing(t *testing.T) {
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
-	e.cancelledByParent("reject", []string{"ra", "rd", "qa", "rl"})
+	e.cancelledByParent("reject", []string{"ra", "rd", "qa"})
+	e.closedByParent("reject", []string{"rl"}, ReasonParentClosed) // created after rp ended
 	st := e.store("reject")
 	for id, want := range map[string]fsm.State{"rb": fsm.StateCancelling, "qb": fsm.StateCancelling, "rc": fsm.StateCompleted,
 		"rp": fsm.StateCancelled, "rq": fsm.StateFailed} {

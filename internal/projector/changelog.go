@@ -42,6 +42,10 @@ func (f *flusher) produceChangelog(ctx context.Context, w *batchWrite) error {
 	if err := f.checkHeld(ctx, job); err != nil {
 		return err
 	}
+	keys, err := f.auth.wait(ctx)
+	if err != nil {
+		return err
+	}
 	var failed atomic.Pointer[error]
 	done := func(_ *kgo.Record, err error) {
 		if err != nil {
@@ -51,10 +55,12 @@ func (f *flusher) produceChangelog(ctx context.Context, w *batchWrite) error {
 	n := 0
 	for i, e := range job.entries {
 		part := job.positions[i].Partition
-		if job.lost[part] {
+		if job.lost[part] || job.stale[part] {
 			continue
 		}
-		f.cl.Produce(ctx, changelog.SnapshotRecord(f.changelog, part, e.SessionID, e.Data), done)
+		rec := changelog.SnapshotRecord(f.changelog, part, e.SessionID, e.Data)
+		keys.Sign(rec)
+		f.cl.Produce(ctx, rec, done)
 		n++
 	}
 	if n == 0 {
@@ -101,10 +107,15 @@ func (f *flusher) checkHeld(ctx context.Context, job *flushJob) error {
 func (f *flusher) produceChangelogCheckpoints(ctx context.Context, w *batchWrite) error {
 	job := w.job
 	for i, cp := range job.checkpoints {
-		if job.lost[cp.Partition] || (i < len(job.prev) && job.prev[i].Lost(cp)) {
+		if job.lost[cp.Partition] || job.stale[cp.Partition] || (i < len(job.prev) && job.prev[i].Lost(cp)) {
 			continue
 		}
 		rec := changelog.CheckpointRecord(f.changelog, cp.Partition, changelog.Checkpoint{Offset: cp.Offset, HighWatermark: cp.HighWatermark})
+		keys, err := f.auth.wait(ctx) // loaded before anything is folded: at once
+		if err != nil {
+			return err
+		}
+		keys.Sign(rec)
 		f.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				f.log.Warn("producing a changelog checkpoint (the changelog's checkpoint stays behind)", "partition", r.Partition, "err", err)

@@ -4,6 +4,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
@@ -105,7 +106,7 @@ type Config struct {
 	// out: CORREX_TIMEOUT_EXECUTION, _INACTIVITY, _APPROVAL, _RECOVERY and
 	// _CANCELLATION, Go durations from 1s to 720h. The query service takes
 	// the same settings to show effective timeouts.
-	// default: inactivity 24h, cancellation 5m, others unset (fsm.DefaultTimeouts)
+	// default: inactivity 24h, approval 24h, cancellation 5m, others unset (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
 	// ForcedGrace is how long a forced cancellation waits before its
 	// cancellation deadline fires, from the forced request's occurredAt
@@ -150,15 +151,53 @@ type Config struct {
 	// (CORREX_RETAIN_CLOSED).
 	// default: 0 (keep for ever)
 	RetainClosed time.Duration
+	// TombstoneRetention is how long an archived session's tombstone
+	// (DESIGN 13.1) is kept after the session ended; the archive sweep
+	// removes older ones, and their ids may then be used again by a new
+	// session. Zero keeps tombstones for ever: an id is used once
+	// (CORREX_TOMBSTONE_RETENTION).
+	// default: 0 (keep for ever)
+	TombstoneRetention time.Duration
 	// ArchiveURL is the bucket closed sessions are archived into: file://,
 	// s3://, gs:// (gocloud.dev/blob URLs); required when RetainClosed is
 	// set (CORREX_ARCHIVE_URL).
 	// default: unset
 	ArchiveURL string
+	// ArchiveTimeout bounds each call to the archive (opening it, a probe,
+	// an object's write) (CORREX_ARCHIVE_TIMEOUT). The archive is opened
+	// in the background: the projector folds while it is unreachable, and
+	// archiving waits until it answers.
+	// default: 5s
+	ArchiveTimeout time.Duration
+	// ArchiveRound bounds one round of a partition's sweep (reading the
+	// sessions due, their histories from the log, writing their objects,
+	// the changelog's records and the removal): a round that runs into it
+	// fails, is counted, and its sessions stay in Redis for the next. Not
+	// a setting: tests shorten it.
+	// default: 2m
+	ArchiveRound time.Duration
 	// ArchiveSweep is how often each owned partition's closed sessions are
 	// swept into the archive. Not a setting: tests shorten it.
 	// default: 10s
 	ArchiveSweep time.Duration
+	// SystemKeyFile holds the keys that sign the records the system
+	// derives (timeouts, cascaded cancellations, replacement events) and
+	// the snapshot changelog's records, one per line: the first signs,
+	// every one verifies (internal/systemkey, DESIGN 13.5)
+	// (CORREX_SYSTEM_KEY_FILE).
+	// default: unset (a key kept in the compacted "<Topic>.system", created once)
+	SystemKeyFile string
+	// VerifyRate is how many sessions a second the background verifier
+	// compares with the fold of their events from the log, over the
+	// partitions this projector owns, each once per cycle; 0 turns it off
+	// (CORREX_VERIFY_RATE, docs/verification.md).
+	// default: 20
+	VerifyRate float64
+	// VerifyRepair makes the verifier write the fold of the log over a
+	// missing, stale or corrupt snapshot, fenced as POST
+	// /v1/sessions/{id}/rebuild writes (CORREX_VERIFY_REPAIR).
+	// default: true
+	VerifyRepair bool
 	// ShutdownTimeout bounds a graceful stop: once Run's context is done,
 	// the batch in flight and the final flush get this long, then writing
 	// stops and Run returns ErrShutdownTimeout (what was not written is
@@ -174,6 +213,7 @@ const (
 	defaultShutdownTimeout = 30 * time.Second
 	defaultDeadlineResync  = time.Second
 	defaultArchiveSweep    = 10 * time.Second
+	defaultArchiveRound    = 2 * time.Minute
 )
 
 // shutdownTimeout is ShutdownTimeout, or its default when unset.
@@ -213,7 +253,11 @@ func DefaultConfig() Config {
 		ChangelogEnabled: true,
 		RedisWaitTimeout: time.Second,
 		ArchiveSweep:     defaultArchiveSweep,
+		ArchiveTimeout:   archive.DefaultTimeout,
+		ArchiveRound:     defaultArchiveRound,
 		ShutdownTimeout:  defaultShutdownTimeout,
+		VerifyRate:       20,
+		VerifyRepair:     true,
 	}
 }
 
@@ -254,9 +298,20 @@ func (c *Config) Bind(b *config.Binder) {
 		"longest wait for those replicas; the batch is retried after it")
 	b.Duration(&c.RetainClosed, "retain-closed", "CORREX_RETAIN_CLOSED", d.RetainClosed,
 		"how long a session that ended stays in Redis before it is archived and removed (0: for ever)")
+	b.Duration(&c.TombstoneRetention, "tombstone-retention", "CORREX_TOMBSTONE_RETENTION", d.TombstoneRetention,
+		"how long an archived session's id stays reserved after it ended (0: for ever); older ids may be used again")
 	b.String(&c.ArchiveURL, "archive-url", "CORREX_ARCHIVE_URL", d.ArchiveURL,
 		"bucket closed sessions are archived into (file://, s3://, gs://); required with CORREX_RETAIN_CLOSED")
+	b.Duration(&c.ArchiveTimeout, "archive-timeout", "CORREX_ARCHIVE_TIMEOUT", d.ArchiveTimeout,
+		"longest call to the archive (open, probe, write); past it the archive counts as unreachable, and the projector folds on")
+	b.String(&c.SystemKeyFile, "system-key-file", "CORREX_SYSTEM_KEY_FILE", d.SystemKeyFile,
+		"file of the keys that sign the system's records, one per line, the first signing (unset: a key kept in <topic>.system)")
+	b.Float(&c.VerifyRate, "verify-rate", "CORREX_VERIFY_RATE", d.VerifyRate,
+		"sessions a second the background verifier compares with the fold of the log (0: off)")
+	b.Bool(&c.VerifyRepair, "verify-repair", "CORREX_VERIFY_REPAIR", d.VerifyRepair,
+		"write the fold of the log over a missing, stale or corrupt snapshot the verifier finds")
 	c.ArchiveSweep = d.ArchiveSweep // not a setting (see its doc)
+	c.ArchiveRound = d.ArchiveRound // not a setting (see its doc)
 }
 
 // Validate reports every problem at once.
@@ -307,8 +362,17 @@ func (c *Config) Validate() error {
 	if c.RetainClosed < 0 {
 		p.Addf("CORREX_RETAIN_CLOSED: %v, must not be negative (0 keeps sessions for ever)", c.RetainClosed)
 	}
+	if c.TombstoneRetention < 0 {
+		p.Addf("CORREX_TOMBSTONE_RETENTION: %v, must not be negative (0 keeps tombstones for ever)", c.TombstoneRetention)
+	}
 	if c.RetainClosed > 0 && c.ArchiveURL == "" {
 		p.Addf("CORREX_RETAIN_CLOSED (%v) needs CORREX_ARCHIVE_URL: where the sessions go when they leave Redis", c.RetainClosed)
+	}
+	if c.ArchiveTimeout <= 0 {
+		p.Addf("CORREX_ARCHIVE_TIMEOUT: %v, must be positive", c.ArchiveTimeout)
+	}
+	if c.VerifyRate < 0 {
+		p.Addf("CORREX_VERIFY_RATE: %v, must not be negative (0 turns the verifier off)", c.VerifyRate)
 	}
 	if c.RebalanceTimeout < time.Second {
 		p.Addf("CORREX_REBALANCE_TIMEOUT: %v, must be at least 1s", c.RebalanceTimeout)

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/systemkey"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -27,6 +28,11 @@ const (
 	// reserved for the ids the system derives, and the record does not
 	// carry the system's header (kafka.DecodeEvent).
 	ReasonReservedEventID = "reserved_event_id"
+	// ReasonForgedSystemEvent: the record claims to be the system's (an
+	// eventId in the reserved space, or the system's origin header) at or
+	// above the line without a correx-mac that verifies under the system
+	// key (systemkey.Keys.DecodeEvent, DESIGN 13.5).
+	ReasonForgedSystemEvent = "forged_system_event"
 )
 
 // Bounds of a dead-letter record. Any record another producer writes to the
@@ -137,6 +143,9 @@ func refused(err error) bool {
 
 // classify maps a decoding error to a DLQ reason.
 func classify(err error) string {
+	if errors.Is(err, systemkey.ErrForged) {
+		return ReasonForgedSystemEvent
+	}
 	if errors.Is(err, fsm.ErrReservedEventID) {
 		return ReasonReservedEventID
 	}

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
@@ -53,6 +54,12 @@ func (f *flusher) armDeadlines(ctx context.Context, job *flushJob) error {
 	}
 	return retry(ctx, f.log, "writing deadlines", func(ctx context.Context) error {
 		next, err := f.store.ArmDeadlines(ctx, f.topic, job.deadlines)
+		var no *projstore.NotOwnerError
+		if errors.As(err, &no) {
+			f.log.Warn("a newer owner took partitions over: their deadlines were not written", "partitions", no.Partitions)
+			job.notOwned(no.Partitions)
+			err = nil
+		}
 		if err == nil {
 			for p, at := range next {
 				f.fire.hint(p, at)

@@ -231,6 +231,11 @@
 //     partition's next deadline, which each write reports (flusher →
 //     firer.hint), and reads it again from Redis every DeadlineResync (1 s),
 //     which covers deadlines armed by a previous owner.
+//   - Nothing from a fold of the past: a partition fires nothing until its
+//     fold has caught up with the end of the log as it was at assignment
+//     or at its rebuild's start (firer.hold, released by the checkpoints'
+//     writes), so a fold from the log's start does not fire the past
+//     deadlines of states its sessions left long ago.
 //
 // # Ids the system derives
 //
@@ -247,6 +252,19 @@
 // the system can put one of its ids in a session's duplicate window first,
 // which would make a timeout or a derived event a duplicate, never applied
 // (docs/lifecycle.md, "Event ids").
+//
+// The header is a constant anyone who writes to the topic can set, so the
+// system's records are also signed (DESIGN 13.5, internal/systemkey): the
+// firer, the derived events' and the cascade's produce steps and every
+// changelog produce set correx-mac, the HMAC-SHA256 under the system key
+// of the record's key and value. Run loads the key (startAuth, sysauth.go)
+// before any partition is folded, and what signs waits for it. From the
+// line on (each partition's end offset when the key was created), a record
+// with a reserved id or the system's header is folded only when its MAC
+// verifies, otherwise it is set aside as forged_system_event
+// (systemkey.Keys.DecodeEvent in Projector.process; the archive's
+// histories skip it by the same function); below the line, records are
+// read as before.
 //
 // # Where each guarantee lives
 //
@@ -345,6 +363,20 @@
 // one is refused unknown_predecessor. A sweep that fails keeps its
 // sessions in Redis, counts in correx.projector.archive.failures and makes
 // /readyz fail until a sweep succeeds.
+//
+// # The read model proves itself
+//
+// The background verifier (verifier.go, docs/verification.md, DESIGN
+// 13.7) compares every stored snapshot of the owned partitions with the
+// fold of its session's events from the log, Config.VerifyRate sessions a
+// second, each once per cycle, and repairs a missing, stale or corrupt one
+// through the fenced write POST /v1/sessions/{id}/rebuild uses. It starts
+// and stops with ownership like the firer and the sweeper, reports only
+// what it read twice around a fold past the checkpoint (a snapshot that
+// moved is compared again), stops a partition's cycle when the checkpoint
+// goes back (the projector rebuilds it), and waits while any owned
+// partition is catching up. What it finds is counted (correx.verify.*)
+// and published in Redis for GET /v1/verify (projstore's verify.go).
 //
 // # Shape
 //

@@ -32,8 +32,20 @@ import (
 // another writer armed (a previous owner, a replay). It is the only reader
 // of the wall clock (Clock) for what a session does.
 //
-// Safe for concurrent use: start, stop and hint are called from the
-// rebalance callbacks and the flush goroutine.
+// A partition fires nothing until its fold has caught up (hold): until
+// its checkpoint has reached the end of the log as it was when the
+// partition was assigned (adjustOffsets), or when its rebuild began. While
+// a partition folds its history again (Redis emptied, a rebuild, a
+// restore followed by the log after it), deadlines are armed for states
+// the sessions have long left, whose times are past: fired then, each
+// would be a TimeoutExpired the first fold never saw, folded as
+// superseded, and the sessions' counters would differ from the first
+// fold's. Once caught up, what is still armed is what the first fold left
+// armed, and it fires as it would have.
+//
+// Safe for concurrent use: start, stop, hint, hold and checkpointed are
+// called from the rebalance callbacks, the fold goroutine and the flush
+// goroutine.
 type firer struct {
 	store  Store
 	topic  string
@@ -42,6 +54,7 @@ type firer struct {
 	log    *slog.Logger
 	obs    timeoutObserver
 	crash  *crashPoints
+	auth   *systemAuth     // signs the TimeoutExpired records
 	batch  int             // entries read and produced per round
 	cl     *kgo.Client     // the projector's client, which the firer lives no longer than
 	ctx    context.Context // the firing context: every partition's goroutine ends with it
@@ -71,8 +84,13 @@ type partFirer struct {
 	mu      sync.Mutex
 	hinted  time.Time // the earliest deadline hinted since the goroutine last looked
 	hasHint bool      // hinted is set
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// until is the checkpoint the partition's fold must reach before
+	// anything fires (-1: not known yet, so nothing fires), ckpt the
+	// latest checkpoint written (see hold).
+	until  int64
+	ckpt   int64
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // newFirer returns the firer of a projector's Kafka client cl (Run builds
@@ -97,7 +115,7 @@ func (f *firer) start(id int32) {
 	if f.parts[id] != nil {
 		return
 	}
-	pf := &partFirer{id: id, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	pf := &partFirer{id: id, wake: make(chan struct{}, 1), done: make(chan struct{}), until: -1, ckpt: -1}
 	var ctx context.Context
 	ctx, pf.cancel = context.WithCancel(f.ctx)
 	f.parts[id] = pf
@@ -156,6 +174,57 @@ func (f *firer) hint(id int32, next time.Time) {
 	case pf.wake <- struct{}{}:
 	default:
 	}
+}
+
+// hold keeps a partition from firing until its checkpoint reaches until,
+// ckpt being its checkpoint now: at assignment, until is the end of the
+// log then; at a rebuild's start, the end the rebuild runs to (and ckpt
+// 0). It never blocks.
+func (f *firer) hold(id int32, until, ckpt int64) {
+	if pf := f.part(id); pf != nil {
+		pf.mu.Lock()
+		pf.until, pf.ckpt = until, ckpt
+		pf.mu.Unlock()
+		pf.poke()
+	}
+}
+
+// checkpointed tells a partition's goroutine that its checkpoint reached
+// offset (after a write). It never blocks.
+func (f *firer) checkpointed(id int32, offset int64) {
+	if pf := f.part(id); pf != nil {
+		pf.mu.Lock()
+		held := pf.ckpt < pf.until
+		pf.ckpt = max(pf.ckpt, offset)
+		released := held && pf.ckpt >= pf.until
+		pf.mu.Unlock()
+		if released {
+			pf.poke()
+		}
+	}
+}
+
+func (f *firer) part(id int32) *partFirer {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.parts[id]
+}
+
+func (pf *partFirer) poke() {
+	select {
+	case pf.wake <- struct{}{}:
+	default:
+	}
+}
+
+// held reports whether the partition's fold has not caught up yet.
+func (pf *partFirer) held() bool {
+	pf.mu.Lock()
+	defer pf.mu.Unlock()
+	return pf.until < 0 || pf.ckpt < pf.until
 }
 
 func (pf *partFirer) takeHint() (time.Time, bool) {
@@ -219,7 +288,7 @@ func (f *firer) step(ctx context.Context, pf *partFirer, st *firing) (wait time.
 	if t, ok := pf.takeHint(); ok && (st.next.IsZero() || t.Before(st.next)) {
 		st.next = t
 	}
-	if !st.next.IsZero() && !now.Before(st.next) {
+	if !st.next.IsZero() && !now.Before(st.next) && !pf.held() {
 		n, err := f.fire(ctx, pf.id, now)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errCrashed) {
@@ -231,7 +300,7 @@ func (f *firer) step(ctx context.Context, pf *partFirer, st *firing) (wait time.
 		return 0, true, nil
 	}
 	wait = f.resync - now.Sub(st.synced)
-	if !st.next.IsZero() {
+	if !st.next.IsZero() && !pf.held() {
 		wait = min(wait, st.next.Sub(now))
 	}
 	return max(wait, 0), false, nil
@@ -245,6 +314,10 @@ func (f *firer) step(ctx context.Context, pf *partFirer, st *firing) (wait time.
 // newer entry. The entry stays marked fired until a newer version re-arms
 // or disarms the session (projstore.Store.RemoveFired).
 func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.Time, error) {
+	keys, err := f.auth.wait(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
 	for {
 		due, next, err := f.store.DueDeadlines(ctx, f.topic, partition, now, f.batch)
 		if err != nil || len(due) == 0 {
@@ -254,6 +327,7 @@ func (f *firer) fire(ctx context.Context, partition int32, now time.Time) (time.
 		ends := make([]func(error), len(due))
 		for i, d := range due {
 			recs[i] = timeoutRecord(f.topic, d)
+			keys.Sign(recs[i])
 			ends[i] = f.obs.TimeoutFired(d, now.Sub(d.Due()), recs[i])
 		}
 		res := f.cl.ProduceSync(ctx, recs...)

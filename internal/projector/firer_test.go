@@ -10,9 +10,11 @@ import (
 
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/projector/projstore"
+	"github.com/correx/sessions/internal/systemkey"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -253,6 +255,7 @@ func TestMovedOnIsNeverTimedOut(t *testing.T) {
 	cl := e.client()
 	defer cl.Close()
 	stale := timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "quiet", Kind: fsm.TimeoutInactivity, At: deadline.UnixNano(), Version: armedV})
+	e.systemKeys().Sign(stale) // as the firer signs it
 	if err := cl.ProduceSync(ctx, stale).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -439,16 +442,37 @@ func (e *timeoutEnv) idleSessions(format string, n int) (*running, time.Time) {
 	return r, at
 }
 
-// forgeTimeouts writes straight to the topic, for each of the n sessions
-// idleSessions made, a record with the id the firer will use for its
-// inactivity timeout (takesTheFirersID), with the system's header or not.
-func (e *timeoutEnv) forgeTimeouts(format string, n int, at time.Time, system bool) {
+// systemKeys reads the system key the projector keeps in the topic's
+// <topic>.system (systemkey.Ensure without creating it).
+func (e *env) systemKeys() *systemkey.Keys {
 	e.t.Helper()
 	cl := e.client()
 	defer cl.Close()
+	k, err := systemkey.Ensure(ctx, kadm.NewClient(cl), cl, systemkey.Source{Kafka: e.config("keys").Kafka, Events: topic})
+	if err != nil || k == nil {
+		e.t.Fatalf("the system key: %v, %v", k, err)
+	}
+	return k
+}
+
+// forgeTimeouts writes straight to the topic, for each of the n sessions
+// idleSessions made, a record with the id the firer will use for its
+// inactivity timeout (takesTheFirersID), with the system's header or not.
+// With signed, the record also carries a MAC under the system key, as
+// only the system can write it.
+func (e *timeoutEnv) forgeTimeouts(format string, n int, at time.Time, system bool, signed ...bool) {
+	e.t.Helper()
+	cl := e.client()
+	defer cl.Close()
+	var keys *systemkey.Keys
+	if len(signed) > 0 && signed[0] {
+		keys = e.systemKeys()
+	}
 	for i := range n {
 		sid := fmt.Sprintf(format, i)
-		if err := cl.ProduceSync(ctx, takesTheFirersID(sid, fsm.TimeoutInactivity, e.get(sid).Version, at.Add(time.Millisecond), system)).FirstErr(); err != nil {
+		rec := takesTheFirersID(sid, fsm.TimeoutInactivity, e.get(sid).Version, at.Add(time.Millisecond), system)
+		keys.Sign(rec)
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -474,7 +498,7 @@ func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
 	const sessions = 20
 	r, at := e.idleSessions("storm-%02d", sessions)
 	defer r.halt()
-	e.forgeTimeouts("storm-%02d", sessions, at, true)
+	e.forgeTimeouts("storm-%02d", sessions, at, true, true)
 	e.waitCaughtUp(e.prefix, 30*time.Second)
 	e.clock.Advance(10 * time.Second)
 	testwait.Until(t, "every firing folded", 30*time.Second, func() bool {
@@ -501,4 +525,62 @@ func TestAnUnappliedTimeoutIsNotFiredAgain(t *testing.T) {
 		}
 	}
 	t.Logf("%d TimeoutExpired records for %d sessions", total, sessions)
+}
+
+// TestAFoldFromTheStartFiresNothingPast: a read model lost and folded
+// again from the log's start an hour later, in batches small enough that
+// the sessions' passing states are written (and their deadlines armed) on
+// the way, fires none of the deadlines those states armed, which are past
+// by then: every session's events and superseded timeouts are what the
+// first fold counted.
+func TestAFoldFromTheStartFiresNothingPast(t *testing.T) {
+	e := newTimeoutEnv(t)
+	var events []fsm.Event
+	for i := range 12 {
+		sid := fmt.Sprintf("past-%02d", i)
+		at := clockStart.Add(time.Duration(i) * time.Second)
+		events = append(events,
+			e.event(sid, fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 10*time.Minute)),
+			e.event(sid, fsm.SessionStarted, at.Add(time.Second), fsm.Fields{}),
+			e.event(sid, fsm.ModelRequested, at.Add(2*time.Second), fsm.Fields{}),
+			e.event(sid, fsm.SessionCompleted, at.Add(3*time.Second), fsm.Fields{}))
+	}
+	e.produce(events)
+	cfg := e.config()
+	cfg.MaxPollRecords, cfg.FlushSize = 1, 1 // a write per event: every passing state's deadline is armed
+	run := func() {
+		p := New(cfg, e.store(e.prefix), WithLogger(testLog()), WithClock(e.clock))
+		c, cancel := contextWithCancel()
+		r := &running{p: p, stop: cancel, done: make(chan error, 1)}
+		go func() { r.done <- p.Run(c) }()
+		e.waitCaughtUp(e.prefix, 60*time.Second)
+		// Anything a firer fired is folded once every firer waits again.
+		testwait.Until(t, "every partition's firer waiting", 30*time.Second, func() bool { return e.clock.waitingSinceAdvance() >= 4 })
+		e.waitCaughtUp(e.prefix, 60*time.Second)
+		if err := r.halt(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted := func() map[string][2]uint64 {
+		out := map[string][2]uint64{}
+		for i := range 12 {
+			sid := fmt.Sprintf("past-%02d", i)
+			s := e.get(sid)
+			if s == nil || s.State != fsm.StateCompleted {
+				t.Fatalf("%s: %+v, want COMPLETED", sid, s)
+			}
+			out[sid] = [2]uint64{s.Counters.Events, s.Counters.SupersededTimeouts}
+		}
+		return out
+	}
+	run() // the first fold, at the sessions' own time: nothing is due
+	first := counted()
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Hour) // every deadline armed on the way is past
+	run()                      // the fold from the log's start
+	if again := counted(); fmt.Sprint(again) != fmt.Sprint(first) {
+		t.Fatalf("[events superseded] per session after the fold from the start: %v; the first fold: %v", again, first)
+	}
 }

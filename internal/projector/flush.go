@@ -31,6 +31,8 @@ type flusher struct {
 	cfg     Config
 	fire    *firer   // woken with each partition's next deadline after a write
 	derived *derived // the change feed and the derived events
+	// auth signs the derived events and the changelog's records.
+	auth *systemAuth
 	// changelog is the snapshot changelog's topic, "" when it is off
 	// (Config.ChangelogEnabled).
 	changelog string
@@ -85,6 +87,23 @@ type flushJob struct {
 	// snapshots are not produced to the changelog, nor their checkpoints
 	// written (flusher.writeCheckpoints reports them lost).
 	lost map[int32]bool
+	// stale holds the partitions whose writes were refused because a
+	// newer owner took them over (projstore's epoch.go): nothing more of
+	// theirs is written, produced to the changelog or checkpointed, and
+	// the projector drops them (Projector.finish).
+	stale map[int32]bool
+}
+
+// notOwned records partitions of the batch that have a newer owner, and
+// drops their deadlines from the batch.
+func (job *flushJob) notOwned(ids []int32) {
+	for _, id := range ids {
+		if job.stale == nil {
+			job.stale = map[int32]bool{}
+		}
+		job.stale[id] = true
+		delete(job.deadlines, id)
+	}
 }
 
 // due decides whether to start a flush now, given the dirty entries,
@@ -337,6 +356,10 @@ func (f *flusher) writeSnapshots(ctx context.Context, w *batchWrite) error {
 		res, err := f.store.PutBatch(ctx, job.entries)
 		if err == nil {
 			job.result = res
+			if len(res.NotOwned) > 0 {
+				f.log.Warn("a newer owner took partitions over: their snapshots were not written", "partitions", res.NotOwned)
+				job.notOwned(res.NotOwned)
+			}
 		}
 		return err
 	}, "snapshots", len(job.entries))
@@ -352,7 +375,17 @@ func (f *flusher) writeDeadlines(ctx context.Context, w *batchWrite) error {
 // to the Kafka client (derived.produce): after the snapshots, before the
 // checkpoints, which wait for their acknowledgement.
 func (f *flusher) produceRecords(ctx context.Context, w *batchWrite) error {
-	f.derived.produce(ctx, f.cl, w.records())
+	recs := w.records()
+	for _, rec := range recs {
+		if rec.Topic == f.topic { // a derived event, not a change feed record
+			keys, err := f.auth.wait(ctx) // loaded before anything is folded: at once
+			if err != nil {
+				return err
+			}
+			keys.Sign(rec)
+		}
+	}
+	f.derived.produce(ctx, f.cl, recs)
 	return nil
 }
 
@@ -360,7 +393,17 @@ func (f *flusher) produceRecords(ctx context.Context, w *batchWrite) error {
 // the children of the sessions that ended to the Kafka client
 // (derived.cascade), after the snapshots that say they ended.
 func (f *flusher) cascade(ctx context.Context, w *batchWrite) error {
-	return f.derived.cascade(ctx, f.store, w.job, func(rec *kgo.Record) { f.cl.Produce(ctx, rec, f.derived.produced) })
+	if len(w.job.changes) == 0 {
+		return nil // nothing folded: nothing ended, no child born
+	}
+	keys, err := f.auth.wait(ctx) // loaded before anything is folded: at once
+	if err != nil {
+		return err
+	}
+	return f.derived.cascade(ctx, f.store, w.job, func(rec *kgo.Record) {
+		keys.Sign(rec)
+		f.cl.Produce(ctx, rec, f.derived.produced)
+	})
 }
 
 // acknowledged waits until every record the Kafka client was given so far
@@ -390,10 +433,11 @@ func (f *flusher) waitReplicas(ctx context.Context, w *batchWrite) (err error) {
 func (f *flusher) writeCheckpoints(ctx context.Context, w *batchWrite) error {
 	job := w.job
 	cps := job.checkpoints
-	if len(job.lost) > 0 {
+	skip := func(p int32) bool { return job.lost[p] || job.stale[p] }
+	if len(job.lost) > 0 || len(job.stale) > 0 {
 		cps = nil
 		for _, cp := range job.checkpoints {
-			if !job.lost[cp.Partition] {
+			if !skip(cp.Partition) {
 				cps = append(cps, cp)
 			}
 		}
@@ -403,15 +447,25 @@ func (f *flusher) writeCheckpoints(ctx context.Context, w *batchWrite) error {
 		if err != nil {
 			return err
 		}
-		if len(job.lost) > 0 {
+		if len(cps) != len(job.checkpoints) {
 			all := make([]snapshot.PriorCheckpoint, len(job.checkpoints))
 			for i, j := 0, 0; i < len(job.checkpoints); i++ {
-				if !job.lost[job.checkpoints[i].Partition] {
+				switch p := job.checkpoints[i].Partition; {
+				case job.stale[p]:
+					all[i] = snapshot.PriorCheckpoint{NotOwner: true}
+				case !job.lost[p]:
 					all[i], j = prev[j], j+1
 				}
 			}
 			prev = all
 		}
+		var stale []int32
+		for i, pc := range prev {
+			if pc.NotOwner && !job.stale[job.checkpoints[i].Partition] {
+				stale = append(stale, job.checkpoints[i].Partition)
+			}
+		}
+		job.notOwned(stale)
 		job.prev = prev
 		return nil
 	})
@@ -480,6 +534,9 @@ func (f *flusher) replicated(ctx context.Context, mark *projstore.ReplicationMar
 // earliest offset.
 func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*partState)) {
 	for i, en := range job.refs {
+		if job.stale[job.positions[i].Partition] {
+			continue
+		}
 		if !en.hasDurable || en.durable.Less(job.positions[i]) {
 			en.durable, en.hasDurable = job.positions[i], true
 		}
@@ -489,11 +546,15 @@ func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*p
 		if part == nil {
 			continue
 		}
+		if job.stale[cp.Partition] {
+			continue // a newer owner has it: the projector drops it
+		}
 		if i < len(job.prev) && job.prev[i].Lost(cp) {
 			lost(part) // the store wrote nothing over the hole
 			continue
 		}
 		part.stored(cp)
+		f.fire.checkpointed(cp.Partition, cp.Offset)
 	}
 }
 

@@ -32,6 +32,7 @@ func (p *Projector) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[
 		p.addPartition(id)
 		p.fire.start(id)
 		p.sweep.start(id)
+		p.verify.Load().own(id)
 	}
 	p.assigned.Store(int32(len(p.parts)))
 	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Topic], "owned", len(p.parts))
@@ -47,6 +48,7 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 	}
 	p.fire.stop(ids...)
 	p.sweep.stop(ids...)
+	p.verify.Load().disown(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.collect(true); err != nil {
@@ -87,6 +89,7 @@ func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 	}
 	p.fire.stop(ids...)
 	p.sweep.stop(ids...)
+	p.verify.Load().disown(ids...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.collect(true)

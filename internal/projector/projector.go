@@ -12,6 +12,7 @@ import (
 	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -103,14 +104,26 @@ type Projector struct {
 	assigned atomic.Int32 // partitions owned, for tests and logs
 	restores atomic.Int64 // partitions restored from the changelog, for tests and benchmarks
 	crash    crashPoints  // test hooks
+	// starting, when set by tests, is called once the group client exists
+	// and before the topics are ensured: the group may assign partitions
+	// to a member still starting.
+	starting func(context.Context)
+	// auth is the system key, loaded by Run before anything is folded
+	// (sysauth.go): it signs what the projector derives and checks what
+	// claims to be the system's.
+	auth *systemAuth
 
 	clock Clock  // the wall clock deadlines fire by (WithClock)
 	fire  *firer // fires the owned partitions' deadlines (firer.go); built by Run with the client (connect)
-	// bucket is the archive (Config.ArchiveURL), opened by Run when
-	// Config.RetainClosed is set; sweep moves the closed sessions into it
-	// (sweeper.go), nil when sessions are kept for ever.
-	bucket *archive.Store
+	// bucket is the archive (Config.ArchiveURL), opened in the background
+	// by Run when Config.RetainClosed is set; sweep moves the closed
+	// sessions into it (sweeper.go), nil when sessions are kept for ever.
+	// Set before clientsSet is closed.
+	bucket *archive.Remote
 	sweep  *sweeper
+	// verify is the background verifier (verifier.go), nil while off;
+	// set by Run.
+	verify atomic.Pointer[verifier]
 	// beforeForget is the sweeper's test hook (sweeper.beforeForget).
 	beforeForget func(ids []string)
 }
@@ -133,7 +146,8 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 func New(cfg Config, store Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
 		parts: map[int32]*partState{}, cache: newCache(cfg), stalls: stalls{byPartition: map[int32]string{}},
-		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), topicsReady: make(chan struct{}), clock: wallClock{}}
+		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), topicsReady: make(chan struct{}), clock: wallClock{},
+		auth: newSystemAuth()}
 	for _, o := range opts {
 		o(p)
 	}
@@ -153,8 +167,13 @@ func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
 	p.fire = newFirer(p.cfg, p.store, p.clock, p.obs, p.log, &p.crash, cl, fireCtx)
 	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.derived, p.fire, cl, flushCtx)
 	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
+	p.fire.auth, p.flush.auth = p.auth, p.auth
 	if p.sweep != nil {
 		p.sweep.beforeForget = p.beforeForget
+		p.sweep.auth = p.auth
+		// The histories skip what the fold sets aside, forged system
+		// records included.
+		p.sweep.reader.Decode = func(r *kgo.Record, e *fsm.Event) error { return p.auth.loaded().DecodeEvent(r, e) }
 	}
 	close(p.clientsSet)
 }
@@ -187,12 +206,17 @@ func (p *Projector) Run(ctx context.Context) error {
 		if p.cfg.ArchiveURL == "" {
 			return fmt.Errorf("projector: CORREX_RETAIN_CLOSED (%v) needs CORREX_ARCHIVE_URL", p.cfg.RetainClosed)
 		}
-		b, err := archive.Open(ctx, p.cfg.ArchiveURL)
+		// In the background: the archive is a secondary store, and its
+		// outage delays archiving, nothing else.
+		b, err := archive.StartRemote(ctx, p.cfg.ArchiveURL, archive.RemoteOptions{Timeout: p.cfg.ArchiveTimeout, Log: p.log})
 		if err != nil {
 			return fmt.Errorf("projector: CORREX_ARCHIVE_URL: %w", err)
 		}
 		defer b.Close()
 		p.bucket = b
+		if o, ok := p.obs.(interface{ archiveOpened(*archive.Remote) }); ok {
+			o.archiveOpened(b) // its reachable gauge
+		}
 	}
 	opts := append(p.cfg.Kafka.Opts(),
 		kgo.ConsumeTopics(p.cfg.Topic),
@@ -231,18 +255,37 @@ func (p *Projector) Run(ctx context.Context) error {
 	// flight, which may be retrying against an unreachable Redis, the final
 	// flush and the revoke callbacks of the client's close).
 	defer p.limitShutdown(ctx, stopFlushing)()
+	p.verify.Store(newVerifier(p))
 	p.connect(cl, flushCtx, fireCtx)
 	defer cl.CloseAllowingRebalance()
 	defer p.fire.stopAll() // before the client closes
 	defer p.sweep.stopAll()
 
+	if p.starting != nil {
+		p.starting(ctx)
+	}
 	if err := p.ensureTopics(ctx); err != nil {
 		if ctx.Err() != nil {
-			return nil // stopped while starting: nothing was folded
+			// Stopped while starting: nothing was folded, but the group
+			// may have assigned this member partitions already.
+			p.leaveOnStop(cl)
+			return nil
 		}
 		return fmt.Errorf("projector: ensuring topics: %w", err)
 	}
+	if err := p.startAuth(ctx); err != nil {
+		if ctx.Err() != nil {
+			p.leaveOnStop(cl)
+			return nil
+		}
+		return fmt.Errorf("projector: %w", err)
+	}
 	close(p.topicsReady)
+	if v := p.verify.Load(); v != nil {
+		verifyDone := make(chan struct{})
+		go func() { defer close(verifyDone); v.run(fireCtx) }()
+		defer func() { stopFiring(); <-verifyDone }()
+	}
 	flusherDone := make(chan struct{})
 	go func() { defer close(flusherDone); p.flush.run() }()
 	defer func() { close(p.flush.jobs); <-flusherDone }()
@@ -261,11 +304,19 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		return p.stopError(fmt.Errorf("projector: shutdown: %w", err))
 	}
+	p.leaveOnStop(cl)
+	return nil
+}
+
+// leaveOnStop closes the group client and, for a static member told to
+// leave on shutdown, leaves the group: on every graceful stop, the one
+// while starting too, or the partitions the group assigned it stay with
+// it until the session timeout.
+func (p *Projector) leaveOnStop(cl *kgo.Client) {
 	if p.cfg.InstanceID != "" && p.cfg.LeaveOnShutdown {
 		cl.CloseAllowingRebalance()
 		p.leave()
 	}
-	return nil
 }
 
 func (p *Projector) loop(ctx context.Context) error {
@@ -462,7 +513,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		if part == nil || p.rebuiltNow[r.Partition] {
 			continue // revoked between fetch and now (its new owner folds it), or being rebuilt
 		}
-		if err := kafka.DecodeEvent(r, &events[i]); err != nil {
+		if err := p.auth.loaded().DecodeEvent(r, &events[i]); err != nil {
 			decodeErr[i] = err
 			continue
 		}
@@ -478,12 +529,12 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		}
 	}
 	if len(missing) > 0 {
-		snaps, err := p.getMany(ctx, ids)
+		snaps, tombs, err := p.getMany(ctx, ids)
 		if err != nil {
 			return err
 		}
 		for i, m := range missing {
-			p.cache.add(p.parts[m.partition], m.id, snaps[i])
+			p.cache.add(p.parts[m.partition], m.id, snaps[i]).tomb = tombs[i]
 		}
 	}
 	for i, r := range recs {
@@ -518,13 +569,18 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e *fsm.Event) error {
 	en := p.cache.get(part.id, e.SessionID)
 	if en == nil { // process reads every missing session first; never fold without the stored one
-		snaps, err := p.getMany(ctx, []string{e.SessionID})
+		snaps, tombs, err := p.getMany(ctx, []string{e.SessionID})
 		if err != nil {
 			return err
 		}
 		en = p.cache.add(part, e.SessionID, snaps[0])
+		en.tomb = tombs[0]
 	}
 	p.cache.touch(en)
+	if en.tomb != nil && !en.snap.Exists() && e.Type != fsm.SessionReplaced {
+		p.foldTombstoned(r, e, en.tomb)
+		return nil
+	}
 	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
 	if !folded {
 		// Already reflected: a replay from the checkpoint. The batch that
@@ -554,37 +610,100 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 // removed from Redis (sweeper.take), so that a later event finds no
 // session, as the store does. Called by the fold goroutine between polls.
 func (p *Projector) dropArchived() {
-	for _, a := range p.sweep.take() {
+	removed, untombed := p.sweep.take()
+	for _, a := range removed {
 		p.cache.forget(a.Position.Partition, a.SessionID, a.Position)
+	}
+	for _, t := range untombed {
+		p.cache.forgetTombstone(t.Partition, t.SessionID)
 	}
 }
 
-// getMany reads snapshots, retrying while Redis is unreachable; a corrupt
-// snapshot is not retried.
-func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapshot.Snapshot, err error) {
+// foldTombstoned folds an event of an archived session (DESIGN 13.1): its
+// tombstone says it ended, so the event is rejected as for a terminal
+// session, SessionCreated duplicate_create and any other event
+// after_terminal, with the same change record, metric and span; nothing
+// is written (no snapshot reappears, and the archive is not touched). A
+// SessionReplaced of an archived predecessor keeps the path of an unknown
+// one (the successor hears of it, reactions.go).
+func (p *Projector) foldTombstoned(r *kgo.Record, e *fsm.Event, t *projstore.Tombstone) {
+	o := fsm.Outcome{Result: fsm.Rejected, Reason: fsm.ReasonAfterTerminal, From: t.State, To: t.State}
+	if e.Type == fsm.SessionCreated {
+		o.Reason = fsm.ReasonDuplicateCreate
+	}
+	var s snapshot.Snapshot
+	s.ID, s.State, s.Version = t.SessionID, t.State, t.Version
+	s.Position = snapshot.Position{Partition: r.Partition, Offset: r.Offset}
+	p.obs.Folded(r, e, &s, o)
+	p.derived.add(r, e, &s, o)
+}
+
+// getMany reads snapshots, and the tombstones of the sessions that have
+// none, retrying while Redis is unreachable; a corrupt snapshot is not
+// retried.
+func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapshot.Snapshot, tombs []*projstore.Tombstone, err error) {
 	err = retry(ctx, p.log, "reading snapshots", func(ctx context.Context) (err error) {
 		if snaps, err = p.store.GetMany(ctx, ids); errors.Is(err, snapshot.ErrCorrupt) {
 			return final(err)
+		} else if err != nil {
+			return err
 		}
-		return err
+		var gone []string
+		for i, s := range snaps {
+			if s == nil {
+				gone = append(gone, ids[i])
+			}
+		}
+		tombs = make([]*projstore.Tombstone, len(ids))
+		if len(gone) == 0 {
+			return nil
+		}
+		ts, err := p.store.Tombstones(ctx, gone)
+		if errors.Is(err, snapshot.ErrCorrupt) {
+			return final(err)
+		} else if err != nil {
+			return err
+		}
+		for i, j := 0, 0; i < len(ids); i++ {
+			if snaps[i] == nil {
+				tombs[i], j = ts[j], j+1
+			}
+		}
+		return nil
 	})
-	return snaps, err
+	return snaps, tombs, err
 }
 
 // Ready reports whether the projector can make progress: Redis answers and
-// no partition is stalled (nor its archive sweep failing). It never waits
-// for the fold or a flush: the stalls are read from an atomic snapshot. It
-// may be called before Run, and while Run starts.
+// no partition is stalled. The archive is not among them: an archive that
+// cannot be reached or written delays archiving, nothing else, and is
+// reported by Degraded. Ready never waits for the fold or a flush: the
+// stalls are read from an atomic snapshot. It may be called before Run,
+// and while Run starts.
 func (p *Projector) Ready(ctx context.Context) error {
 	if err := p.store.Ping(ctx); err != nil {
 		return err
 	}
-	select {
-	case <-p.clientsSet: // Run has set the sweeper (connect)
-		if err := p.sweep.err(); err != nil {
-			return err
-		}
-	default: // not started: no sweep has run
-	}
 	return p.stalls.err()
+}
+
+// Degraded lists what works less than fully without keeping the
+// projector from folding: the archive unreachable, archive sweeps
+// failing. /readyz shows it beside "ready". It never waits.
+func (p *Projector) Degraded() []string {
+	select {
+	case <-p.clientsSet: // Run has set the archive and the sweeper (connect)
+	default: // not started: no sweep has run
+		return nil
+	}
+	var out []string
+	if p.bucket != nil {
+		if err := p.bucket.Status(); err != nil {
+			out = append(out, err.Error()+"; closed sessions stay in Redis until it answers")
+		}
+	}
+	if err := p.sweep.err(); err != nil {
+		out = append(out, err.Error())
+	}
+	return out
 }

@@ -95,6 +95,15 @@ func (s *stalls) clear(id int32) {
 
 func (s *stalls) stalled(id int32) bool { return s.byPartition[id] != "" }
 
+// paused tells whether partition id is stalled, being rebuilt or being
+// restored: its read model is not the fold of the log it has, so nothing
+// may judge it against that log (the verifier).
+func (s *stalls) paused(id int32) bool {
+	_, rebuilding := s.rebuilding[id]
+	_, restoring := s.restoring[id]
+	return s.stalled(id) || rebuilding || restoring
+}
+
 // publish replaces the snapshot err reads.
 func (s *stalls) publish() {
 	n := len(s.byPartition) + len(s.rebuilding) + len(s.restoring) + len(s.gaps)
@@ -154,6 +163,18 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 	for id := range parts {
 		ids = append(ids, id)
 	}
+	// Take the partitions over before anything of theirs is written (a
+	// restore, a rebuild's deletes): from now on a previous owner that
+	// still writes is refused (projstore's epoch.go).
+	_, generation := p.cl.GroupMetadata()
+	for _, id := range ids {
+		if err := retry(ctx, p.log, "claiming an assigned partition", func(ctx context.Context) error {
+			_, err := p.store.Claim(ctx, p.cfg.Topic, id, generation)
+			return err
+		}, "partition", id); err != nil {
+			return nil, err
+		}
+	}
 	var (
 		cps   map[int32]snapshot.Checkpoint
 		notes map[int32]restoreNote
@@ -185,6 +206,13 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 			part.loaded(cp)
 			part.rebuildUntil = cp.RebuildUntil
 		}
+		// Nothing of the partition fires until its fold reaches the end
+		// of the log as it is now (firer.go).
+		until := cp.Offset
+		if end, ok := ends.Lookup(p.cfg.Topic, id); ok && end.Err == nil {
+			until = max(end.Offset, cp.RebuildUntil)
+		}
+		p.fire.hold(id, until, cp.Offset)
 		if end, ok := ends.Lookup(p.cfg.Topic, id); ok && end.Err == nil && cp.Offset > end.Offset {
 			msg := fmt.Sprintf("checkpoint %d is beyond the end of the log (%d): the topic was recreated or truncated, so the read model belongs to another log; run `projector reset` to clear it and rebuild", cp.Offset, end.Offset)
 			p.stalls.stall(id, msg)
@@ -379,6 +407,7 @@ func (p *Projector) rebuild(part *partState) {
 	if r, ok := p.obs.(interface{ Rebuilt(partition int32) }); ok {
 		r.Rebuilt(part.id)
 	}
+	p.fire.hold(part.id, part.rebuildUntil, 0) // nothing fires until the rebuild is done (firer.go)
 	p.cache.dropPartition(part.id)
 	p.cache.addPartition(part.id)
 	p.derived.drop(part.id)
@@ -424,6 +453,7 @@ func (p *Projector) rebuild(part *partState) {
 			return
 		case restoreDone:
 			part.loaded(cp)
+			p.fire.checkpointed(part.id, cp.Offset)
 			if cp.Offset >= part.rebuildUntil {
 				part.rebuildUntil = 0
 				p.stalls.done(part.id)
@@ -537,6 +567,9 @@ func (p *Projector) deletePartition(id int32) bool {
 // the log as it was when its rebuild began.
 func (p *Projector) finish(job *flushJob) {
 	p.flush.finish(job, p.parts, p.rebuild)
+	if len(job.stale) > 0 {
+		p.dropStale(job.stale)
+	}
 	for id, part := range p.parts {
 		if part.rebuildUntil > 0 && part.ckptKnown && part.lastCkpt >= part.rebuildUntil {
 			part.rebuildUntil = 0
@@ -544,4 +577,25 @@ func (p *Projector) finish(job *flushJob) {
 			p.log.Info("the partition is rebuilt", "partition", id, "checkpoint", part.lastCkpt)
 		}
 	}
+}
+
+// dropStale drops the state of partitions whose writes were refused
+// because a newer owner took them over (projstore's epoch.go): the group
+// gave them to another member while this one could not tell (it stalled);
+// the revocation comes when it rejoins. Nothing of theirs is written from
+// now on, and their deadlines and archive sweep stop here.
+func (p *Projector) dropStale(stale map[int32]bool) {
+	ids := make([]int32, 0, len(stale))
+	for id := range stale {
+		if p.parts[id] != nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	p.fire.stop(ids...)
+	p.sweep.stop(ids...)
+	p.drop(ids)
+	p.log.Warn("partitions taken over by a newer owner: dropped", "partitions", ids, "owned", len(p.parts))
 }

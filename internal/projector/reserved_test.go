@@ -15,7 +15,8 @@ import (
 
 // TestAnotherProducerCannotSuppressATimeout writes, straight to the topic
 // and before the deadline, an event that carries the id the firer will use
-// for the session's timeout. It is set aside (reserved_event_id) without
+// for the session's timeout. It is set aside (forged_system_event: it is
+// above the line, and a reserved id there needs the system's MAC) without
 // touching the session, and the timeout fires once and applies.
 func TestAnotherProducerCannotSuppressATimeout(t *testing.T) {
 	e := newTimeoutEnv(t)
@@ -58,8 +59,75 @@ func TestAnotherProducerCannotSuppressATimeout(t *testing.T) {
 		t.Fatalf("%d dead letters, want %d", len(dlq), sessions)
 	}
 	for _, rec := range dlq {
-		if reason, _ := header(rec, kafka.HeaderDLQReason); reason != ReasonReservedEventID {
-			t.Errorf("dead letter %s: reason %q, want %q", rec.Key, reason, ReasonReservedEventID)
+		if reason, _ := header(rec, kafka.HeaderDLQReason); reason != ReasonForgedSystemEvent {
+			t.Errorf("dead letter %s: reason %q, want %q", rec.Key, reason, ReasonForgedSystemEvent)
+		}
+	}
+}
+
+// TestAForgedSystemTimeoutIsNotFolded writes straight to the topic, with
+// franz-go and before the deadline, the TimeoutExpired the firer would
+// write for each ACTIVE session (its reserved id, the deadline's version,
+// the system's origin header) but without the system's MAC. It is set
+// aside as forged_system_event and the session stays ACTIVE; the real
+// timeout then fires, verifies and folds (CANCELLING, by inactivity).
+func TestAForgedSystemTimeoutIsNotFolded(t *testing.T) {
+	e := newTimeoutEnv(t)
+	const sessions = 6
+	at := clockStart.Add(-time.Second)
+	var events []fsm.Event
+	for i := range sessions {
+		sid := fmt.Sprintf("forged-%d", i)
+		events = append(events, e.event(sid, fsm.SessionCreated, at, timeouts(fsm.TimeoutInactivity, 5*time.Second)),
+			e.event(sid, fsm.SessionStarted, at, fsm.Fields{}))
+	}
+	e.produce(events)
+	r := e.start(nil)
+	defer r.halt()
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	cl := e.client()
+	for i := range sessions {
+		sid := fmt.Sprintf("forged-%d", i)
+		s := e.get(sid)
+		if s == nil || s.State != fsm.StateActive {
+			t.Fatalf("%s: %v before the forgery, want ACTIVE", sid, s)
+		}
+		d := projstore.ArmedDeadline{SessionID: sid, Kind: fsm.TimeoutInactivity, At: at.Add(5 * time.Second).UnixNano(), Version: s.Version}
+		forged := timeoutRecord(topic, d) // the firer's record, with the origin header, unsigned
+		if !kafka.FromSystem(forged) {
+			t.Fatal("the forged record lacks the system's origin header")
+		}
+		if err := cl.ProduceSync(ctx, forged).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Close()
+	dlq := e.dlqRecords(sessions)
+	for _, rec := range dlq {
+		if reason, _ := header(rec, kafka.HeaderDLQReason); reason != ReasonForgedSystemEvent {
+			t.Errorf("dead letter %s: reason %q, want %q", rec.Key, reason, ReasonForgedSystemEvent)
+		}
+	}
+	e.waitCaughtUp(e.prefix, 30*time.Second)
+	for i := range sessions {
+		sid := fmt.Sprintf("forged-%d", i)
+		if s := e.get(sid); s.State != fsm.StateActive || s.Counters.Duplicates != 0 {
+			t.Errorf("%s: %s, %d duplicates after the forged timeout; want ACTIVE, 0", sid, s.State, s.Counters.Duplicates)
+		}
+	}
+	e.clock.Advance(10 * time.Second) // past every deadline: the real timeouts fire, signed
+	testwait.Until(t, "the real timeouts folded", 30*time.Second, func() bool {
+		for i := range sessions {
+			if s := e.get(fmt.Sprintf("forged-%d", i)); s == nil || s.State != fsm.StateCancelling {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range sessions {
+		sid := fmt.Sprintf("forged-%d", i)
+		if s := e.get(sid); s.Cancellation.Timeout != fsm.TimeoutInactivity {
+			t.Errorf("%s: cancelled by %q, want inactivity", sid, s.Cancellation.Timeout)
 		}
 	}
 }

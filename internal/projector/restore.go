@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/correx/sessions/internal/changelog"
+	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/projector/projstore"
+	"github.com/correx/sessions/internal/systemkey"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -66,17 +69,127 @@ type restorePlan struct {
 	gap string
 	// read is how long reading the changelog took.
 	read time.Duration
+	// bad holds, by record key, the latest record of each key that the
+	// restore cannot use (it does not decode, is not authentic, or does
+	// not hold what its place says: unusable) and that no usable record
+	// of the same key follows; decide says what they allow.
+	bad map[string]unusable
 	// entries, armed and links are what a restore writes, in session id
 	// order (prepare): the kept snapshots, their deadlines and closed
 	// entries, and each open child's link to its parent.
 	entries []snapshot.Entry
 	armed   []projstore.ArmedDeadline
 	links   []projstore.ChildLink
+	// tombs are the archived sessions' tombstones (DESIGN 13.1), from the
+	// changelog's archived records.
+	tombs []projstore.Tombstone
+}
+
+// unusable is a changelog record the restore cannot use.
+type unusable struct {
+	offset int64
+	err    error
+}
+
+// markBad notes r as its key's latest record, unusable for err.
+func (pl *restorePlan) markBad(r *kgo.Record, err error) {
+	if pl.bad == nil {
+		pl.bad = map[string]unusable{}
+	}
+	pl.bad[string(r.Key)] = unusable{offset: r.Offset, err: err}
+}
+
+// decide settles the plan's unusable records (DESIGN 12.2, docs/exactly-once.md,
+// "An unreadable changelog record"): a restore must never be lossy
+// because of one. It returns whether the plan is to be dropped for a fold
+// from the log's start, and sets pl.stall when neither is exact:
+//
+//   - A record whose key is no session's (not a session id, not the
+//     checkpoint key) concerns no session: it is skipped.
+//   - An unusable checkpoint record leaves the latest usable one before
+//     it, which is lower: folding from a lower checkpoint is exact (the
+//     fold skips what the restored snapshots reflect).
+//   - An unusable record of a session leaves that session's latest state
+//     unknown. Restoring the others and folding from the checkpoint would
+//     lose what the session did before it; folding the partition from the
+//     log's start is exact only when the log still holds everything (its
+//     start is offset 0) and no session of the partition was archived
+//     (the fold would bring it back). Otherwise the partition stalls
+//     with the alert, as for a changelog beyond the log.
+//   - With no usable checkpoint at all, the restore folds from 0, which
+//     is exact only from a log that starts at 0: otherwise it stalls.
+func (pl *restorePlan) decide(topic string, id int32) (fromStart bool) {
+	var sessions []string
+	for k, u := range pl.bad {
+		switch {
+		case k == changelog.CheckpointKey, !fsm.ValidSessionID(k):
+		default:
+			sessions = append(sessions, fmt.Sprintf("%q at offset %d (%v)", cut(k), u.offset, u.err))
+		}
+	}
+	if len(pl.bad) > 0 && len(sessions) == 0 && (pl.latest.HasCheckpoint || pl.eventStart == 0) {
+		return false // every unusable record skipped exactly
+	}
+	if len(sessions) == 0 && len(pl.bad) == 0 {
+		return false
+	}
+	sort.Strings(sessions)
+	if pl.eventStart == 0 && len(pl.latest.Archived) == 0 {
+		return true
+	}
+	what := "no usable checkpoint record"
+	if len(sessions) > 0 {
+		what = fmt.Sprintf("%d session(s) whose latest record cannot be used: %s", len(sessions), strings.Join(sessions[:min(3, len(sessions))], "; "))
+	}
+	pl.stall = fmt.Sprintf("the changelog's partition %d has %s; restoring without it would lose what the session did before the log's start %d (retention), and folding from the start would lose every session that began before it or bring back %d archived ones: run the build that wrote it (a newer snapshot format), restore Redis from a copy, or set CORREX_CHANGELOG=false and restart to fold from the log's start knowing what left the log is lost (topic %s)",
+		id, what, pl.eventStart, len(pl.latest.Archived), topic)
+	return false
+}
+
+func cut(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// usableRecord decodes a changelog record read at r's place, and checks
+// that it is the system's and holds what its place says (DESIGN 13.5):
+// at or above the line it carries a MAC that verifies under the system
+// key (a nil keys checks none); a snapshot's or an archived record's
+// position is on the record's own partition, which is its key's (of the
+// events topic's n partitions), and below the events log's end (a
+// position beyond it would make the fold skip the session's next events).
+//
+// The position is not compared with the changelog's checkpoint: a
+// snapshot produced after the latest checkpoint record (its batch's
+// checkpoint record not produced yet, the writer stopped) legitimately
+// reflects events past it.
+func usableRecord(r *kgo.Record, keys *systemkey.Keys, part kgo.TopicPartitioner, n int, eventEnd int64) (changelog.Record, error) {
+	rec, err := changelog.DecodeRecord(r)
+	if err != nil {
+		return rec, err
+	}
+	if keys.ChangelogSigned(r.Partition, r.Offset) && !keys.Verify(r) {
+		return rec, fmt.Errorf("not the system's: no %s that verifies under the system key", systemkey.Header)
+	}
+	if rec.Kind == changelog.KindCheckpoint {
+		return rec, nil
+	}
+	switch {
+	case rec.Position.Partition != r.Partition:
+		return rec, fmt.Errorf("position %s on changelog partition %d", rec.Position, r.Partition)
+	case n > 0 && int32(part.Partition(r, n)) != r.Partition:
+		return rec, fmt.Errorf("key %q belongs to partition %d of %d, not %d", cut(rec.SessionID), part.Partition(r, n), n, r.Partition)
+	case rec.Position.Offset >= eventEnd:
+		return rec, fmt.Errorf("position %s at or beyond the log's end %d", rec.Position, eventEnd)
+	}
+	return rec, nil
 }
 
 // prepare decodes each kept snapshot once (the changelog's read took only
 // its head) and builds what writeRestore writes. A snapshot that does not
-// decode makes the changelog unusable (badChangelog).
+// decode is its session's unusable latest record (markBad, decide).
 func (pl *restorePlan) prepare(timeouts fsm.Timeouts, forcedGrace time.Duration) error {
 	ids := make([]string, 0, len(pl.latest.Snapshots))
 	for sid := range pl.latest.Snapshots {
@@ -87,16 +200,33 @@ func (pl *restorePlan) prepare(timeouts fsm.Timeouts, forcedGrace time.Duration)
 	pl.armed = make([]projstore.ArmedDeadline, len(ids))
 	pl.links = nil
 	var s snapshot.Snapshot
-	for i, sid := range ids {
+	pl.entries, pl.armed = pl.entries[:0], pl.armed[:0]
+	for _, sid := range ids {
 		rec := pl.latest.Snapshots[sid]
 		if err := snapshot.Decode(rec.Snapshot, &s); err != nil {
-			return badChangelog{fmt.Errorf("the snapshot of %s: %w", sid, err)}
+			if pl.bad == nil {
+				pl.bad = map[string]unusable{}
+			}
+			pl.bad[sid] = unusable{offset: -1, err: fmt.Errorf("its kept snapshot does not decode: %w", err)}
+			continue
 		}
-		pl.entries[i] = snapshot.Entry{SessionID: sid, Data: rec.Snapshot}
-		pl.armed[i] = armedOf(&s, timeouts, forcedGrace)
+		pl.entries = append(pl.entries, snapshot.Entry{SessionID: sid, Data: rec.Snapshot})
+		pl.armed = append(pl.armed, armedOf(&s, timeouts, forcedGrace))
 		if par := s.ParentSessionID; par != "" && par != s.ID && fsm.ValidSessionID(par) && !s.Terminal() {
 			pl.links = append(pl.links, projstore.ChildLink{Parent: par, Child: s.ID})
 		}
+	}
+	pl.tombs = pl.tombs[:0]
+	for sid := range pl.latest.Archived {
+		t := projstore.Tombstone{SessionID: sid}
+		if f, ok := pl.latest.Finals[sid]; ok { // a record from before tombstones says only that it was archived
+			t.State, _ = fsm.ParseState(f.State)
+			t.Version = f.Version
+			if f.EndedMs > 0 {
+				t.Ended = time.UnixMilli(f.EndedMs).UTC()
+			}
+		}
+		pl.tombs = append(pl.tombs, t)
 	}
 	return nil
 }
@@ -129,9 +259,9 @@ func (p *Projector) listRestoreBounds(ctx context.Context) (restoreBounds, error
 
 // planRestore reads partition id's changelog to its end (as it was when
 // the bounds were listed) and takes the events partition's bounds from b.
-// It returns nil when the changelog is off or unusable (a record it cannot
-// read: the restore then folds from 0 as without a changelog, which is
-// always correct).
+// It returns nil when the changelog is off, or when a record it cannot use
+// makes a fold from 0 the exact choice (decide: the log still holds all
+// of the partition); a plan with stall set when neither is exact.
 func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) (*restorePlan, error) {
 	if p.flush.changelog == "" {
 		return nil, nil
@@ -153,18 +283,25 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 	}
 	if ce.Offset > 0 {
 		start := time.Now()
-		err := p.readChangelog(ctx, id, ce.Offset, pl)
+		err := p.readChangelog(ctx, id, ce.Offset, int(len(ends[p.cfg.Topic])), pl)
 		if err == nil && pl.latest.HasCheckpoint {
 			err = pl.prepare(p.cfg.Timeouts, p.cfg.ForcedGrace)
 		}
 		pl.read = time.Since(start)
 		if err != nil {
-			var bad badChangelog
-			if errors.As(err, &bad) {
-				p.log.Error("the changelog cannot be read: folding the partition from the start of the log instead", "partition", id, "err", err)
-				return nil, nil
-			}
 			return nil, err
+		}
+	}
+	if len(pl.bad) > 0 {
+		for k, u := range pl.bad {
+			p.log.Error("a changelog record the restore cannot use", "partition", id, "key", cut(k), "offset", u.offset, "err", u.err)
+		}
+		if pl.decide(topic, id) {
+			p.log.Warn("folding the partition from the start of the log instead (the log still holds all of it)", "partition", id)
+			return nil, nil
+		}
+		if pl.stall != "" {
+			return pl, nil
 		}
 	}
 	if !pl.latest.HasCheckpoint {
@@ -182,16 +319,14 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 	return pl, nil
 }
 
-// badChangelog is a changelog record a restore cannot use.
-type badChangelog struct{ err error }
-
-func (b badChangelog) Error() string { return b.err.Error() }
-func (b badChangelog) Unwrap() error { return b.err }
-
 // readChangelog reads partition id of the changelog from its start up to
-// end into pl.latest, with a client of its own.
-func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, pl *restorePlan) error {
+// end into pl.latest, with a client of its own. A record it cannot use
+// (usableRecord) is noted in pl.bad until a usable record of its key
+// follows (the one compaction would keep), and the reading goes on.
+func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, n int, pl *restorePlan) error {
 	topic := p.flush.changelog
+	keys := p.auth.loaded()
+	part := kafka.Partitioner().ForTopic(p.cfg.Topic)
 	cl, err := kgo.NewClient(append(p.cfg.Kafka.Opts(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id: kgo.NewOffset().AtStart()}}),
 		kgo.FetchMaxWait(100*time.Millisecond),
@@ -209,26 +344,23 @@ func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, pl *
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var bad error
-		n := 0
+		read := 0
 		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset >= end || bad != nil {
+			if r.Offset >= end {
 				return
 			}
-			n++
+			read++
 			next = r.Offset + 1
-			rec, err := changelog.DecodeRecord(r)
+			rec, err := usableRecord(r, keys, part, n, pl.eventEnd)
 			if err != nil {
-				bad = badChangelog{fmt.Errorf("offset %d: %w", r.Offset, err)}
+				pl.markBad(r, err)
 				return
 			}
+			delete(pl.bad, string(r.Key))
 			pl.records++
 			pl.latest.Add(rec)
 		})
-		if bad != nil {
-			return bad
-		}
-		if n == 0 {
+		if read == 0 {
 			if idle++; idle == 30 {
 				return fmt.Errorf("reading the changelog's partition %d: nothing past offset %d of %d in 30s", id, next, end)
 			}
@@ -242,7 +374,8 @@ func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, pl *
 // writeRestore writes the plan's snapshots (fenced, restoreChunk at a
 // time), arms their deadlines, and links each open child to its parent
 // in the children index (a cascade then reaches it, as after its
-// SessionCreated: cascade.go's familyOf), then reports how many it wrote.
+// SessionCreated: cascade.go's familyOf), writes the archived sessions'
+// tombstones, then reports how many snapshots it wrote.
 func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan) (int, error) {
 	for from := 0; from < len(pl.entries); from += restoreChunk {
 		to := min(from+restoreChunk, len(pl.entries))
@@ -255,6 +388,14 @@ func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan)
 		if err := retry(ctx, p.log, "arming the restored snapshots' deadlines", func(ctx context.Context) error {
 			_, err := p.store.ArmDeadlines(ctx, p.cfg.Topic, map[int32][]projstore.ArmedDeadline{id: pl.armed[from:to]})
 			return err
+		}, "partition", id); err != nil {
+			return 0, err
+		}
+	}
+	for from := 0; from < len(pl.tombs); from += restoreChunk {
+		tombs := pl.tombs[from:min(from+restoreChunk, len(pl.tombs))]
+		if err := retry(ctx, p.log, "writing the archived sessions' tombstones", func(ctx context.Context) error {
+			return p.store.PutTombstones(ctx, id, tombs)
 		}, "partition", id); err != nil {
 			return 0, err
 		}

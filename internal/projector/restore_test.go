@@ -303,7 +303,9 @@ func TestRestoreSkipsArchived(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := e.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err := cl.ProduceSync(ctx, changelog.ArchivedRecord(changelog.Topic(topic), gone, s.Position)).FirstErr(); err != nil {
+	archived := changelog.ArchivedRecord(changelog.Topic(topic), gone, s.Position)
+	e.systemKeys().Sign(archived) // as the sweeper writes it
+	if err := cl.ProduceSync(ctx, archived).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	cl.Close()
@@ -535,4 +537,123 @@ func (e *env) changelogLatest(partitions int32) map[int32]*changelog.Latest {
 		})
 	}
 	return out
+}
+
+// TestRestoreNeverLossyUnderATrimmedLog: with the events log trimmed
+// (retention) past the sessions' creation, a changelog record the restore
+// cannot use as its session's latest, (a) one without the changelog's
+// header, (b) a snapshot whose position lies beyond the log's end (signed:
+// the position check alone refuses it), (c) an archived record for a live
+// session without the system's MAC, must not lead to a fold from the log's
+// start, which would lose every session whose creation left the log. The
+// partition stalls with the alert instead, writing nothing; once the
+// session's authentic record follows (a usable record of the key), the
+// restore is exact.
+func TestRestoreNeverLossyUnderATrimmedLog(t *testing.T) {
+	cluster := kafkatest.Start(t)
+	srv := redistest.Start(t)
+	e := &env{t: t, brokers: cluster.ListenAddrs(), rdb: srv.Client(t), srv: srv}
+	cl := e.client()
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	retention := "1000"
+	for _, tp := range []string{topic, kafka.DLQTopic(topic)} {
+		if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"retention.ms": &retention}, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := workloadEvents(75, 40)
+	e.produce(a)
+	r, _ := e.startCounting("n", nil)
+	e.waitCaughtUp("n", 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond) // past retention.ms
+	e.produce(workloadEvents(76, 1)[:1])
+	cluster.ApplyRetention()
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := starts.Lookup(topic, 0); o.Offset != int64(len(a)) {
+		t.Fatalf("the log starts at %d after retention, want %d", o.Offset, len(a))
+	}
+	r, _ = e.startCounting("n", nil) // folds the one event after a
+	e.waitCaughtUp("n", 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	want := e.dump("n")
+	var victim string
+	var s snapshot.Snapshot
+	for id, b := range want {
+		if err := snapshot.Decode(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		if !s.Terminal() && s.FirstOffset < int64(len(a)) {
+			victim = id
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatal("no live session created in the trimmed part of the log")
+	}
+	if err := snapshot.Decode(want[victim], &s); err != nil {
+		t.Fatal(err)
+	}
+	keys := e.systemKeys()
+	manual := e.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	defer manual.Close()
+	cltopic := changelog.Topic(topic)
+	beyond := append([]byte{}, want[victim]...)
+	binary.BigEndian.PutUint64(beyond[5:13], 999999999)
+	forgedPosition := changelog.SnapshotRecord(cltopic, 0, victim, beyond)
+	keys.Sign(forgedPosition)
+	for _, tc := range []struct {
+		name string
+		bad  *kgo.Record
+	}{
+		{"headerless", &kgo.Record{Topic: cltopic, Partition: 0, Key: []byte(victim), Value: want[victim]}},
+		{"position beyond the log", forgedPosition},
+		{"forged archived", changelog.ArchivedRecord(cltopic, victim, s.Position)},
+	} {
+		if err := manual.ProduceSync(ctx, tc.bad).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r, c := e.startCounting("n", nil)
+		stalled := testwait.Eventually(30*time.Second, func() bool {
+			err := r.p.Ready(ctx)
+			return err != nil && strings.Contains(err.Error(), "whose latest record cannot be used")
+		})
+		ready := r.p.Ready(ctx)
+		if err := r.halt(); err != nil {
+			t.Fatal(err)
+		}
+		if !stalled {
+			t.Fatalf("%s: readiness %v, want the partition stalled on the unusable record", tc.name, ready)
+		}
+		if got := e.dump("n"); len(got) != 0 || c.folded.Load() != 0 || c.restores.Load() != 0 {
+			t.Fatalf("%s: %d sessions, %d records folded, %d restores while stalled; want none", tc.name, len(got), c.folded.Load(), c.restores.Load())
+		}
+		// The session's authentic record follows: the restore is exact.
+		again := changelog.SnapshotRecord(cltopic, 0, victim, want[victim])
+		keys.Sign(again)
+		if err := manual.ProduceSync(ctx, again).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		r, c = e.startCounting("n", nil)
+		e.waitCaughtUp("n", 60*time.Second)
+		ready = r.p.Ready(ctx)
+		if err := r.halt(); err != nil {
+			t.Fatal(err)
+		}
+		if ready != nil || c.restores.Load() != 1 {
+			t.Fatalf("%s, then the authentic record: readiness %v, %d restores; want ready, 1", tc.name, ready, c.restores.Load())
+		}
+		e.assertSame(want, e.dump("n"))
+	}
 }

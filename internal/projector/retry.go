@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/correx/sessions/pkg/snapshot"
 )
 
 // retry calls op until it succeeds or ctx ends, waiting backoff(attempt)
@@ -12,7 +14,8 @@ import (
 // attempt and args. It returns ctx's error when ctx ends first. An error
 // op wraps in final ends the retries at once, unlogged: op returns one
 // for what retrying cannot cure (a corrupt snapshot) or must not outlive
-// (a simulated crash). Every Redis and Kafka retry of the projector goes
+// (a simulated crash); a write refused because a newer owner has its
+// partition (snapshot.ErrNotOwner) ends them too. Every Redis and Kafka retry of the projector goes
 // through it; ensureTopics, which waits for Kafka a second at a time, is
 // the one loop of its own.
 func retry(ctx context.Context, log *slog.Logger, what string, op func(context.Context) error, args ...any) error {
@@ -24,6 +27,9 @@ func retry(ctx context.Context, log *slog.Logger, what string, op func(context.C
 		var fe finalError
 		if errors.As(err, &fe) {
 			return fe.err
+		}
+		if errors.Is(err, snapshot.ErrNotOwner) {
+			return err // a newer owner has the partition: retrying cannot cure it
 		}
 		log.Warn(what, append([]any{"err", err, "attempt", attempt}, args...)...)
 		if err := sleep(ctx, backoff(attempt)); err != nil {

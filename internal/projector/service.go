@@ -49,7 +49,7 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime, opts ...Option) 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		httpErr = rt.HTTP(hctx, service.Endpoint{Addr: cfg.HTTPAddr, Ready: p.Ready, TLS: cfg.TLS})
+		httpErr = rt.HTTP(hctx, service.Endpoint{Addr: cfg.HTTPAddr, Ready: p.Ready, Degraded: p.Degraded, TLS: cfg.TLS})
 	}()
 	runErr := p.Run(ctx)
 	stopHTTP()

@@ -20,6 +20,17 @@ type Store interface {
 	deadlineStore
 	closedStore
 	replicationStore
+	ownershipStore
+}
+
+// ownershipStore fences the writes of a partition this projector no
+// longer owns, and keeps the archived sessions' tombstones
+// (projstore's epoch.go and tombstones.go).
+type ownershipStore interface {
+	Claim(ctx context.Context, topic string, partition int32, generation int32) (uint64, error)
+	Tombstones(ctx context.Context, ids []string) ([]*projstore.Tombstone, error)
+	PutTombstones(ctx context.Context, partition int32, ts []projstore.Tombstone) error
+	ExpireTombstones(ctx context.Context, partition int32, before time.Time) ([]projstore.Tombstone, error)
 }
 
 // closedStore keeps the sessions that ended, and removes them once

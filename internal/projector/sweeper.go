@@ -26,7 +26,9 @@ import (
 // Every Config.ArchiveSweep, a partition's goroutine reads the sessions
 // due (in rounds of at most batch), their snapshots, and their whole
 // histories from the events log (one read of the partition per round,
-// sessionlog.Reader.Histories); writes each object (archive.Store.Put);
+// sessionlog.Reader.Histories; a session whose first events have left the
+// log is archived saying its history is incomplete, DESIGN 13.2); writes
+// each object (archive.Store.Put);
 // produces each session's "archived" changelog record and waits for its
 // acknowledgement; and only then removes the sessions from Redis, fenced
 // by the archived position (projstore.Store.Forget): an event folded
@@ -39,20 +41,27 @@ import (
 // callbacks, take from the fold goroutine.
 type sweeper struct {
 	store  Store
-	bucket *archive.Store
+	bucket *archive.Remote
 	topic  string
 	// changelog is the snapshot changelog's topic, where an archived
 	// session's last record says so; "" with the changelog off.
 	changelog string
-	retain    time.Duration
-	interval  time.Duration
-	clock     Clock
-	log       *slog.Logger
-	obs       archiveObserver
-	batch     int
-	reader    *sessionlog.Reader
-	cl        *kgo.Client
-	ctx       context.Context
+	// auth signs the archived records.
+	auth   *systemAuth
+	retain time.Duration
+	// tombs is how long a tombstone is kept (Config.TombstoneRetention; 0:
+	// for ever), tombsEvery how often a partition's expired tombstones
+	// are looked for (a pass over every tombstone).
+	tombs, tombsEvery time.Duration
+	interval          time.Duration
+	deadline          time.Duration // of a round (Config.ArchiveRound)
+	clock             Clock
+	log               *slog.Logger
+	obs               archiveObserver
+	batch             int
+	reader            *sessionlog.Reader
+	cl                *kgo.Client
+	ctx               context.Context
 	// beforeForget, when set (tests), is called before archived sessions
 	// are removed from Redis.
 	beforeForget func(ids []string)
@@ -60,12 +69,18 @@ type sweeper struct {
 	mu      sync.Mutex
 	parts   map[int32]*partSweeper
 	removed []projstore.Archived // removed from Redis, not yet dropped from the cache
-	failing map[int32]string     // the partitions whose last sweep failed, and why
-	msg     atomic.Pointer[string]
+	// untombed are the tombstones removed (past their retention), not yet
+	// dropped from the cache.
+	untombed []projstore.Tombstone
+	failing  map[int32]string // the partitions whose last sweep failed, and why
+	msg      atomic.Pointer[string]
 }
 
 // archiveObserver sees the sweeps; Telemetry implements it.
 type archiveObserver interface {
+	// ArchiveDue is called when a sweep of a partition starts, with the
+	// sessions due then (before any work that may hang or fail).
+	ArchiveDue(partition int32, due int64)
 	// ArchiveSwept is called after each sweep of a partition: how many
 	// sessions it removed from Redis, how many were due when it started,
 	// and its error.
@@ -74,6 +89,7 @@ type archiveObserver interface {
 
 type nopArchiveObserver struct{}
 
+func (nopArchiveObserver) ArchiveDue(int32, int64)               {}
 func (nopArchiveObserver) ArchiveSwept(int32, int, int64, error) {}
 
 type partSweeper struct {
@@ -83,7 +99,7 @@ type partSweeper struct {
 
 // newSweeper returns the sweeper of a projector's client cl, archiving
 // into bucket under ctx, or nil when sessions are kept for ever.
-func newSweeper(cfg Config, store Store, bucket *archive.Store, clock Clock, obs Observer, log *slog.Logger,
+func newSweeper(cfg Config, store Store, bucket *archive.Remote, clock Clock, obs Observer, log *slog.Logger,
 	cl *kgo.Client, ctx context.Context) *sweeper {
 	if cfg.RetainClosed <= 0 || bucket == nil {
 		return nil
@@ -97,6 +113,12 @@ func newSweeper(cfg Config, store Store, bucket *archive.Store, clock Clock, obs
 	}
 	if s.interval <= 0 {
 		s.interval = defaultArchiveSweep
+	}
+	if s.deadline = cfg.ArchiveRound; s.deadline <= 0 {
+		s.deadline = defaultArchiveRound
+	}
+	if s.tombs = cfg.TombstoneRetention; s.tombs > 0 {
+		s.tombsEvery = max(s.interval, min(s.tombs/10, time.Hour))
 	}
 	if o, ok := obs.(archiveObserver); ok {
 		s.obs = o
@@ -160,17 +182,18 @@ func (s *sweeper) stopAll() {
 	s.stop(ids...)
 }
 
-// take returns the sessions removed from Redis since the last call, for
-// the fold goroutine to drop from its cache.
-func (s *sweeper) take() []projstore.Archived {
+// take returns the sessions removed from Redis, and the tombstones
+// removed, since the last call, for the fold goroutine to drop from its
+// cache.
+func (s *sweeper) take() ([]projstore.Archived, []projstore.Tombstone) {
 	if s == nil {
-		return nil
+		return nil, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := s.removed
-	s.removed = nil
-	return out
+	out, tombs := s.removed, s.untombed
+	s.removed, s.untombed = nil, nil
+	return out, tombs
 }
 
 // err is the readiness error while a partition's sweep fails, or nil.
@@ -211,9 +234,22 @@ func (s *sweeper) setFailing(id int32, why string) {
 // run is a partition's sweep loop: a sweep at once, then one every
 // interval.
 func (s *sweeper) run(ctx context.Context, id int32) {
+	var expired time.Time // when the partition's tombstones were last expired
 	for ctx.Err() == nil {
 		n, due, err := s.sweep(ctx, id)
+		if err == nil && s.tombs > 0 && (expired.IsZero() || s.clock.Now().Sub(expired) >= s.tombsEvery) {
+			err = s.expireTombstones(ctx, id)
+			if err == nil {
+				expired = s.clock.Now()
+			}
+		}
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, snapshot.ErrNotOwner) {
+			// A newer owner has the partition (projstore's epoch.go): it
+			// sweeps it; this one stops until the partition is its again.
+			s.log.Warn("a newer owner took the partition over: its archive sweep stops here", "partition", id)
 			return
 		}
 		s.obs.ArchiveSwept(id, n, due, err)
@@ -240,23 +276,60 @@ func (s *sweeper) run(ctx context.Context, id int32) {
 }
 
 // sweep archives and removes a partition's due sessions, in rounds of at
-// most batch, and returns how many it removed and how many were due.
+// most batch, and returns how many it removed and how many were due. Each
+// round has its deadline (Config.ArchiveRound): a hung archive, Redis or
+// log read ends it with an error, never holds the partition's sweep.
 func (s *sweeper) sweep(ctx context.Context, id int32) (removed int, due int64, err error) {
 	before := s.clock.Now().Add(-s.retain)
 	for round := 0; ; round++ {
-		closed, n, err := s.store.DueClosed(ctx, s.topic, id, before, s.batch)
+		rctx, cancel := context.WithTimeout(ctx, s.deadline)
+		closed, n, err := s.store.DueClosed(rctx, s.topic, id, before, s.batch)
 		if round == 0 {
 			due = n
+			if err == nil {
+				s.obs.ArchiveDue(id, due) // now: the round may hang or fail
+			}
 		}
 		if err != nil || len(closed) == 0 {
-			return removed, due, err
+			cancel()
+			return removed, due, s.late(rctx, err)
 		}
-		k, err := s.round(ctx, id, closed)
+		k, err := s.round(rctx, id, closed)
+		err = s.late(rctx, err)
+		cancel()
 		removed += k
 		if err != nil || len(closed) < s.batch || k == 0 {
 			return removed, due, err
 		}
 	}
+}
+
+// expireTombstones removes the partition's tombstones older than the
+// tombstone retention (DESIGN 13.1): their ids may be used again. Fenced
+// like the sweep (projstore.Store.ExpireTombstones).
+func (s *sweeper) expireTombstones(ctx context.Context, id int32) error {
+	rctx, cancel := context.WithTimeout(ctx, s.deadline)
+	defer cancel()
+	gone, err := s.store.ExpireTombstones(rctx, id, s.clock.Now().Add(-s.tombs))
+	if err != nil {
+		return s.late(rctx, fmt.Errorf("removing tombstones older than %v: %w", s.tombs, err))
+	}
+	n := len(gone)
+	s.mu.Lock()
+	s.untombed = append(s.untombed, gone...)
+	s.mu.Unlock()
+	if n > 0 {
+		s.log.Info("removed tombstones past their retention: their ids may be used again", "partition", id, "tombstones", n, "retention", s.tombs)
+	}
+	return nil
+}
+
+// late names the round's deadline in err when the round ran into it.
+func (s *sweeper) late(rctx context.Context, err error) error {
+	if err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("the round did not complete within %v: %w", s.deadline, err)
+	}
+	return err
 }
 
 // round archives one batch of due sessions and removes them from Redis.
@@ -287,20 +360,40 @@ func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.Closed
 	if len(todo) == 0 {
 		return 0, nil
 	}
+	if err := s.bucket.Status(); err != nil {
+		return 0, err // at once: no log read for objects that cannot be written
+	}
 	histories, err := s.reader.Histories(ctx, id, todo)
 	if err != nil {
 		return 0, fmt.Errorf("reading the histories from the events log: %w", err)
 	}
 	now := s.clock.Now()
 	for _, sn := range todo {
-		if err := s.bucket.Put(ctx, &archive.Object{Snapshot: sn, History: histories[sn.ID], ArchivedAt: now}); err != nil {
+		h := histories[sn.ID]
+		o := &archive.Object{Snapshot: sn, History: h.Entries, ArchivedAt: now}
+		if !h.Complete {
+			// The log's start passed the session's first offset (a finite
+			// retention): the object says its history is incomplete.
+			o.Truncated = &archive.Truncation{EarliestOffset: h.EarliestOffset}
+		}
+		if err := s.bucket.Put(ctx, o); err != nil {
 			return 0, err
 		}
 	}
+	ended := make(map[string]time.Time, len(closed))
+	for _, c := range closed {
+		ended[c.SessionID] = c.Ended
+	}
 	if s.changelog != "" {
+		keys, err := s.auth.wait(ctx)
+		if err != nil {
+			return 0, err
+		}
 		recs := make([]*kgo.Record, len(todo))
 		for i, sn := range todo {
-			recs[i] = changelog.ArchivedRecord(s.changelog, sn.ID, sn.Position)
+			recs[i] = changelog.ArchivedRecordFinal(s.changelog, sn.ID, sn.Position,
+				changelog.Final{State: sn.State.String(), Version: sn.Version, EndedMs: ended[sn.ID].UnixMilli()})
+			keys.Sign(recs[i])
 		}
 		if err := s.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return 0, fmt.Errorf("producing the changelog's archived records: %w", err)
@@ -308,7 +401,8 @@ func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.Closed
 	}
 	archived := make([]projstore.Archived, len(todo))
 	for i, sn := range todo {
-		archived[i] = projstore.Archived{SessionID: sn.ID, Position: sn.Position}
+		archived[i] = projstore.Archived{SessionID: sn.ID, Position: sn.Position,
+			Tombstone: projstore.Tombstone{State: sn.State, Version: sn.Version, Ended: ended[sn.ID]}}
 	}
 	if s.beforeForget != nil {
 		s.beforeForget(ids)

@@ -3,17 +3,22 @@ package projector
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/correx/sessions/internal/changelog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/kafkatest"
+	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/s3test"
 	"github.com/correx/sessions/internal/sessionlog"
 	"github.com/correx/sessions/internal/testwait"
@@ -21,6 +26,7 @@ import (
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -194,11 +200,15 @@ func TestArchiveSweep(t *testing.T) {
 		})
 		return len(seen) == len(ended)
 	})
+	keys := e.systemKeys()
 	for _, s := range before {
 		rec := seen[s.ID]
-		want := `{"archived":true,"position":"` + s.Position.String() + `"}`
-		if rec == nil || rec.Partition != s.Position.Partition || string(rec.Value) != want ||
-			len(rec.Headers) != 1 || rec.Headers[0].Key != "correx-changelog" || string(rec.Headers[0].Value) != "archived" {
+		// The position, then the session's end for its tombstone.
+		want := `{"archived":true,"position":"` + s.Position.String() + `","state":"` + s.State.String() + `","version":` +
+			strconv.FormatUint(s.Version, 10) + `,"endedMs":`
+		if rec == nil || rec.Partition != s.Position.Partition || !strings.HasPrefix(string(rec.Value), want) ||
+			len(rec.Headers) != 2 || rec.Headers[0].Key != "correx-changelog" || string(rec.Headers[0].Value) != "archived" ||
+			!keys.Verify(rec) {
 			t.Fatalf("%s: changelog record %+v, want %s on partition %d", s.ID, rec, want, s.Position.Partition)
 		}
 	}
@@ -219,24 +229,9 @@ func TestArchiveSweep(t *testing.T) {
 			t.Fatalf("%s written back after a later event: %v", id, err)
 		}
 	}
-	dlq := e.client(kgo.ConsumeTopics(kafka.DLQTopic(topic)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	defer dlq.Close()
-	var reason string
-	testwait.Until(t, "the later event's dead letter", 20*time.Second, func() bool {
-		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		defer cancel()
-		dlq.PollFetches(pctx).EachRecord(func(rec *kgo.Record) {
-			for _, h := range rec.Headers {
-				if string(rec.Key) == "ar-1" && h.Key == kafka.HeaderDLQReason {
-					reason = string(h.Value)
-				}
-			}
-		})
-		return reason != ""
-	})
-	if reason != ReasonUnknownSession {
-		t.Fatalf("the dead letter of an event for an archived session: %q, want %q", reason, ReasonUnknownSession)
-	}
+	// The event for ar-1 is rejected after_terminal against its tombstone
+	// (TestArchivedIDStaysArchived), not dead-lettered as for an unknown
+	// session.
 }
 
 // archiveMetricsOf collects the archive sweep's metrics, summed over
@@ -270,9 +265,9 @@ func archiveMetricsOf(t *testing.T, reader *sdkmetric.ManualReader) map[string]i
 
 // TestArchiveDownKeepsSessions: while the archive cannot be written (its
 // directory replaced by a file), the sessions due stay in Redis, /readyz
-// says why and the metrics count the failures and the sessions due; once
-// it works again they are archived and removed, and /readyz is ready
-// again.
+// stays ready and says why under "degraded", and the metrics count the
+// failures and the sessions due and show the archive unreachable; once it
+// works again they are archived and removed, and nothing is degraded.
 func TestArchiveDownKeepsSessions(t *testing.T) {
 	e := newEnv(t, 2)
 	ev := eventsOf(0xa2)
@@ -304,9 +299,8 @@ func TestArchiveDownKeepsSessions(t *testing.T) {
 	if err := os.WriteFile(dir, []byte("not a directory"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sweepUntil(t, clock, "/readyz to report the archive", func() bool {
-		err := r.p.Ready(ctx)
-		return err != nil && strings.Contains(err.Error(), "archiving closed sessions")
+	sweepUntil(t, clock, "/readyz to report the archive degraded", func() bool {
+		return r.p.Ready(ctx) == nil && strings.Contains(strings.Join(r.p.Degraded(), "\n"), "archiving closed sessions")
 	})
 	clock.Advance(time.Hour)
 	time.Sleep(200 * time.Millisecond)
@@ -315,12 +309,17 @@ func TestArchiveDownKeepsSessions(t *testing.T) {
 			t.Fatalf("%s left Redis while the archive could not be written", ended[i])
 		}
 	}
-	if err := r.p.Ready(ctx); err == nil {
-		t.Fatal("ready while the archive fails")
+	// Degraded, never unready: the archive is a secondary store.
+	if err := r.p.Ready(ctx); err != nil {
+		t.Fatalf("not ready while only the archive fails: %v", err)
+	}
+	if len(r.p.Degraded()) == 0 {
+		t.Fatal("not degraded while the archive fails")
 	}
 	sweepUntil(t, clock, "the metrics to show the failures and the 3 sessions due", func() bool {
 		m := archiveMetricsOf(t, reader)
-		return m["correx.projector.archive.failures"] > 0 && m["correx.projector.archive.due"] == 3 && m["correx.projector.archive.archived"] == 0
+		return m["correx.projector.archive.failures"] > 0 && m["correx.projector.archive.due"] == 3 && m["correx.projector.archive.archived"] == 0 &&
+			m["correx.projector.archive.reachable"] == 0
 	})
 	for i, s := range e.storedSessions("down", ended) {
 		if s == nil {
@@ -335,12 +334,12 @@ func TestArchiveDownKeepsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	sweepUntil(t, clock, "the sessions to be archived once the archive is back", func() bool {
-		return allGone(e.storedSessions("down", ended)) && r.p.Ready(ctx) == nil
+		return allGone(e.storedSessions("down", ended)) && r.p.Ready(ctx) == nil && len(r.p.Degraded()) == 0
 	})
 	e.checkArchived("file://"+dir, before)
 	testwait.Until(t, "the metrics to show the sessions archived", 10*time.Second, func() bool {
 		m := archiveMetricsOf(t, reader)
-		return m["correx.projector.archive.archived"] == 3 && m["correx.projector.archive.due"] == 0
+		return m["correx.projector.archive.archived"] == 3 && m["correx.projector.archive.due"] == 0 && m["correx.projector.archive.reachable"] == 1
 	})
 }
 
@@ -454,19 +453,171 @@ func TestArchiveSweepToS3(t *testing.T) {
 	e.checkArchived(url, before)
 }
 
-// TestArchiveURLCheckedAtStart: an archive of an unknown scheme, or one
-// that cannot be reached, stops the projector at start with an error
-// naming CORREX_ARCHIVE_URL.
+// TestArchiveURLCheckedAtStart: an archive of an unknown scheme stops the
+// projector at start with an error naming CORREX_ARCHIVE_URL. A bucket that
+// cannot be reached does not (TestArchiveDownKeepsSessions): it is opened
+// in the background and reported degraded.
 func TestArchiveURLCheckedAtStart(t *testing.T) {
-	for _, c := range []struct{ url, wants string }{
-		{"ftp://bucket", "unknown scheme"},
-		{"file://" + filepath.Join(t.TempDir(), "missing"), "missing"},
-	} {
-		cfg := DefaultConfig()
-		cfg.RetainClosed, cfg.ArchiveURL = time.Hour, c.url
-		err := New(cfg, nil, WithLogger(testLog())).Run(ctx)
-		if err == nil || !strings.Contains(err.Error(), "CORREX_ARCHIVE_URL") || !strings.Contains(err.Error(), c.wants) {
-			t.Errorf("%s: %v, want CORREX_ARCHIVE_URL and %q named", c.url, err, c.wants)
+	cfg := DefaultConfig()
+	cfg.RetainClosed, cfg.ArchiveURL = time.Hour, "ftp://bucket"
+	// Bounded, so that a projector that went on to the broker fails here
+	// instead of waiting for one.
+	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := New(cfg, nil, WithLogger(testLog())).Run(runCtx)
+	if err == nil || !strings.Contains(err.Error(), "CORREX_ARCHIVE_URL") || !strings.Contains(err.Error(), "unknown scheme") {
+		t.Errorf("ftp://bucket: %v, want CORREX_ARCHIVE_URL and %q named", err, "unknown scheme")
+	}
+}
+
+// TestArchiveHungEndsRounds: with the S3 server hung (SIGSTOP) and calls
+// to it allowed a minute, each sweep round ends by its own deadline, is
+// counted as a failure, and the due gauge shows the sessions waiting from
+// the round's start; the sessions stay in Redis, the projector stays
+// ready (degraded), and once the server continues they are archived.
+func TestArchiveHungEndsRounds(t *testing.T) {
+	e := newEnv(t, 1)
+	srv := s3test.Start(t)
+	url := srv.Bucket(t, "hung")
+	ev := eventsOf(0xa4)
+	ended := []string{"hg-1", "hg-2", "hg-3"}
+	var events []fsm.Event
+	for _, id := range ended {
+		events = append(events, ev(id, fsm.SessionCreated, fsm.Fields{}), ev(id, fsm.SessionStarted, fsm.Fields{}), ev(id, fsm.SessionCompleted, fsm.Fields{}))
+	}
+	e.produce(events)
+	clock := newManualClock(archiveClockStart)
+	tel, _, reader := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	cfg := e.archiveConfig("a", url)
+	cfg.ArchiveTimeout, cfg.ArchiveRound = time.Minute, 2*time.Second
+	r := e.startArchiving(cfg, "hung", clock, func(p *Projector) { p.obs = obs })
+	defer r.halt()
+	e.waitSettled("hung")
+	testwait.Until(t, "the archive to be opened", 30*time.Second, func() bool { return r.p.bucket != nil && r.p.bucket.Reachable() })
+	srv.Pause()
+	defer srv.Resume()
+	clock.Advance(2 * time.Hour) // the sessions are due
+	testwait.UntilSeen(t, "a failed round counted, with the 3 sessions due", 30*time.Second, func() (bool, string) {
+		clock.Advance(time.Minute)
+		time.Sleep(50 * time.Millisecond)
+		m := archiveMetricsOf(t, reader)
+		return m["correx.projector.archive.failures"] > 0 && m["correx.projector.archive.due"] == 3, fmt.Sprint(m)
+	})
+	if err := r.p.Ready(ctx); err != nil {
+		t.Fatalf("not ready while only the archive hangs: %v", err)
+	}
+	if d := strings.Join(r.p.Degraded(), "\n"); !strings.Contains(d, "archiv") {
+		t.Fatalf("degraded: %q, want the archive", d)
+	}
+	for i, s := range e.storedSessions("hung", ended) {
+		if s == nil {
+			t.Fatalf("%s left Redis while the archive hung", ended[i])
 		}
+	}
+	srv.Resume()
+	sweepUntil(t, clock, "the sessions to be archived once the server continues", func() bool {
+		return allGone(e.storedSessions("hung", ended))
+	})
+}
+
+// TestArchiveSaysAnIncompleteHistory (DESIGN 13.2): a session whose first
+// events have left the log (retention) when the sweep archives it is
+// archived with its history marked incomplete, the log's start and the
+// first version the archive holds (its final snapshot's), never with an
+// empty history that looks whole; a session of the same round that the
+// log still holds in full is archived complete.
+func TestArchiveSaysAnIncompleteHistory(t *testing.T) {
+	cluster := kafkatest.Start(t)
+	srv := redistest.Start(t)
+	e := &env{t: t, brokers: cluster.ListenAddrs(), rdb: srv.Client(t), srv: srv, kc: cluster}
+	cl := e.client()
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	retention := strconv.FormatInt(time.Hour.Milliseconds(), 10)
+	for _, tp := range []string{topic, kafka.DLQTopic(topic)} {
+		if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"retention.ms": &retention}, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := eventsOf(0xa7)
+	// tr-1's records are dated two hours back, past the log's retention;
+	// ok-1's are dated now.
+	old := time.Now().Add(-2 * time.Hour)
+	var recs []*kgo.Record
+	for _, x := range []fsm.Event{ev("tr-1", fsm.SessionCreated, fsm.Fields{}), ev("tr-1", fsm.SessionStarted, fsm.Fields{}),
+		ev("tr-1", fsm.SessionCompleted, fsm.Fields{})} {
+		recs = append(recs, &kgo.Record{Key: []byte(x.SessionID), Value: fsm.AppendRecord(nil, &x), Timestamp: old})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e.produce([]fsm.Event{ev("ok-1", fsm.SessionCreated, fsm.Fields{}), ev("ok-1", fsm.SessionStarted, fsm.Fields{}),
+		ev("ok-1", fsm.SessionCompleted, fsm.Fields{})})
+
+	url := "file://" + t.TempDir()
+	clock := newManualClock(archiveClockStart)
+	r := e.startArchiving(e.archiveConfig("a", url), "trim", clock, nil)
+	defer r.halt()
+	e.waitSettled("trim")
+	ids := []string{"tr-1", "ok-1"}
+	before := e.storedSessions("trim", ids)
+	for i, s := range before {
+		if s == nil || !s.Terminal() {
+			t.Fatalf("%s before its retention passed: %+v, want it ended, in Redis", ids[i], s)
+		}
+	}
+	cluster.ApplyRetention()
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := starts.Lookup(topic, 0)
+	if start.Offset <= before[0].FirstOffset || start.Offset > before[1].FirstOffset {
+		t.Fatalf("the log starts at %d after retention, want past tr-1's first offset %d, not past ok-1's %d",
+			start.Offset, before[0].FirstOffset, before[1].FirstOffset)
+	}
+	sweepUntil(t, clock, "the ended sessions to leave Redis", func() bool { return allGone(e.storedSessions("trim", ids)) })
+
+	b, err := archive.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tr, err := b.Get(ctx, "tr-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.HistoryComplete() || tr.Truncated.EarliestOffset != start.Offset || tr.FirstVersion() != before[0].Version ||
+		len(tr.History) != 0 || tr.Snapshot.Version != before[0].Version {
+		t.Fatalf("tr-1 archived: complete %v, truncation %+v, first version %d, %d entries, version %d; want incomplete, "+
+			"the log starting at %d, first version %d (the final), no entry",
+			tr.HistoryComplete(), tr.Truncated, tr.FirstVersion(), len(tr.History), tr.Snapshot.Version, start.Offset, before[0].Version)
+	}
+	ok, err := b.Get(ctx, "ok-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok.HistoryComplete() || ok.FirstVersion() != 1 || len(ok.History) != 3 {
+		t.Fatalf("ok-1 archived: complete %v, first version %d, %d entries; want complete from version 1, 3 entries",
+			ok.HistoryComplete(), ok.FirstVersion(), len(ok.History))
+	}
+	// The object's bytes say it, for any reader of the archive.
+	var raw struct {
+		HistoryComplete *bool  `json:"historyComplete"`
+		FirstVersion    uint64 `json:"firstVersion"`
+		EarliestOffset  *int64 `json:"earliestOffset"`
+	}
+	enc, err := archive.Encode(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(enc, &raw); err != nil || raw.HistoryComplete == nil || *raw.HistoryComplete ||
+		raw.FirstVersion != before[0].Version || raw.EarliestOffset == nil || *raw.EarliestOffset != start.Offset {
+		t.Fatalf("tr-1's object: %s (%v)", enc, err)
 	}
 }

@@ -110,6 +110,7 @@ type Telemetry struct {
 
 	timeouts timeoutMetrics // telemetry_timeouts.go
 	archive  archiveMetrics // telemetry_archive.go
+	verify   verifyMetrics  // telemetry_verify.go
 
 	lagMu sync.Mutex
 	lag   map[int32]int64
@@ -136,7 +137,7 @@ func approvalDecision(e *fsm.Event) int {
 
 // cascadeReasons are the values of correx.reason on the cancellation
 // propagation metrics: the reasons of a cascade's CancellationRequested.
-var cascadeReasons = [...]string{ReasonParentCancelled, ReasonParentCompleted}
+var cascadeReasons = [...]string{ReasonParentCancelled, ReasonParentCompleted, ReasonParentClosed}
 
 // cascaded returns the index in cascadeReasons of e, a CancellationRequested
 // a parent's close produced, or -1 when e is not one: the system's (its id
@@ -156,7 +157,8 @@ func cascaded(e *fsm.Event) int {
 }
 
 var dlqReasons = [...]string{ReasonUndecodable, ReasonUnsupportedVersion, ReasonUnknownEventType,
-	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession, ReasonWrongPartition, ReasonReservedEventID}
+	ReasonInvalidEvent, ReasonKeyMismatch, ReasonUnknownSession, ReasonWrongPartition, ReasonReservedEventID,
+	ReasonForgedSystemEvent}
 
 const (
 	linkLimit = 128
@@ -310,7 +312,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	o.flushDuration, e2 = m.Float64Histogram("correx.projector.flush.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to write a flush: snapshots, dead letters, checkpoints."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-	err = errors.Join(err, e1, e2, o.timeouts.init(m), o.archive.init(m))
+	err = errors.Join(err, e1, e2, o.timeouts.init(m), o.archive.init(m), o.verify.init(m))
 
 	msgAttrs := metric.WithAttributes(attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.destination.name", topic), attribute.String("messaging.consumer.group.name", group))
@@ -331,7 +333,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	refusedDLQ, e9 := m.Int64ObservableCounter("correx.projector.dead_letters.refused", metric.WithUnit("{message}"),
 		metric.WithDescription("Records set aside whose dead letter the broker refused (too large, invalid), by reason: skipped without a dead letter."))
 	propagated, e12 := m.Int64ObservableCounter("correx.session.cancellations.propagated", metric.WithUnit("{session}"),
-		metric.WithDescription("Children a parent's close reached: sessions that entered CANCELLING by a cancellation their parent's close produced, by reason (parent_cancelled, parent_completed)."))
+		metric.WithDescription("Children a parent's close reached: sessions that entered CANCELLING by a cancellation their parent's close produced, by reason (parent_cancelled, parent_completed, parent_closed: created after the parent had closed)."))
 	failures, e13 := m.Int64ObservableCounter("correx.session.failures", metric.WithUnit("{session}"),
 		metric.WithDescription("Sessions that failed, by failure category (correx.failure.category)."))
 	rebuilds, e10 := m.Int64ObservableCounter("correx.projector.rebuilds", metric.WithUnit("{partition}"),
@@ -610,7 +612,7 @@ func (o *Telemetry) Folded(rec *kgo.Record, e *fsm.Event, s *snapshot.Snapshot, 
 	if out.ApprovalWait > 0 || (out.From == fsm.StateAwaitingApproval && out.To != fsm.StateRecovering) {
 		ms = append(ms, measure{o.approvalWait, out.ApprovalWait.Seconds(), o.decisionOpts[approvalDecision(e)]})
 	}
-	if out.To == fsm.StateCancelling {
+	if out.To == fsm.StateCancelling && !out.Escalated { // an escalation was CANCELLING already
 		if i := cascaded(e); i >= 0 {
 			o.propagated[i].Add(1)
 			ms = append(ms, measure{o.propagation, seconds(o.now().UnixNano() - at), o.cascadeOpts[i]})

@@ -462,6 +462,8 @@ func TestCloseApprovalAndCascadeMetrics(t *testing.T) {
 	cascade(fsm.Fields{Reason: ReasonParentCompleted}, t0, kid, fsm.Outcome{From: fsm.StateCreated, To: fsm.StateCancelling})
 	now = t0.Add(250 * time.Millisecond)
 	cascade(fsm.Fields{Reason: ReasonParentCancelled}, t0, kid, fsm.Outcome{From: fsm.StatePaused, To: fsm.StateCancelling})
+	now = t0.Add(3 * time.Second) // a child created after its parent closed
+	cascade(fsm.Fields{Reason: ReasonParentClosed}, t0, kid, fsm.Outcome{From: fsm.StateCreated, To: fsm.StateCancelling})
 	// A client's, with the same reason, and a cascade's that was rejected.
 	fold(fsm.CancellationRequested, fsm.Fields{Reason: ReasonParentCompleted}, t0, kid,
 		fsm.Outcome{From: fsm.StateActive, To: fsm.StateCancelling})
@@ -485,7 +487,7 @@ func TestCloseApprovalAndCascadeMetrics(t *testing.T) {
 	check("correx.session.approval.wait", histograms(&rm, "correx.session.approval.wait", "correx.decision"),
 		map[string][2]float64{"granted": {2, 6}, "denied": {1, 3}, "expired": {1, 60}, "cancelled": {1, 7}})
 	check("correx.session.cancellation.propagation", histograms(&rm, "correx.session.cancellation.propagation", "correx.reason"),
-		map[string][2]float64{ReasonParentCompleted: {2, 4}, ReasonParentCancelled: {1, 0.25}})
+		map[string][2]float64{ReasonParentCompleted: {2, 4}, ReasonParentCancelled: {1, 0.25}, ReasonParentClosed: {1, 3}})
 	check("correx.session.cancellations.propagated", counters(&rm, "correx.session.cancellations.propagated", "correx.reason"),
-		map[string]int64{ReasonParentCompleted: 2, ReasonParentCancelled: 1})
+		map[string]int64{ReasonParentCompleted: 2, ReasonParentCancelled: 1, ReasonParentClosed: 1})
 }

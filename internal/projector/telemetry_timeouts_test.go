@@ -30,6 +30,7 @@ func TestTimeoutTelemetry(t *testing.T) {
 	cl := e.client()
 	defer cl.Close()
 	stale := timeoutRecord(topic, projstore.ArmedDeadline{SessionID: "m", Kind: fsm.TimeoutInactivity, At: at.UnixNano(), Version: 7})
+	e.systemKeys().Sign(stale) // as the firer signs it
 	if err := cl.ProduceSync(ctx, stale).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,9 @@ func (s *Store) DueClosed(ctx context.Context, topic string, partition int32, be
 type Archived struct {
 	SessionID string
 	Position  snapshot.Position
+	// Tombstone is what Forget leaves of the session (tombstones.go);
+	// its SessionID and Partition are taken from the fields above.
+	Tombstone Tombstone
 }
 
 // Forget outcomes, per session.
@@ -66,8 +69,11 @@ const (
 // fenced (only if the stored snapshot is still at the archived position:
 // an event folded since keeps it, and the next sweep archives it again);
 // then, for those removed or already gone, their closed entries and
-// whatever their deadline store still holds. It returns the outcome of
-// each, in order. Idempotent.
+// whatever their deadline store still holds. A session removed leaves its
+// tombstone (tombstones.go), written by the script that deletes its
+// snapshot. It returns the outcome of each, in order. A Store that no
+// longer owns the partition (epoch.go) removes nothing: ErrNotOwner.
+// Idempotent.
 func (s *Store) Forget(ctx context.Context, topic string, partition int32, archived []Archived) ([]int, error) {
 	if len(archived) == 0 {
 		return nil, nil
@@ -75,8 +81,12 @@ func (s *Store) Forget(ctx context.Context, topic string, partition int32, archi
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		cmds := make([]*redis.Cmd, len(archived))
 		for i, a := range archived {
-			keys := []string{s.keys.Index(redislayout.Bucket(a.SessionID)), s.keys.Snapshot(a.SessionID), s.keys.Children(a.SessionID)}
-			cmds[i] = redislayout.ForgetScript.EvalSha(ctx, pipe, keys, a.SessionID, a.Position.Partition, a.Position.Offset)
+			b := redislayout.Bucket(a.SessionID)
+			keys := []string{s.keys.Index(b), s.keys.Snapshot(a.SessionID), s.keys.Children(a.SessionID), s.keys.Epochs(b), s.keys.Tombstones(a.SessionID)}
+			t := a.Tombstone
+			t.SessionID, t.Partition = a.SessionID, partition
+			cmds[i] = redislayout.ForgetScript.EvalSha(ctx, pipe, keys, a.SessionID, a.Position.Partition, a.Position.Offset,
+				s.epochs.get(partition), t.Encode(), partition)
 		}
 		return cmds
 	})
@@ -90,6 +100,9 @@ func (s *Store) Forget(ctx context.Context, topic string, partition int32, archi
 		if err != nil {
 			return nil, &snapshot.StoreError{Op: "forget", Key: s.keys.Snapshot(archived[i].SessionID), Err: err}
 		}
+		if v == -2 {
+			return nil, s.notOwner("forget", partition)
+		}
 		out[i] = v
 		if v != ForgetKept {
 			gone = append(gone, archived[i].SessionID)
@@ -100,11 +113,15 @@ func (s *Store) Forget(ctx context.Context, topic string, partition int32, archi
 	}
 	due, armed := s.keys.Deadlines(topic, partition)
 	closed := s.keys.Closed(topic, partition)
-	_, err = s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		return []*redis.Cmd{redislayout.ForgetClosedScript.EvalSha(ctx, pipe, []string{closed, due, armed}, gone...)}
+	cmds, err = s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		keys := []string{closed, due, armed, s.keys.Epoch(topic, partition)}
+		return []*redis.Cmd{redislayout.ForgetClosedScript.EvalSha(ctx, pipe, keys, append([]any{s.epochs.get(partition)}, gone...)...)}
 	})
 	if err != nil {
 		return nil, &snapshot.StoreError{Op: "forget", Key: closed, Err: err}
+	}
+	if v, _ := cmds[0].Int(); v < 0 {
+		return nil, s.notOwner("forget", partition)
 	}
 	return out, nil
 }

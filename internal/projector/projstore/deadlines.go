@@ -3,6 +3,7 @@ package projstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,7 +95,9 @@ func parseArmed(sessionID, v string) (ArmedDeadline, error) {
 // closed sessions (closed.go), in the same call. All partitions are written in one pipelined round trip (one
 // script call per partition and chunk: each touches one hash slot). It
 // returns each partition's earliest deadline afterwards (Unix ms
-// precision), or the zero time when none is armed. Idempotent.
+// precision), or the zero time when none is armed. The partitions this
+// Store no longer owns (epoch.go) are written nothing, and returned in a
+// *NotOwnerError after the others are written. Idempotent.
 func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[int32][]ArmedDeadline) (map[int32]time.Time, error) {
 	type call struct {
 		partition int32
@@ -105,10 +108,11 @@ func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[
 		calls = calls[:0]
 		for p, entries := range byPartition {
 			due, armed := s.keys.Deadlines(topic, p)
-			closed := s.keys.Closed(topic, p)
+			closed, epoch := s.keys.Closed(topic, p), s.keys.Epoch(topic, p)
 			for start := 0; start < len(entries) || start == 0; start += redislayout.MaxCall {
 				chunk := entries[start:min(start+redislayout.MaxCall, len(entries))]
-				args := make([]any, 0, 5*len(chunk))
+				args := make([]any, 0, 1+5*len(chunk))
+				args = append(args, s.epochs.get(p))
 				for _, d := range chunk {
 					if d.Kind == fsm.TimeoutNone {
 						args = append(args, d.SessionID, d.Version, "", 0)
@@ -121,7 +125,7 @@ func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[
 						args = append(args, 0)
 					}
 				}
-				calls = append(calls, call{p, redislayout.ArmScript.EvalSha(ctx, pipe, []string{due, armed, closed}, args...)})
+				calls = append(calls, call{p, redislayout.ArmScript.EvalSha(ctx, pipe, []string{due, armed, closed, epoch}, args...)})
 			}
 		}
 		return nil
@@ -130,12 +134,22 @@ func (s *Store) ArmDeadlines(ctx context.Context, topic string, byPartition map[
 		return nil, &snapshot.StoreError{Op: "arm deadlines", Err: err}
 	}
 	out := make(map[int32]time.Time, len(byPartition))
+	var stale []int32
 	for _, c := range calls { // the last call of a partition answers last
+		if v, ok := c.cmd.Val().(int64); ok && v == -1 {
+			if !slices.Contains(stale, c.partition) {
+				stale = append(stale, c.partition)
+			}
+			continue
+		}
 		next, err := nextFrom(c.cmd.Val())
 		if err != nil {
 			return nil, &snapshot.StoreError{Op: "arm deadlines", Err: err}
 		}
 		out[c.partition] = next
+	}
+	if len(stale) > 0 {
+		return out, &NotOwnerError{Partitions: stale}
 	}
 	return out, nil
 }
@@ -201,13 +215,17 @@ func (s *Store) RemoveFired(ctx context.Context, topic string, partition int32, 
 		return 0, nil
 	}
 	due, armed := s.keys.Deadlines(topic, partition)
-	args := make([]any, 0, 2*len(fired))
+	args := make([]any, 0, 1+2*len(fired))
+	args = append(args, s.epochs.get(partition))
 	for _, d := range fired {
 		args = append(args, d.SessionID, d.value())
 	}
-	n, err := redislayout.FiredScript.Run(ctx, s.rdb, []string{due, armed}, args...).Int()
+	n, err := redislayout.FiredScript.Run(ctx, s.rdb, []string{due, armed, s.keys.Epoch(topic, partition)}, args...).Int()
 	if err != nil {
 		return n, &snapshot.StoreError{Op: "remove fired", Key: due, Err: err}
+	}
+	if n < 0 {
+		return 0, s.notOwner("remove fired", partition)
 	}
 	return n, nil
 }
@@ -217,8 +235,13 @@ func (s *Store) RemoveFired(ctx context.Context, topic string, partition int32, 
 // offset, which writes them again).
 func (s *Store) DeleteDeadlines(ctx context.Context, topic string, partition int32) error {
 	due, armed := s.keys.Deadlines(topic, partition)
-	if err := s.rdb.Del(ctx, due, armed, s.keys.Closed(topic, partition)).Err(); err != nil {
+	keys := []string{due, armed, s.keys.Closed(topic, partition), s.keys.Epoch(topic, partition)}
+	n, err := redislayout.DeleteDeadlinesScript.Run(ctx, s.rdb, keys, s.epochs.get(partition)).Int()
+	if err != nil {
 		return &snapshot.StoreError{Op: "delete deadlines", Key: due, Err: err}
+	}
+	if n < 0 {
+		return s.notOwner("delete deadlines", partition)
 	}
 	return nil
 }

@@ -3,8 +3,10 @@
 // through (children.go), the outbox of change-feed records to produce
 // again after a crash (outbox.go), the armed deadlines the firer fires
 // (deadlines.go), the replication wait on Redis Cluster (replication.go),
-// and a lost partition's rebuild: the rebuild mark on its checkpoint and
-// the deletion of its snapshots (partition.go).
+// a lost partition's rebuild: the rebuild mark on its checkpoint and
+// the deletion of its snapshots (partition.go), the partitions' ownership
+// epochs, which fence every write of a projector that no longer owns a
+// partition (epoch.go), and archived sessions' tombstones (tombstones.go).
 //
 // Store embeds pkg/snapshot's Store, whose methods are the public contract
 // of a snapshot store (pkg/snapshot/snapshottest), and adds these. They are

@@ -24,11 +24,14 @@ func (s *Store) ResetCheckpoint(ctx context.Context, topic string, partition int
 		return fmt.Errorf("snapshot store: a rebuild to offset %d: want a positive offset", until)
 	}
 	key := s.keys.Checkpoints(topic)
-	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
-		return []*redis.Cmd{redislayout.ResetCheckpointScript.EvalSha(ctx, pipe, []string{key}, now.UnixMilli(), partition, until)}
+	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		return []*redis.Cmd{redislayout.ResetCheckpointScript.EvalSha(ctx, pipe, []string{key}, now.UnixMilli(), partition, until, s.epochs.get(partition))}
 	})
 	if err != nil {
 		return &snapshot.StoreError{Op: "checkpoint", Key: key, Err: err}
+	}
+	if v, _ := cmds[0].Int(); v == -2 {
+		return s.notOwner("checkpoint", partition)
 	}
 	return nil
 }
@@ -41,12 +44,14 @@ func (s *Store) ResetCheckpoint(ctx context.Context, topic string, partition int
 // written after the loss may have been folded without the history Redis
 // lost, and the skip rule would otherwise protect them from the rebuild. It
 // reads every bucket (one script call each, pipelined); it is for that rare
-// recovery, not for routine use.
+// recovery, not for routine use. A Store that no longer owns the
+// partition (epoch.go) deletes nothing (ErrNotOwner). The partition's
+// tombstones stay: what was archived stays archived.
 func (s *Store) DeletePartition(ctx context.Context, partition int32) (int, error) {
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		cmds := make([]*redis.Cmd, redislayout.Buckets)
 		for b := range cmds {
-			cmds[b] = redislayout.DeletePartitionScript.EvalSha(ctx, pipe, []string{s.keys.Index(b)}, s.keys.SnapshotBase(b), partition)
+			cmds[b] = redislayout.DeletePartitionScript.EvalSha(ctx, pipe, []string{s.keys.Index(b), s.keys.Epochs(b)}, s.keys.SnapshotBase(b), partition, s.epochs.get(partition))
 		}
 		return cmds
 	})
@@ -58,6 +63,9 @@ func (s *Store) DeletePartition(ctx context.Context, partition int32) (int, erro
 		v, err := cmd.Int()
 		if err != nil {
 			return n, &snapshot.StoreError{Op: "delete", Err: err}
+		}
+		if v < 0 {
+			return n, s.notOwner("delete", partition)
 		}
 		n += v
 	}

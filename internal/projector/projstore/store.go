@@ -24,6 +24,8 @@ type Store struct {
 	waitTimeout  time.Duration
 	// markers are WaitReplicated's keys, one per Redis Cluster master.
 	markers *markerKeys
+	// epochs are the partitions this Store claimed (epoch.go).
+	epochs *epochs
 }
 
 // New returns the projector's store over rdb, with the read model under
@@ -34,7 +36,7 @@ func New(rdb redis.UniversalClient, prefix string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Store: st, rdb: rdb, keys: redislayout.NewKeys(prefix), markers: &markerKeys{}}, nil
+	return &Store{Store: st, rdb: rdb, keys: redislayout.NewKeys(prefix), markers: &markerKeys{}, epochs: &epochs{}}, nil
 }
 
 // WaitReplicas makes the writes count only once n replicas acknowledged

@@ -1,0 +1,215 @@
+package projector
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/testwait"
+	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// verifyConfig is a projector whose verifier checks 500 sessions a second.
+func (e *env) verifyConfig(instance string) Config {
+	cfg := e.config(instance)
+	cfg.VerifyRate, cfg.VerifyRepair = 500, true
+	return cfg
+}
+
+// tamperBound is how long the verifier may take to find and repair what a
+// test damaged: a few cycles of a hundred sessions at 500 a second (each
+// under a second) on a loaded machine.
+const tamperBound = 60 * time.Second
+
+// TestVerifierFindsAndRepairsTampering damages Redis three ways behind the
+// projector's back (a snapshot rolled back to older bytes with DUMP and
+// RESTORE, a byte of a snapshot changed in place, a snapshot key deleted)
+// and requires the background verifier to find each, counted by its kind,
+// and to repair each, so that the read model equals the fold of the log
+// again.
+func TestVerifierFindsAndRepairsTampering(t *testing.T) {
+	e := newEnv(t, 4)
+	const prefix = "vt"
+	events := workloadEvents(7, 80)
+	// The rolled-back session's last event comes after everything else, so
+	// that its older snapshot can be dumped first.
+	counts := map[string]int{}
+	for _, ev := range events {
+		counts[ev.SessionID]++
+	}
+	var rolled string
+	for i := len(events) - 1; i >= 0; i-- {
+		if counts[events[i].SessionID] >= 4 {
+			rolled = events[i].SessionID
+			break
+		}
+	}
+	last := -1
+	for i, ev := range events {
+		if ev.SessionID == rolled {
+			last = i
+		}
+	}
+	lastEvent := events[last]
+	events = append(events[:last:last], events[last+1:]...)
+
+	r := e.start(e.verifyConfig("v1"), prefix, nil)
+	defer r.halt()
+	e.produce(events)
+	e.waitCaughtUp(prefix, 60*time.Second)
+	key := "vt:" + snapshotKeyTag(rolled) + ":s:" + rolled
+	older, err := e.rdb.Dump(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("dumping %s: %v", key, err)
+	}
+	e.produce([]fsm.Event{lastEvent})
+	e.waitCaughtUp(prefix, 60*time.Second)
+	testwait.Until(t, "a verification cycle", tamperBound, func() bool { return r.p.VerifyStats().Cycles >= 1 })
+	if s := r.p.VerifyStats(); s.Checked == 0 || total(s.Mismatches) != 0 {
+		t.Fatalf("before any damage: %+v, want sessions checked and no mismatch", s)
+	}
+	want := e.dump(prefix)
+
+	// Two more sessions to damage, other than the rolled-back one.
+	var flipped, deleted string
+	for id := range want {
+		switch {
+		case id == rolled:
+		case flipped == "":
+			flipped = id
+		case deleted == "":
+			deleted = id
+		}
+	}
+	if err := e.rdb.RestoreReplace(ctx, key, 0, older).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fkey := "vt:" + snapshotKeyTag(flipped) + ":s:" + flipped
+	raw, err := e.rdb.Get(ctx, fkey).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs snapshot.Snapshot
+	if err := snapshot.Decode(raw, &fs); err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(raw, fs.Digest[:])
+	if at < 0 {
+		t.Fatal("the digest is not in the stored bytes")
+	}
+	if err := e.rdb.SetRange(ctx, fkey, int64(at), string([]byte{raw[at] ^ 0xff})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Del(ctx, "vt:"+snapshotKeyTag(deleted)+":s:"+deleted).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	testwait.UntilSeen(t, "each damage found and repaired", tamperBound, func() (bool, string) {
+		s := r.p.VerifyStats()
+		return s.Mismatches[MismatchStale] >= 1 && s.Mismatches[MismatchCorrupt] >= 1 && s.Mismatches[MismatchMissing] >= 1 &&
+			s.Repaired >= 3, fmt.Sprintf("%+v", s)
+	})
+	s := r.p.VerifyStats()
+	if s.Mismatches[MismatchStale] != 1 || s.Mismatches[MismatchCorrupt] != 1 || s.Mismatches[MismatchMissing] != 1 ||
+		s.Mismatches[MismatchExtra] != 0 || s.Repaired != 3 {
+		t.Errorf("counts %+v, want one stale, one corrupt, one missing, three repaired", s)
+	}
+	e.assertSame(want, e.dump(prefix))
+}
+
+// snapshotKeyTag is the hash tag of a session's snapshot key.
+func snapshotKeyTag(id string) string {
+	return fmt.Sprintf("{b%03d}", snapshot.Bucket(id))
+}
+
+func total(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// TestVerifierNoFalsePositiveUnderLoad runs the verifier at a high rate
+// while events arrive without pause and a second projector joins and
+// leaves (two rebalances), and requires no mismatch at all: a snapshot
+// that moves while it is checked is compared again, never reported.
+func TestVerifierNoFalsePositiveUnderLoad(t *testing.T) {
+	e := newEnv(t, 4)
+	const prefix = "vl"
+	r := e.start(e.verifyConfig("v1"), prefix, nil)
+	defer r.halt()
+	events := workloadEvents(11, 600)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // steady writes: the whole workload, in small chunks
+		defer wg.Done()
+		for i := 0; i < len(events); i += 20 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.produce(events[i:min(i+20, len(events))])
+		}
+	}()
+	testwait.Until(t, "two verification cycles under load", 2*tamperBound, func() bool { return r.p.VerifyStats().Cycles >= 2 })
+	r2 := e.start(e.verifyConfig("v2"), prefix, nil)
+	testwait.Until(t, "the second projector verifying", 2*tamperBound, func() bool { return r2.p.VerifyStats().Cycles >= 1 })
+	if err := r2.halt(); err != nil {
+		t.Fatal(err)
+	}
+	c := r.p.VerifyStats().Cycles
+	testwait.Until(t, "another cycle after the rebalance", 2*tamperBound, func() bool { return r.p.VerifyStats().Cycles >= c+2 })
+	close(stop)
+	wg.Wait()
+	e.waitCaughtUp(prefix, 60*time.Second)
+	c = r.p.VerifyStats().Cycles
+	testwait.Until(t, "a cycle once caught up", 2*tamperBound, func() bool { return r.p.VerifyStats().Cycles >= c+2 })
+	for _, s := range []VerifyStats{r.p.VerifyStats(), r2.p.VerifyStats()} {
+		if s.Checked == 0 || total(s.Mismatches) != 0 || s.Repaired != 0 {
+			t.Errorf("verifier %+v: want sessions checked, no mismatch and nothing repaired", s)
+		}
+	}
+}
+
+// TestVerifierLeavesAStalledPartitionAlone: a partition whose checkpoint is
+// beyond the end of the log (the topic was recreated) stalls, and its read
+// model belongs to another log. The verifier must neither report nor repair
+// anything there (a repair would serve the new log's sessions while the
+// partition is stalled), and still verify the other partitions.
+func TestVerifierLeavesAStalledPartitionAlone(t *testing.T) {
+	e := newEnv(t, 4)
+	const prefix = "vs"
+	st := e.store(prefix)
+	if _, err := st.Claim(ctx, topic, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SaveCheckpoints(ctx, topic, []snapshot.Checkpoint{{Partition: 0, Offset: 1_000_000, HighWatermark: 1_000_000}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(e.verifyConfig("v1"), prefix, nil)
+	defer r.halt()
+	e.produce(workloadEvents(3, 60))
+	testwait.Until(t, "partition 0 stalled", tamperBound, func() bool {
+		err := r.p.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "partition 0")
+	})
+	testwait.Until(t, "two verification cycles", 2*tamperBound, func() bool { return r.p.VerifyStats().Cycles >= 2 })
+	if s := r.p.VerifyStats(); s.Checked == 0 || total(s.Mismatches) != 0 || s.Repaired != 0 {
+		t.Errorf("verifier: %+v, want sessions checked on the other partitions and nothing reported or repaired", s)
+	}
+	part := kafka.Partitioner().ForTopic(topic)
+	for id := range e.dump(prefix) {
+		if part.Partition(&kgo.Record{Key: []byte(id)}, 4) == 0 {
+			t.Errorf("session %s of the stalled partition 0 is in Redis", id)
+		}
+	}
+}
