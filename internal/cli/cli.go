@@ -46,7 +46,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	}
 	var q quiet
 	if !errors.As(err, &q) {
-		fmt.Fprintln(env.Stderr, "correx:", err)
+		fmt.Fprintln(env.Stderr, Message(err))
 	}
 	return ExitCode(err)
 }
@@ -77,6 +77,14 @@ func ExitCode(err error) int {
 		return ExitRejected
 	}
 	return ExitError
+}
+
+// Message is the line printed for err: "correx: " and the error, without
+// pkg/client's "client: " prefix, which names a library the user of the
+// command line did not call ("correx: get s-1: status 404: no such
+// session").
+func Message(err error) string {
+	return "correx: " + strings.TrimPrefix(err.Error(), "client: ")
 }
 
 // usageError is a wrong command line.
@@ -121,10 +129,14 @@ func (s *settings) client() (*client.Client, error) {
 	}
 	c, err := client.New(opts...)
 	if err != nil {
-		return nil, usageError{err}
+		// The client names its options; the user set flags.
+		return nil, usageError{errors.New(optionFlags.Replace(strings.TrimPrefix(err.Error(), "client: ")))}
 	}
 	return c, nil
 }
+
+// optionFlags names the flags that set the client's options.
+var optionFlags = strings.NewReplacer("IngestURL:", "--ingest-url (CORREX_INGEST_URL):", "QueryURL:", "--query-url (CORREX_QUERY_URL):")
 
 func envOr(getenv func(string) string, key, def string) string {
 	if v := getenv(key); v != "" {
@@ -157,8 +169,8 @@ The services: --ingest-url, --query-url and --token, or CORREX_INGEST_URL,
 CORREX_QUERY_URL and CORREX_TOKEN (defaults: make run's stack on
 127.0.0.1:8081 and :8082, no token).
 
-Exit codes: 0 success, 1 failure, 2 usage, 3 session not found,
-4 rejected or conflict (an event rejected, a 400 or 409, a replay that
+Exit codes: 0 success, 1 failure (a wrong URL too), 2 usage, 3 session
+not found (get, or send to a session never created), 4 rejected or conflict (an event rejected, a 400 or 409, a replay that
 does not match the stored snapshot).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -178,6 +190,7 @@ does not match the stored snapshot).`,
 		if !cmd.Flags().Changed("token") {
 			s.token = env.Getenv("CORREX_TOKEN")
 		}
+		s.token = trimLineEnding(s.token)
 		switch s.output {
 		case "", "table", "wide", "json", "yaml":
 			return nil
@@ -187,9 +200,25 @@ does not match the stored snapshot).`,
 	root.AddCommand(
 		getCommand(s), listCommand(s), archiveCommand(s), watchCommand(s), sendCommand(s),
 		approveCommand(s), denyCommand(s), cancelCommand(s), pauseCommand(s), resumeCommand(s), failCommand(s),
-		historyCommand(s), replayCommand(s), rebuildCommand(s), statsCommand(s), topCommand(s), tokensCommand(s),
+		historyCommand(s), replayCommand(s), rebuildCommand(s), verifyCommand(s), statsCommand(s), topCommand(s), tokensCommand(s),
 	)
 	return root, s
+}
+
+// trimLineEnding removes one line ending (CR LF, LF or CR) from the end of
+// a token: one read from a file (CORREX_TOKEN="$(cat f)" keeps none, but a
+// Secret mounted as a variable, or --token "$(< f)" through some shells,
+// keeps it), which no header can carry. Anything else is left for the
+// client to refuse, naming the token.
+func trimLineEnding(tok string) string {
+	if t, ok := strings.CutSuffix(tok, "\r\n"); ok {
+		return t
+	}
+	if t, ok := strings.CutSuffix(tok, "\n"); ok {
+		return t
+	}
+	t, _ := strings.CutSuffix(tok, "\r")
+	return t
 }
 
 // exactArgs is cobra.ExactArgs with a usage error and the arguments named.

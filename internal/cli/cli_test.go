@@ -51,7 +51,9 @@ var (
 		{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`), "<TIME>"},
 		{regexp.MustCompile(`\bcxs_[A-Za-z0-9_-]+`), "<TOKEN>"},
 		{regexp.MustCompile(`\b[0-9a-f]{64}\b`), "<SHA256>"},
-		{regexp.MustCompile(`\b[A-Za-z0-9_-]{48,}\b`), "<CURSOR>"}, // watch cursors
+		// Watch cursors: base64url, so they may begin or end with "-",
+		// where \b finds no boundary before a quote or a space.
+		{regexp.MustCompile(`(^|[^A-Za-z0-9_-])[A-Za-z0-9_-]{48,}`), "${1}<CURSOR>"},
 		{regexp.MustCompile(`(^|\s)/\S*/`), "$1<DIR>/"},
 		{regexp.MustCompile(`\b\d+:\d+\b`), "P:O"},
 		{regexp.MustCompile(`"(partition|offset|firstOffset|checkpoint|highWatermark|lag|waitedMs|executionMs)": \d+`), `"$1": N`},
@@ -170,6 +172,11 @@ func TestCommands(t *testing.T) {
 		wantCode(t, r, ExitRejected)
 		golden(t, "send_invalid", r)
 	})
+	step("send to an unknown session", func(t *testing.T) {
+		// No SessionCreated: the session does not exist, exit 3 as for get.
+		r := run(t, "", "send", "-t", "SessionStarted", "-s", "acme:never-created")
+		wantCode(t, r, ExitNotFound)
+	})
 	step("pause resume", func(t *testing.T) {
 		golden(t, "pause", run(t, "", "pause", "acme:cli-1", "--event-id", "00000000-0000-7000-8000-000000000020"))
 		golden(t, "resume", run(t, "", "resume", "acme:cli-1", "--event-id", "00000000-0000-7000-8000-000000000021"))
@@ -191,6 +198,12 @@ func TestCommands(t *testing.T) {
 		golden(t, "get_not_found", r)
 		// globex's session is not the acme token's to see: the same 404.
 		wantCode(t, run(t, "", "get", "globex:x"), ExitNotFound)
+		// A wrong URL is no missing session: ingest's address for the
+		// query service, or a path no route serves, exits 1.
+		for _, url := range []string{st.IngestURL, st.QueryURL + "/api"} {
+			r := runCLI(t, map[string]string{"CORREX_QUERY_URL": url, "CORREX_TOKEN": st.Tokens.Acme}, "", "get", "acme:cli-1")
+			wantCode(t, r, ExitError)
+		}
 	})
 	step("ls", func(t *testing.T) {
 		golden(t, "ls", run(t, "", "ls"))
@@ -198,6 +211,33 @@ func TestCommands(t *testing.T) {
 		golden(t, "ls_labels", run(t, "", "ls", "--prefix", "acme:cli", "-l", "team=core", "-l", "tier=web", "-o", "wide"))
 		golden(t, "ls_parent", run(t, "", "ls", "--parent", "acme:cli-1", "--page-size", "1"))
 		golden(t, "ls_limit_json", run(t, "", "ls", "--limit", "1", "--prefix", "acme:cli-2", "-o", "json"))
+		// --limit prints where the listing stops, and --cursor resumes
+		// there: the pages together are the whole listing, once each.
+		first := run(t, "", "ls", "--limit", "1", "--page-size", "5")
+		wantCode(t, first, ExitOK)
+		cursor, ok := strings.CutPrefix(strings.TrimSpace(first.stderr), "more: --cursor ")
+		if !ok || cursor == "" {
+			t.Fatalf("ls --limit 1 of 2 sessions: stderr %q, want the next cursor", first.stderr)
+		}
+		rest := run(t, "", "ls", "--cursor", cursor, "-o", "json")
+		wantCode(t, rest, ExitOK)
+		var doc struct {
+			Sessions []struct{ SessionID string }
+			Next     *string
+		}
+		if err := json.Unmarshal([]byte(rest.stdout), &doc); err != nil {
+			t.Fatalf("ls --cursor -o json: %v\n%s", err, rest.stdout)
+		}
+		if doc.Next != nil {
+			t.Errorf("ls --cursor to the end: next %q, want null", *doc.Next)
+		}
+		got := strings.Fields(first.stdout)[6] // the first row's id, after the header's six words
+		for _, sn := range doc.Sessions {
+			got += " " + sn.SessionID
+		}
+		if got != "acme:cli-1 acme:cli-2" && got != "acme:cli-2 acme:cli-1" {
+			t.Errorf("ls --limit 1, then --cursor: %q, want each of acme:cli-1 and acme:cli-2 once", got)
+		}
 		r := run(t, "", "ls", "--state", "SLEEPING")
 		wantCode(t, r, ExitUsage)
 		golden(t, "ls_bad_state", r)
@@ -256,8 +296,10 @@ func TestCommands(t *testing.T) {
 		golden(t, "usage_output", run(t, "", "stats", "-o", "xml"))
 		golden(t, "usage_send", run(t, "", "send", "--type", "SessionStarted"))
 		golden(t, "usage_bad_id", run(t, "", "pause", "a b"))
+		golden(t, "usage_bad_urls", run(t, "", "--ingest-url", "localhost:8081", "--query-url", "ftp://q", "get", "s-1"))
 	})
 	step("top", func(t *testing.T) { testTop(t, st, env) })
+	step("top without a terminal", func(t *testing.T) { testTopPlain(t, env) })
 	step("README examples", func(t *testing.T) {
 		readmeExamples(t, map[string]string{"CORREX_INGEST_URL": st.IngestURL, "CORREX_QUERY_URL": st.QueryURL,
 			"CORREX_TOKEN": st.Tokens.Admin})
@@ -442,4 +484,96 @@ func TestEnvironmentAndFlags(t *testing.T) {
 	if h := runCLI(t, map[string]string{"CORREX_TOKEN": "secret-token"}, "", "--help"); strings.Contains(h.stdout, "secret-token") {
 		t.Error("--help shows the token")
 	}
+}
+
+// TestTokenEdges: a token read with its line ending (CORREX_TOKEN from a
+// file) works, one ending is trimmed; a token no header can carry is a
+// usage error before any request; top with a token the service refuses
+// exits with the refusal instead of redrawing it for ever.
+func TestTokenEdges(t *testing.T) {
+	st := testkit.Start(t, testkit.WithAuth())
+	env := func(token string) map[string]string {
+		return map[string]string{"CORREX_INGEST_URL": st.IngestURL, "CORREX_QUERY_URL": st.QueryURL, "CORREX_TOKEN": token}
+	}
+	for _, tok := range []string{st.Tokens.Acme + "\n", st.Tokens.Acme + "\r\n"} {
+		r := runCLI(t, env(tok), "", "send", "-t", "SessionCreated", "-s", "acme:token-edges", "--event-id", "00000000-0000-7000-8000-0000000000e1")
+		wantCode(t, r, ExitOK)
+		r = runCLI(t, env("x"), "", "get", "acme:token-edges", "--token", tok)
+		wantCode(t, r, ExitOK)
+	}
+	for _, tok := range []string{st.Tokens.Acme + "\n\n", "cxs_a\nb"} {
+		r := runCLI(t, env(tok), "", "get", "acme:token-edges")
+		wantCode(t, r, ExitUsage)
+		if !strings.Contains(r.stderr, "Token") || strings.Contains(r.stderr, "retr") || strings.Contains(r.stderr, "cxs_") {
+			t.Errorf("token %q: stderr %q, want the token named, not retried, not shown", tok, r.stderr)
+		}
+	}
+	r := runCLI(t, env("cxs_not-a-token"), "", "top", "--interval", "100ms")
+	wantCode(t, r, ExitError)
+	if !strings.Contains(r.stderr, "401") {
+		t.Errorf("top with a refused token: stderr %q, want the 401", r.stderr)
+	}
+}
+
+// TestNormaliseCursors: a watch cursor is replaced whole, whichever of its
+// characters it begins or ends with, so that golden files do not depend on
+// the cursor a run happened to get.
+func TestNormaliseCursors(t *testing.T) {
+	body := strings.Repeat("aZ09_", 10)
+	for _, c := range []string{body, body + "-", "-" + body, "-" + body + "--"} {
+		for _, line := range []string{`"cursor": "` + c + `"`, "cursor " + c, c} {
+			want := strings.Replace(line, c, "<CURSOR>", 1)
+			if got := normalise(line); got != want {
+				t.Errorf("normalise(%q) = %q, want %q", line, got, want)
+			}
+		}
+	}
+}
+
+// TestGetAsOf: get --as-of prints the session as of a version or a time,
+// read through the query service's fold of the log; a version beyond the
+// session's exits 4, a malformed value 2.
+func TestGetAsOf(t *testing.T) {
+	st := testkit.Start(t)
+	env := map[string]string{"CORREX_INGEST_URL": st.IngestURL, "CORREX_QUERY_URL": st.QueryURL}
+	// Recent times, so that no default timeout fires in between.
+	t0 := time.Now().UTC().Truncate(time.Second).Add(-3 * time.Minute)
+	in := ""
+	for i, typ := range []string{"SessionCreated", "SessionStarted", "SessionPaused"} {
+		in += fmt.Sprintf(`{"sessionId":"demo:asof","type":%q,"occurredAt":%q}`+"\n", typ, t0.Add(time.Duration(i)*time.Minute).Format(time.RFC3339))
+	}
+	wantCode(t, runCLI(t, env, in, "send", "-f", "-"), ExitOK)
+	type snap struct {
+		Version uint64 `json:"version"`
+		State   string `json:"state"`
+		AsOf    string `json:"asOf"`
+	}
+	get := func(args ...string) snap {
+		t.Helper()
+		r := runCLI(t, env, "", append([]string{"get", "demo:asof", "-o", "json"}, args...)...)
+		wantCode(t, r, ExitOK)
+		var s snap
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+			t.Fatalf("%v: %s", err, r.stdout)
+		}
+		return s
+	}
+	if s := get(); s.Version != 3 || s.State != "PAUSED" || s.AsOf != "" {
+		t.Errorf("now: %+v", s)
+	}
+	if s := get("--as-of", "1"); s.Version != 1 || s.State != "CREATED" || s.AsOf != "1" {
+		t.Errorf("as of version 1: %+v", s)
+	}
+	mid := t0.Add(90 * time.Second)
+	if s := get("--as-of", mid.In(time.FixedZone("", 3600)).Format(time.RFC3339)); s.Version != 2 || s.AsOf != mid.Format(time.RFC3339) {
+		t.Errorf("as of %s: %+v", mid, s)
+	}
+	r := runCLI(t, env, "", "get", "demo:asof", "--as-of", "2")
+	wantCode(t, r, ExitOK)
+	if !strings.Contains(r.stdout, "(as of 2)") {
+		t.Errorf("the table does not say it is a past state:\n%s", r.stdout)
+	}
+	wantCode(t, runCLI(t, env, "", "get", "demo:asof", "--as-of", "99"), ExitRejected)
+	wantCode(t, runCLI(t, env, "", "get", "demo:asof", "--as-of", "yesterday"), ExitUsage)
+	wantCode(t, runCLI(t, env, "", "get", "demo:asof", "--as-of", t0.Add(-time.Hour).Format(time.RFC3339)), ExitNotFound)
 }

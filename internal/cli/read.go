@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/fsm"
@@ -24,6 +26,9 @@ func (s *settings) snapshotTable(snaps []client.Snapshot) *table {
 		if sn.Archived {
 			state += " (archived)"
 		}
+		if sn.AsOf != "" {
+			state += " (as of " + sn.AsOf + ")"
+		}
 		row := []string{sn.SessionID, state, strconv.FormatUint(sn.Version, 10), strconv.FormatUint(sn.Counters.Events, 10),
 			orDash(clip(sn.Goal, 40)), labelsText(sn.Labels)}
 		if s.wide() {
@@ -35,24 +40,53 @@ func (s *settings) snapshotTable(snaps []client.Snapshot) *table {
 }
 
 func getCommand(s *settings) *cobra.Command {
-	return &cobra.Command{
+	var asOf string
+	cmd := &cobra.Command{
 		Use:   "get ID",
 		Short: "Print a session's snapshot",
+		Long: `get prints a session's snapshot. With --as-of, the session as it was right
+after a version (an integer) or after the last event applied at or before
+an RFC 3339 time, folded again from the log (archived sessions too); exit 4
+for a version the session has not reached or a log that no longer holds
+the session's first events.`,
 		Example: `  correx get demo:1
-  correx get demo:1 -o json`,
+  correx get demo:1 -o json
+  correx get demo:1 --as-of 3
+  correx get demo:1 --as-of 2026-11-29T06:00:00Z`,
 		Args: exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var opts []client.GetOption
+			if cmd.Flags().Changed("as-of") {
+				o, err := asOfOption(asOf)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, o)
+			}
 			c, err := s.client()
 			if err != nil {
 				return err
 			}
-			snap, err := c.Get(cmd.Context(), args[0])
+			snap, err := c.Get(cmd.Context(), args[0], opts...)
 			if err != nil {
 				return err
 			}
 			return s.printSnapshot(snap)
 		},
 	}
+	cmd.Flags().StringVar(&asOf, "as-of", "", "the session as of a version (1, 2, ...) or an RFC 3339 time")
+	return cmd
+}
+
+// asOfOption reads --as-of: a version, or an RFC 3339 time.
+func asOfOption(v string) (client.GetOption, error) {
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil && n > 0 {
+		return client.AsOfVersion(n), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return client.AsOfTime(t), nil
+	}
+	return nil, usagef("--as-of %q: want a version (1, 2, ...) or an RFC 3339 time such as 2026-11-29T06:00:00Z", v)
 }
 
 // printSnapshot prints one snapshot as get and archive get do.
@@ -145,23 +179,25 @@ func listCommand(s *settings) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			snaps := []client.Snapshot{}
-			for page, err := range c.List(cmd.Context(), client.ListOptions{State: state, Prefix: f.prefix, Labels: labels,
-				Parent: f.parent, Limit: pageSize, Cursor: cursor}) {
-				if err != nil {
-					return err
-				}
-				snaps = append(snaps, page.Sessions...)
-				if limit > 0 && len(snaps) >= limit {
-					snaps = snaps[:limit]
-					break
-				}
+			snaps, next, err := listPages(cmd.Context(), c, client.ListOptions{State: state, Prefix: f.prefix, Labels: labels,
+				Parent: f.parent, Limit: pageSize, Cursor: cursor}, limit)
+			if err != nil {
+				return err
 			}
 			// The service's order is stable but not meaningful: by id
-			// reads better and is the same on every run.
+			// reads better and is the same on every run. It orders what
+			// was fetched; which sessions a --limit fetches, and where
+			// --cursor resumes, follow the service's order.
 			slices.SortFunc(snaps, func(a, b client.Snapshot) int { return strings.Compare(a.SessionID, b.SessionID) })
-			if ok, err := s.writeData(snaps); ok {
+			doc := listing{Sessions: snaps}
+			if next != "" {
+				doc.Next = &next
+			}
+			if ok, err := s.writeData(doc); ok {
 				return err
+			}
+			if next != "" {
+				fmt.Fprintf(s.env.Stderr, "more: --cursor %s\n", next)
 			}
 			return s.snapshotTable(snaps).write(s.env.Stdout)
 		},
@@ -169,8 +205,44 @@ func listCommand(s *settings) *cobra.Command {
 	f.register(cmd)
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many sessions (0: every one)")
 	cmd.Flags().IntVar(&pageSize, "page-size", 0, "sessions per request, 1-1000 (0: the service's, 100)")
-	cmd.Flags().StringVar(&cursor, "cursor", "", "resume a listing at this cursor")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "resume a listing at this cursor (the one a --limit printed)")
 	return cmd
+}
+
+// listing is `correx ls -o json|yaml`'s document: the sessions and, when
+// --limit stopped before the listing's end, the cursor that resumes it
+// (null otherwise), the same cursor the table prints on stderr.
+type listing struct {
+	Sessions []client.Snapshot `json:"sessions"`
+	Next     *string           `json:"next"`
+}
+
+// listPages fetches at most limit sessions (0: every one) from o.Cursor on,
+// asking each page for no more than what is left, so that the cursor it
+// returns resumes exactly after the last session returned ("" at the
+// listing's end).
+func listPages(ctx context.Context, c *client.Client, o client.ListOptions, limit int) ([]client.Snapshot, string, error) {
+	pageSize := o.Limit
+	snaps := []client.Snapshot{}
+	for {
+		o.Limit = pageSize
+		if left := limit - len(snaps); limit > 0 && (o.Limit == 0 || o.Limit > left) {
+			o.Limit = min(left, 1000)
+		}
+		var page *client.Page
+		for p, err := range c.List(ctx, o) {
+			if err != nil {
+				return nil, "", err
+			}
+			page = p
+			break
+		}
+		snaps = append(snaps, page.Sessions...)
+		if page.Next == "" || (limit > 0 && len(snaps) >= limit) {
+			return snaps, page.Next, nil
+		}
+		o.Cursor = page.Next
+	}
 }
 
 func statsCommand(s *settings) *cobra.Command {

@@ -48,7 +48,9 @@ func (f *eventFlags) options() []client.EventOption {
 
 // sendEvents sends events and prints one row per event: where it was
 // written, and unless noWait what the fold did with it. A rejected event
-// (or one for an unknown session) makes exit code 4.
+// makes exit code 4; otherwise an event for an unknown session (one with no
+// SessionCreated) makes exit code 3, as for any command on a missing
+// session.
 func (s *settings) sendEvents(ctx context.Context, noWait bool, events []client.Event) error {
 	c, err := s.client()
 	if err != nil {
@@ -68,7 +70,7 @@ func (s *settings) sendEvents(ctx context.Context, noWait bool, events []client.
 	for i, e := range events {
 		rows[i] = row{EventID: e.ID, SessionID: e.SessionID, Type: e.Type}
 	}
-	rejected := 0
+	rejected, unknown := 0, 0
 	if noWait {
 		res, err := c.Send(ctx, events...)
 		if err != nil {
@@ -87,7 +89,11 @@ func (s *settings) sendEvents(ctx context.Context, noWait bool, events []client.
 			if o.Snapshot != nil {
 				rows[i].State, rows[i].Version = o.Snapshot.State, o.Snapshot.Version
 			}
-			if o.Status != client.Applied {
+			switch o.Status {
+			case client.Applied:
+			case client.UnknownSession:
+				unknown++
+			default:
 				rejected++
 			}
 		}
@@ -96,17 +102,35 @@ func (s *settings) sendEvents(ctx context.Context, noWait bool, events []client.
 	if !written {
 		t := &table{header: []string{"SESSION", "TYPE", "POSITION"}}
 		if !noWait {
-			// The session's state and version once every event was
-			// folded (one read per session), not after each event.
-			t.header = append(t.header, "STATUS", "REASON", "STATE AFTER", "VERSION AFTER")
+			t.header = append(t.header, "STATUS", "REASON")
 		}
 		if s.wide() {
 			t.header = append(t.header, "EVENT ID")
 		}
+		// The session's state and version once every event was folded
+		// (one read per session), not after each event: shown once per
+		// session, in the event's row when the session has one event,
+		// else in a table of their own, a row per session.
+		after := &table{header: []string{"SESSION", "STATE AFTER", "VERSION AFTER"}}
+		perSession := map[string]int{}
+		for _, r := range rows {
+			perSession[r.SessionID]++
+		}
+		inline := len(perSession) == len(rows)
+		if !noWait && inline {
+			t.header = append(t.header, "STATE AFTER", "VERSION AFTER")
+		}
+		seen := map[string]bool{}
 		for _, r := range rows {
 			cells := []string{r.SessionID, r.Type, r.Position}
 			if !noWait {
-				cells = append(cells, r.Status, orDash(r.Reason), orDash(r.State), strconv.FormatUint(r.Version, 10))
+				cells = append(cells, r.Status, orDash(r.Reason))
+				if inline {
+					cells = append(cells, orDash(r.State), strconv.FormatUint(r.Version, 10))
+				} else if !seen[r.SessionID] {
+					seen[r.SessionID] = true
+					after.add(r.SessionID, orDash(r.State), strconv.FormatUint(r.Version, 10))
+				}
 			}
 			if s.wide() {
 				cells = append(cells, r.EventID)
@@ -114,9 +138,19 @@ func (s *settings) sendEvents(ctx context.Context, noWait bool, events []client.
 			t.add(cells...)
 		}
 		err = t.write(s.env.Stdout)
+		if err == nil && !noWait && !inline {
+			fmt.Fprintln(s.env.Stdout)
+			err = after.write(s.env.Stdout)
+		}
 	}
 	if err == nil && rejected > 0 {
-		return rejectedError{fmt.Sprintf("%d of %d events not applied", rejected, len(events))}
+		if len(events) == 1 {
+			return rejectedError{"the event was not applied"}
+		}
+		return rejectedError{fmt.Sprintf("%d of %d events not applied", rejected+unknown, len(events))}
+	}
+	if err == nil && unknown > 0 {
+		return quiet{ExitNotFound}
 	}
 	return err
 }

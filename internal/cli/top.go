@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -22,7 +24,11 @@ func topCommand(s *settings) *cobra.Command {
 		Long: `top redraws a board every --interval from GET /v1/stats: the sessions in each
 state, each partition's checkpoint and lag, and the events folded per second
 (the checkpoints' progress between two refreshes). The partitions need a token
-with the admin scope (devstack runs open). q or Ctrl-C quits.`,
+with the admin scope (devstack runs open). q or Ctrl-C quits.
+
+On a terminal the board is drawn on the alternate screen, which is left as it
+was on exit. When the output is not a terminal (a pipe, a file), top prints
+one board as plain lines and exits: non-zero when the stats could not be read.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
@@ -40,6 +46,16 @@ with the admin scope (devstack runs open). q or Ctrl-C quits.`,
 }
 
 func (s *settings) top(ctx context.Context, c *client.Client, interval time.Duration) error {
+	if f, ok := s.env.Stdout.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
+		// Not a terminal: redrawing would only pile up escape sequences.
+		rctx, cancel := context.WithTimeout(ctx, interval+5*time.Second)
+		st, err := c.Stats(rctx)
+		cancel()
+		frame := renderBoard(s.queryURL, interval, 1, time.Now(), st, err, nil, 0)
+		frame = strings.Replace(frame, "  (q quits)", "", 1)
+		fmt.Fprint(s.env.Stdout, strings.ReplaceAll(frame, "\r\n", "\n"))
+		return err
+	}
 	quit := make(chan struct{})
 	if f, ok := s.env.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		// Raw mode: a key arrives without Enter, and Ctrl-C as a byte.
@@ -50,8 +66,10 @@ func (s *settings) top(ctx context.Context, c *client.Client, interval time.Dura
 	}
 	go readKeys(s.env.Stdin, quit)
 	w := s.env.Stdout
-	fmt.Fprint(w, "\x1b[?25l") // hide the cursor while drawing
-	defer fmt.Fprint(w, "\x1b[?25h\r\n")
+	// The alternate screen, the cursor hidden while drawing; both undone
+	// on exit, so that the shell's screen comes back as it was.
+	fmt.Fprint(w, altScreenOn)
+	defer fmt.Fprint(w, altScreenOff)
 
 	var prev *client.Stats
 	var prevAt time.Time
@@ -62,6 +80,12 @@ func (s *settings) top(ctx context.Context, c *client.Client, interval time.Dura
 		now := time.Now()
 		frame := renderBoard(s.queryURL, interval, n, now, st, err, prev, now.Sub(prevAt))
 		fmt.Fprint(w, "\x1b[H\x1b[2J"+frame)
+		// A refused token is refused at every refresh: say so and stop,
+		// rather than redraw the refusal for ever.
+		var se *client.StatusError
+		if errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) {
+			return fmt.Errorf("top: the query service refuses this token: %w", err)
+		}
 		if err == nil {
 			prev, prevAt = st, now
 		}
@@ -98,6 +122,13 @@ func readKeys(r io.Reader, quit chan<- struct{}) {
 
 // renderBoard draws one frame, lines ended with \r\n (raw mode does not
 // return the carriage by itself).
+// Escape sequences of the alternate screen (xterm's 1049: saved cursor,
+// cleared alternate buffer) with the cursor hidden, and back.
+const (
+	altScreenOn  = "\x1b[?1049h\x1b[?25l"
+	altScreenOff = "\x1b[?25h\x1b[?1049l"
+)
+
 func renderBoard(queryURL string, interval time.Duration, n int, now time.Time, st *client.Stats, err error,
 	prev *client.Stats, elapsed time.Duration) string {
 	var b strings.Builder

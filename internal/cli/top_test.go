@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -95,6 +96,11 @@ func testTop(t *testing.T, st *testkit.Stack, env map[string]string) {
 
 	t.Logf("the board:\n%s", strings.ReplaceAll(last(), "\r\n", "\n"))
 	quitWith(t, ptmx, "q", exited)
+	// The board was drawn on the alternate screen, which top left on exit.
+	testwait.UntilSeen(t, "top to leave the alternate screen", 30*time.Second, func() (bool, string) {
+		all := strings.Join(sc.frames(), "")
+		return strings.HasPrefix(all, altScreenOn) && strings.HasSuffix(all, altScreenOff), fmt.Sprintf("%q...%q", all[:min(len(all), 40)], all[max(0, len(all)-40):])
+	})
 
 	// Again, quitting with Ctrl-C: in raw mode it is a byte, not a signal.
 	go func() {
@@ -104,6 +110,24 @@ func testTop(t *testing.T, st *testkit.Stack, env map[string]string) {
 	drawn := len(sc.frames())
 	testwait.Until(t, "top to draw again", 30*time.Second, func() bool { return len(sc.frames()) > drawn+1 })
 	quitWith(t, ptmx, "\x03", exited)
+}
+
+// testTopPlain runs top with its output in a buffer, not a terminal: it
+// prints one board as plain lines and exits 0.
+func testTopPlain(t *testing.T, env map[string]string) {
+	r := runCLI(t, env, "", "top", "--interval", "200ms")
+	wantCode(t, r, ExitOK)
+	if strings.Contains(r.stdout, "\x1b") || strings.Contains(r.stdout, "\r") {
+		t.Errorf("top without a terminal printed escape sequences or carriage returns: %q", r.stdout)
+	}
+	if n := strings.Count(r.stdout, "correx top "); n != 1 {
+		t.Errorf("top without a terminal printed %d boards, want 1:\n%s", n, r.stdout)
+	}
+	for _, name := range stateNames() {
+		if !strings.Contains(r.stdout, name) {
+			t.Errorf("the board lacks %s:\n%s", name, r.stdout)
+		}
+	}
 }
 
 func quitWith(t *testing.T, ptmx io.Writer, key string, exited <-chan int) {

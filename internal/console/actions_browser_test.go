@@ -165,12 +165,19 @@ func TestTileLabels(t *testing.T) {
 	// the projector's lag from the stats.
 	b.waitJS(t, "the sparklines", `Array.from(document.querySelectorAll('#counts .spark, #rates .spark')).filter((x) => Number(x.dataset.samples) >= 2 && x.querySelector('polyline').getAttribute('points').split(' ').length >= 2).length === 13`)
 	b.waitJS(t, "the projector's lag", `/^\d+ behind$/.test(document.getElementById('lag-now').textContent)`)
-	// And each partition's lag, in partition order.
+	// And each partition's lag, in partition order, once each has two
+	// samples (the stats are polled; the first poll may come after the
+	// rate's second sample).
+	b.waitJS(t, "the lag by partition", `(() => { const ps = Array.from(document.querySelectorAll('#lag-parts .lag-part'));
+		return ps.length > 0 && ps.every((x) => Number(x.querySelector('.spark').dataset.samples) >= 2); })()`)
 	var parts []int
 	b.eval(t, `Array.from(document.querySelectorAll('#lag-parts .lag-part')).filter((x) => Number(x.querySelector('.spark').dataset.samples) >= 2).map((x) => Number(x.dataset.partition))`, &parts)
 	if len(parts) == 0 || !slices.IsSorted(parts) || parts[0] != 0 || parts[len(parts)-1] != len(parts)-1 {
 		t.Errorf("lag sparklines by partition: %v", parts)
 	}
+	// The background verifier's badge, from GET /v1/verify.
+	b.waitJS(t, "the verifier's badge", `(() => { const v = document.getElementById('verify-badge');
+		return !v.hidden && v.classList.contains('ok') && /^verified against the log: \d+ checked, 0 mismatches, 0 repaired/.test(v.textContent); })()`)
 	b.screenshot(t, "console-board-1400")
 	b.checkClean(t)
 }

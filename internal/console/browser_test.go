@@ -199,6 +199,9 @@ type browser struct {
 // unless CORREX_SKIP_BROWSER=1.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: browser tests skipped")
+	}
 	if os.Getenv("CORREX_SKIP_BROWSER") == "1" {
 		t.Skip("CORREX_SKIP_BROWSER=1: browser tests skipped")
 	}
@@ -523,6 +526,19 @@ func TestSessionPage(t *testing.T) {
 	if !strings.Contains(text, "ApprovalRequested\tapplied") {
 		t.Errorf("the history's last row: %q", text)
 	}
+	// A click on an event shows the session as it was right after it: the
+	// third, req-a's request, left it waiting for that approval.
+	b.do(t, "as of the third event", chromedp.Click(chromedp.CSS(`#history tbody tr:nth-child(3) button.asof`)))
+	b.waitJS(t, "the session as of version 3", `!document.querySelector('#asof').hidden && document.querySelector('#asof-facts').innerText.includes('AWAITING')`)
+	b.eval(t, `[document.querySelector('#asof-title').innerText, document.querySelector('#asof-facts').innerText].join('|')`, &text)
+	for _, want := range []string{"As it was at version 3 (after ApprovalRequested)", "req-a · spend 5 EUR", "version\n3", "events seen\n3"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("as of version 3: %q, want %q in it", text, want)
+		}
+	}
+	b.screenshot(t, "console-session-asof")
+	b.do(t, "back to now", chromedp.Click(chromedp.CSS(`#asof-close`)))
+	b.waitJS(t, "the past state closed", `document.querySelector('#asof').hidden`)
 	b.do(t, "open the failure", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:failed"))
 	b.waitJS(t, "the failure", `document.querySelector('#failure-category') !== null`)
 	b.eval(t, `document.querySelector('#s-failure').innerText`, &text)

@@ -117,6 +117,9 @@ func (g *bodyGen) sessionID() string {
 	for i := range b {
 		b[i] = chars[g.rng.IntN(len(chars))]
 	}
+	if strings.Trim(string(b), ".") == "" { // dots alone are not a session id
+		b[0] = 'a'
+	}
 	return string(b)
 }
 

@@ -85,12 +85,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, *perr)
 		return
 	}
-	if perr := checkNamespace(auth.PrincipalFrom(r.Context()).SessionPrefix(), events); perr != nil {
+	principal := auth.PrincipalFrom(r.Context())
+	if perr := checkNamespace(principal.SessionPrefix(), events); perr != nil {
 		httpx.WriteProblem(w, *perr)
 		return
 	}
+	sentBy := sender(principal)
 	now := h.now().UTC()
 	for i := range events {
+		if t := events[i].Type; sentBy != "" && (t == fsm.ApprovalGranted || t == fsm.ApprovalDenied) {
+			events[i].SentBy = sentBy
+		}
 		if events[i].ID.IsZero() {
 			id, err := fsm.NewEventID(now)
 			if err != nil {
@@ -104,6 +109,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.produce(w, r.Context(), events)
+}
+
+// sender is the name ingest records as an approval decision's sentBy:
+// the request's token's name, "" when authentication is off (there is no
+// token to name).
+func sender(p *auth.Principal) string {
+	if p == nil || p.Anonymous {
+		return ""
+	}
+	return p.Name
 }
 
 // checkNamespace refuses a request of a token bound to a session-id prefix
@@ -132,7 +147,7 @@ func checkNamespace(prefix string, events []fsm.Event) *httpx.Problem {
 		return nil
 	}
 	return &httpx.Problem{Type: httpx.TypeForbidden, Status: http.StatusForbidden, Errors: outside,
-		Detail: fmt.Sprintf("%d event(s) name sessions outside this token's namespace; nothing was produced", len(outside))}
+		Detail: fmt.Sprintf("%s outside this token's namespace; nothing was produced", count(len(outside), "event names a session", "events name sessions"))}
 }
 
 // Explainer is implemented by producers that can say why an error happened
@@ -305,7 +320,7 @@ func decodeBody(mt string, body []byte) ([]fsm.Event, *httpx.Problem) {
 	}
 	if len(problems) > 0 {
 		return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("%d problem(s) in %d event(s); nothing was produced", len(problems), len(raws)), Errors: problems}
+			Detail: fmt.Sprintf("%s in %s; nothing was produced", count(len(problems), "problem"), count(len(raws), "event")), Errors: problems}
 	}
 	return events, nil
 }
@@ -487,4 +502,16 @@ func skipJSON(b []byte, i int) (int, bool) {
 		}
 	}
 	return i, depth == 0
+}
+
+// count writes n with the singular noun, or with the plural (the noun and
+// an "s" unless given), as a detail reads: "1 problem", "2 problems".
+func count(n int, singular string, plural ...string) string {
+	if n == 1 {
+		return "1 " + singular
+	}
+	if len(plural) > 0 {
+		return strconv.Itoa(n) + " " + plural[0]
+	}
+	return strconv.Itoa(n) + " " + singular + "s"
 }

@@ -151,6 +151,12 @@ func TestBadInput(t *testing.T) {
 		{"wrong types", "application/json", `{"sessionId":7,"type":"SessionCreated"}`, 400, "sessionId"},
 		{"unknown event type", "application/json", event("s", "SessionExploded"), 400, "type"},
 		{"bad session id", "application/json", event("has spaces", "SessionCreated"), 400, "sessionId"},
+		// Path segments: S3 and URL paths rewrite them, so such a session
+		// could be neither read nor archived under its own key.
+		{"session id .", "application/json", event(".", "SessionCreated"), 400, "sessionId"},
+		{"session id ..", "application/x-ndjson", event("..", "SessionCreated"), 400, "sessionId"},
+		{"session id ...", "application/json", event("...", "SessionStarted"), 400, "sessionId"},
+		{"parent id ..", "application/json", created(`"parentSessionId":".."`), 400, "payload.parentSessionId"},
 		{"bad timestamp", "application/json", `{"sessionId":"s","type":"SessionCreated","occurredAt":"yesterday"}`, 400, "occurredAt"},
 		{"timestamp without zone", "application/json", `{"sessionId":"s","type":"SessionCreated","occurredAt":"2026-11-29T06:00:00"}`, 400, "occurredAt"},
 		{"bad event id", "application/json", `{"eventId":"42","sessionId":"s","type":"SessionCreated"}`, 400, "eventId"},
@@ -231,9 +237,12 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	// The service is still up and takes a good request.
-	if resp, body := f.post("application/json", []byte(event("s-ok", "SessionCreated"))); resp.StatusCode != 202 {
-		t.Fatalf("after the catalogue: %d %s", resp.StatusCode, body)
+	// The service is still up and takes a good request; dots among other
+	// characters are a session id like any other.
+	for _, id := range []string{"s-ok", ".a", "a.", "..a..", "a..b"} {
+		if resp, body := f.post("application/json", []byte(event(id, "SessionCreated"))); resp.StatusCode != 202 {
+			t.Fatalf("after the catalogue, %s: %d %s", id, resp.StatusCode, body)
+		}
 	}
 }
 

@@ -141,7 +141,7 @@ func API(h *Handler, guard *auth.Guard) http.Handler {
 		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeMethod, Status: http.StatusMethodNotAllowed, Detail: "use POST"})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeEndpointNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
 	})
 	return guard.Authenticate(mux)
 }

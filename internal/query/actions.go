@@ -153,11 +153,9 @@ func (f *forwarder) action(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("an action is at most %d bytes", maxActionBody)})
 		return
 	}
-	var a actionRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil || dec.More() {
-		badRequest(w, "body", "must be one JSON object with action and, as the action allows, requestId, reason and mode")
+	a, field, msg := decodeAction(body)
+	if field != "" {
+		badRequest(w, field, msg)
 		return
 	}
 	event, field, msg := a.event(id, auth.PrincipalFrom(r.Context()))
@@ -171,6 +169,58 @@ func (f *forwarder) action(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.forward(w, r, event)
+}
+
+// decodeAction reads an action's body as ingest reads an envelope
+// (fsm.DecodeEnvelope): one JSON object whose members are named exactly
+// (encoding/json would also take "Action" or "ACTION"), each at most once
+// (encoding/json keeps the last), each a string. It returns the request,
+// or the field at fault ("body" when the body is no such object) and why.
+func decodeAction(body []byte) (actionRequest, string, string) {
+	const shape = "must be one JSON object with action and, as the action allows, requestId, reason and mode"
+	var a actionRequest
+	fields := map[string]*string{"action": &a.Action, "requestId": &a.RequestID, "reason": &a.Reason, "mode": &a.Mode}
+	seen := map[string]bool{}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return a, "body", shape
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return a, "body", shape
+		}
+		name, _ := t.(string) // a member name is always a string
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return a, "body", shape
+		}
+		dst, ok := fields[name]
+		switch {
+		case !ok:
+			return a, truncateField(name), "unknown field; an action has action, requestId, reason and mode"
+		case seen[name]:
+			return a, name, "duplicate field"
+		case len(val) == 0 || val[0] != '"' || json.Unmarshal(val, dst) != nil:
+			return a, name, "must be a string"
+		}
+		seen[name] = true
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return a, "body", shape
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return a, "body", shape
+	}
+	return a, "", ""
+}
+
+// truncateField bounds a member name echoed back as a field.
+func truncateField(name string) string {
+	if len(name) > 64 {
+		return name[:64]
+	}
+	return name
 }
 
 // event returns the event of the action on session id, or the field at

@@ -95,7 +95,7 @@ func TestWhoamiAndActions(t *testing.T) {
 		{`{"action":"approve","requestId":"has space"}`, "requestId"},
 		{`{"action":"resume","requestId":"r1"}`, "requestId"},
 		{`{"action":"pause","reason":"x"}`, "reason"},
-		{`{"action":"approve","extra":1}`, "body"},
+		{`{"action":"approve","extra":1}`, "extra"},
 		{`not json`, "body"},
 	} {
 		status, out := post(acme, "acme:a", "application/json", c.body)
@@ -161,5 +161,41 @@ func TestActionsOff(t *testing.T) {
 	}
 	if err := query.ValidateIngestURL("https://ingest:8081/base"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestActionDecodedStrictly: an action's body is read as ingest reads an
+// envelope: member names match exactly, once each, and anything else is a
+// 400 naming the member; only then does the missing ingest URL answer 503.
+func TestActionDecodedStrictly(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct {
+		body, field string
+	}{
+		{`{"Action":"pause"}`, "Action"},
+		{`{"action":"pause","ACTION":"resume"}`, "ACTION"},
+		{`{"action":"cancel","action":"pause"}`, "action"},
+		{`{"action":"approve","reason":"a","reason":"b"}`, "reason"},
+		{`{"action":"approve","requestID":"r1"}`, "requestID"},
+		{`{"action":"approve","extra":1}`, "extra"},
+		{`{"action":1}`, "action"},
+		{`{"action":"cancel","mode":null}`, "mode"},
+		{`{"action":"pause"} {}`, "body"},
+		{`["pause"]`, "body"},
+		{`not json`, "body"},
+	} {
+		status, _, out := do(t, http.MethodPost, f.srv.URL+"/v1/sessions/a/actions", "", "application/json", c.body)
+		var p struct {
+			Errors []struct {
+				Field string `json:"field"`
+			} `json:"errors"`
+		}
+		if err := json.Unmarshal(out, &p); status != 400 || err != nil || len(p.Errors) != 1 || p.Errors[0].Field != c.field {
+			t.Errorf("%s: %d %s, want 400 naming %s", c.body, status, out, c.field)
+		}
+	}
+	status, _, out := do(t, http.MethodPost, f.srv.URL+"/v1/sessions/a/actions", "", "application/json", ` {"action":"cancel", "mode":"forced","reason":"r"} `)
+	if status != 503 {
+		t.Errorf("a valid action without an ingest URL: %d %s, want 503", status, out)
 	}
 }

@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,22 +24,39 @@ import (
 //   - GET /v1/sessions/{id}/history of such a session pages through the
 //     archived history, with the same page form and cursors (the cursor
 //     names a position, so a page of the live history continues in the
-//     archived one after the session moved);
+//     archived one after the session moved); a session archived when the
+//     log no longer held its first events ("historyComplete": false,
+//     DESIGN 13.2) answers 409 history-truncated, as the live history of a
+//     trimmed log does, naming the first version the archive holds;
 //   - GET /v1/archive?prefix=&limit=&cursor= lists archived sessions by id
 //     prefix within the token's own prefix, read from the objects' keys
 //     alone.
 
-// Archive is what the handler reads from the archive: *archive.Store.
+//
+// The archive is a secondary store. Serve opens it in the background
+// (archive.Remote): the service starts and serves live sessions while it
+// is unreachable, /readyz stays ready and lists it under "degraded", and
+// correx.query.archive.reachable is 0. Meanwhile a session Redis does not
+// hold answers 503 at once, saying that the archive, which may hold it,
+// cannot be asked (never a 404 that may be wrong, never after a wait);
+// archived histories and the archive's listing answer 503 the same way.
+
+// Archive is what the handler reads from the archive: *archive.Remote
+// (Serve) or *archive.Store.
 type Archive interface {
 	Get(ctx context.Context, id string) (*archive.Object, error)
 	List(ctx context.Context, prefix, cursor string, limit int) ([]archive.Entry, string, error)
 	Ping(ctx context.Context) error
 }
 
-var _ Archive = (*archive.Store)(nil)
+var (
+	_ Archive = (*archive.Store)(nil)
+	_ Archive = (*archive.Remote)(nil)
+)
 
-// ArchiveTimeout bounds the archive's work of a request.
-const ArchiveTimeout = 5 * time.Second
+// ArchiveTimeout bounds the archive's work of a request (archive.Remote
+// bounds each call by CORREX_ARCHIVE_TIMEOUT too).
+const ArchiveTimeout = archive.DefaultTimeout
 
 // ArchiveList is the body of GET /v1/archive (pkg/wire's, which the
 // client reads too).
@@ -60,6 +78,10 @@ func (h *Handler) archived(ctx context.Context, id string) (*archive.Object, err
 }
 
 func (h *Handler) archiveError(w http.ResponseWriter, err error) {
+	if errors.Is(err, archive.ErrUnreachable) {
+		httpx.Unavailable(w, 5*time.Second, "the archive is unreachable; retry later ("+err.Error()+")", nil)
+		return
+	}
 	h.log.Error("archive", "err", err)
 	httpx.Unavailable(w, time.Second, "the archive is unavailable", nil)
 }
@@ -83,6 +105,11 @@ func (h *Handler) findArchived(w http.ResponseWriter, r *http.Request, id string
 	o, err := h.archived(r.Context(), id)
 	switch {
 	case errors.Is(err, context.Canceled):
+		return nil, false
+	case errors.Is(err, archive.ErrUnreachable):
+		httpx.Unavailable(w, 5*time.Second, fmt.Sprintf(
+			"session %s is not in the read model, and the archive, which holds the closed sessions that left it, is unreachable: it may be there; retry later (%v)",
+			id, err), nil)
 		return nil, false
 	case err != nil:
 		h.archiveError(w, err)
@@ -121,6 +148,13 @@ func (h *Handler) archivedHistory(w http.ResponseWriter, r *http.Request, id str
 		return
 	}
 	s := o.Snapshot
+	if o.Truncated != nil {
+		// Incomplete (DESIGN 13.2): what is missing answers as the live
+		// history of a trimmed log does. The object holds no entry, so
+		// every page is missing.
+		h.archivedTruncated(w, o)
+		return
+	}
 	from := int64(-1)
 	if after != nil {
 		if after.partition != s.Position.Partition || after.first != s.FirstOffset || after.next > s.Position.Offset+1 {
@@ -145,6 +179,18 @@ func (h *Handler) archivedHistory(w http.ResponseWriter, r *http.Request, id str
 	}
 	w.Header().Set("Cache-Control", "no-cache")
 	httpx.WriteJSON(w, http.StatusOK, page)
+}
+
+// archivedTruncated answers 409 history-truncated for an archived session
+// whose history the log no longer held in full when it was archived.
+func (h *Handler) archivedTruncated(w http.ResponseWriter, o *archive.Object) {
+	s := o.Snapshot
+	httpx.WriteProblem(w, httpx.Problem{Type: TypeHistoryTruncated, Status: http.StatusConflict,
+		Detail: fmt.Sprintf("the events log no longer held the first events of this session when it was archived: "+
+			"partition %d started at offset %d, the session at %d; the archive holds it from version %d, its final snapshot, and no history",
+			s.Position.Partition, o.Truncated.EarliestOffset, s.FirstOffset, o.FirstVersion()),
+		Extra: map[string]any{"partition": s.Position.Partition, "firstOffset": s.FirstOffset,
+			"earliestOffset": o.Truncated.EarliestOffset, "historyComplete": false, "firstVersion": o.FirstVersion()}})
 }
 
 // MaxArchiveLimit bounds a page of GET /v1/archive.
@@ -180,7 +226,15 @@ func (h *Handler) listArchive(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ArchiveTimeout)
 	defer cancel()
-	entries, next, err := h.archive.List(ctx, f.prefix, q.Get("cursor"), limit)
+	cursor := ""
+	if q.Has("cursor") {
+		var err error
+		if cursor, err = h.archCursors.openArchive(q.Get("cursor"), f.prefix); err != nil {
+			badRequest(w, "cursor", "is not a cursor this service issued for this listing; start again without it")
+			return
+		}
+	}
+	entries, next, err := h.archive.List(ctx, f.prefix, cursor, limit)
 	switch {
 	case errors.Is(err, archive.ErrBadCursor):
 		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
@@ -196,7 +250,46 @@ func (h *Handler) listArchive(w http.ResponseWriter, r *http.Request) {
 		resp.Sessions = append(resp.Sessions, wire.ArchivedSession{SessionID: e.SessionID, State: e.State, EndedAt: e.EndedAt})
 	}
 	if next != "" {
-		resp.Next = &next
+		sealed := h.archCursors.sealArchive(next, f.prefix)
+		resp.Next = &sealed
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// Archive cursors. The bucket's own page token (fileblob's is the last key
+// listed, S3's a continuation token) is no cursor to hand out: any string
+// would be taken as a place in the bucket, and a wrong one silently ends
+// the listing. So it is sealed like the history's cursors, under a key of
+// its own derived from the same secret, with the prefix it lists:
+//
+//	base64url( 1 | nonce (12 bytes) | seal( uvarint len(prefix) | prefix | page token ) )
+//
+// A cursor that does not open (another key, altered, forged), or that was
+// issued for another prefix, is a 400 naming cursor.
+const (
+	archiveCursorVersion  = 1
+	archiveKeyLabel       = "correx-sessions archive cursor v1\x00"
+	maxArchiveCursorChars = 4096
+)
+
+// sealArchive seals the archive's page token of a listing of prefix.
+func (s cursorSealer) sealArchive(token, prefix string) string {
+	plain := binary.AppendUvarint(make([]byte, 0, 2+len(prefix)+len(token)), uint64(len(prefix)))
+	plain = append(plain, prefix...)
+	plain = append(plain, token...)
+	return s.seal(archiveCursorVersion, plain)
+}
+
+// openArchive returns the page token sealArchive sealed for prefix:
+// snapshot.ErrBadCursor or errCursorForeign for anything else.
+func (s cursorSealer) openArchive(str, prefix string) (string, error) {
+	plain, err := s.open(archiveCursorVersion, str, maxArchiveCursorChars)
+	if err != nil {
+		return "", err
+	}
+	n, k := binary.Uvarint(plain)
+	if k <= 0 || n > uint64(len(plain)-k) || string(plain[k:k+int(n)]) != prefix || len(plain) == k+int(n) {
+		return "", snapshot.ErrBadCursor
+	}
+	return string(plain[k+int(n):]), nil
 }

@@ -1,6 +1,7 @@
 package query_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -245,7 +246,17 @@ func TestArchiveListing(t *testing.T) {
 	if got := strings.Join(seen, ";"); got != "acme:a1/COMPLETED,acme:a2/COMPLETED;acme:b1/COMPLETED" {
 		t.Errorf("pages: %s", got)
 	}
-	for q, field := range map[string]string{"?limit=0": "limit", "?limit=1001": "limit", "?limit=x": "limit", "?cursor=%21%21": "cursor", "?prefix=a%2Fb": "prefix"} {
+	// A cursor this service did not issue is refused, never taken as a
+	// place in the bucket: one that names a key (the bucket's own token
+	// form), and a cursor of one prefix's listing passed to another's.
+	first := list("acme", "?limit=1&prefix=acme:a")
+	if first.Next == nil {
+		t.Fatal("prefix acme:a in pages of 1: no next")
+	}
+	forged := base64.RawURLEncoding.EncodeToString([]byte("sessions/acme:a1/COMPLETED/0.json"))
+	for q, field := range map[string]string{"?limit=0": "limit", "?limit=1001": "limit", "?limit=x": "limit", "?cursor=%21%21": "cursor", "?prefix=a%2Fb": "prefix",
+		"?cursor=" + forged: "cursor", "?cursor=" + base64.RawURLEncoding.EncodeToString([]byte("zzz")): "cursor",
+		"?prefix=acme:b&cursor=" + *first.Next: "cursor"} {
 		status, body := f.get("acme", "/v1/archive"+q)
 		var p struct {
 			Errors []struct {
@@ -297,5 +308,39 @@ func TestArchivedReadsS3(t *testing.T) {
 	}
 	if got := strings.Join(ids, ","); got != "acme:s3-1,acme:s3-2" {
 		t.Errorf("listed %s", got)
+	}
+}
+
+// TestArchivedIncompleteHistory (DESIGN 13.2): the history of a session
+// archived when the log no longer held its first events answers 409
+// history-truncated, as the live history of a trimmed log does, with
+// historyComplete false, the first version the archive holds and where the
+// log started; never an empty page that looks whole. Its snapshot is
+// still read.
+func TestArchivedIncompleteHistory(t *testing.T) {
+	f := newArchiveFixture(t, true)
+	s, _ := fold("acme:trimmed", 20, fsm.SessionCreated, fsm.SessionStarted, fsm.SessionCompleted)
+	if err := f.arch.Put(ctx, &archive.Object{Snapshot: s, History: []wire.HistoryEntry{}, ArchivedAt: time.Now(),
+		Truncated: &archive.Truncation{EarliestOffset: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	status, body := f.get("acme", "/v1/sessions/acme:trimmed/history")
+	var p struct {
+		Type            string `json:"type"`
+		Partition       *int32 `json:"partition"`
+		FirstOffset     *int64 `json:"firstOffset"`
+		EarliestOffset  *int64 `json:"earliestOffset"`
+		HistoryComplete *bool  `json:"historyComplete"`
+		FirstVersion    uint64 `json:"firstVersion"`
+	}
+	if status != http.StatusConflict || json.Unmarshal(body, &p) != nil || p.Type != query.TypeHistoryTruncated ||
+		p.Partition == nil || *p.Partition != 0 || p.FirstOffset == nil || *p.FirstOffset != 20 ||
+		p.EarliestOffset == nil || *p.EarliestOffset != 30 || p.HistoryComplete == nil || *p.HistoryComplete ||
+		p.FirstVersion != s.Version {
+		t.Fatalf("history of an incompletely archived session: %d %s; want 409 %s, firstOffset 20, earliestOffset 30, historyComplete false, firstVersion %d",
+			status, body, query.TypeHistoryTruncated, s.Version)
+	}
+	if status, body := f.get("acme", "/v1/sessions/acme:trimmed"); status != http.StatusOK || !strings.Contains(string(body), `"archived":true`) {
+		t.Fatalf("its snapshot: %d %s", status, body)
 	}
 }

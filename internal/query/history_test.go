@@ -37,6 +37,7 @@ type historyFixture struct {
 	brokers []string
 	store   *snapshot.Store
 	want    map[string][]wire.HistoryEntry
+	events  map[string][]fsm.Event // each session's events, in the log's order
 	tokens  map[string]string
 	guard   *auth.Guard
 	quiet   *slog.Logger
@@ -84,6 +85,11 @@ func newHistoryFixture(t *testing.T) *historyFixture {
 				e = fsm.NewEvent(eid, id, fsm.SessionPaused, t, fsm.Fields{})
 			case 7:
 				e = fsm.NewEvent(eid, id, fsm.SessionResumed, t, fsm.Fields{})
+			case 8:
+				e = fsm.NewEvent(eid, id, fsm.ApprovalRequested, t, fsm.Fields{RequestID: "r-1", HasRequestID: true})
+			case 9: // decided by alice, sent through ingest by ops-bot
+				e = fsm.NewEvent(eid, id, fsm.ApprovalGranted, t, fsm.Fields{RequestID: "r-1", HasRequestID: true, By: "alice"})
+				e.SentBy = "ops-bot"
 			case 39:
 				e = fsm.NewEvent(eid, id, fsm.SessionCompleted, t, fsm.Fields{})
 			default:
@@ -101,7 +107,7 @@ func newHistoryFixture(t *testing.T) *historyFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &historyFixture{t: t, brokers: c.ListenAddrs(), store: store, want: map[string][]wire.HistoryEntry{}, tokens: map[string]string{},
+	f := &historyFixture{t: t, brokers: c.ListenAddrs(), store: store, want: map[string][]wire.HistoryEntry{}, events: map[string][]fsm.Event{}, tokens: map[string]string{},
 		quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	folded := map[string]*snapshot.Snapshot{}
 	var red fsm.Reducer
@@ -122,7 +128,11 @@ func newHistoryFixture(t *testing.T) *historyFixture {
 		if o.Reason != fsm.ReasonNone {
 			en.Reason = o.Reason.String()
 		}
+		if e.Type == fsm.ApprovalRequested || e.Type == fsm.ApprovalGranted {
+			en.RequestID, en.By, en.SentBy = e.Fields.RequestID, e.Fields.By, e.SentBy
+		}
 		f.want[e.SessionID] = append(f.want[e.SessionID], en)
+		f.events[e.SessionID] = append(f.events[e.SessionID], *e)
 	}
 	var entries []snapshot.Entry
 	for _, s := range folded {
@@ -131,8 +141,12 @@ func newHistoryFixture(t *testing.T) *historyFixture {
 	if _, err := store.PutBatch(ctx, entries); err != nil {
 		t.Fatal(err)
 	}
-	// The fixture's history holds every outcome.
+	// The fixture's history holds every outcome, and a decision whose
+	// sender is not its decider.
 	h1 := f.want["acme:h-1"]
+	if d := h1[9]; d.Outcome != "applied" || d.RequestID != "r-1" || d.By != "alice" || d.SentBy != "ops-bot" {
+		t.Fatalf("the fixture's decision is %+v", d)
+	}
 	for i, want := range map[int]string{2: "applied", 3: "rejected", 4: "duplicate", 5: "superseded"} {
 		if h1[i].Outcome != want {
 			t.Fatalf("the fixture's event %d is %s, want %s", i, h1[i].Outcome, want)

@@ -43,6 +43,31 @@ func newMetrics(mp metric.MeterProvider, log *slog.Logger) *metrics {
 	return o
 }
 
+// watchArchive registers correx.query.archive.reachable: 1 while the
+// archive answers, 0 while it does not (archived reads answer 503).
+func watchArchive(mp metric.MeterProvider, a Archive, log *slog.Logger) {
+	r, ok := a.(interface{ Reachable() bool })
+	if mp == nil || !ok {
+		return
+	}
+	m := mp.Meter("github.com/correx/sessions/query")
+	g, err := m.Int64ObservableGauge("correx.query.archive.reachable", metric.WithUnit("1"),
+		metric.WithDescription("1 while the archive answers, 0 while it is unreachable (archived reads answer 503; live reads are unaffected)."))
+	if err == nil {
+		_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			v := int64(0)
+			if r.Reachable() {
+				v = 1
+			}
+			o.ObserveInt64(g, v)
+			return nil
+		}, g)
+	}
+	if err != nil {
+		log.Warn("query metrics", "err", err)
+	}
+}
+
 func (m *metrics) replayed(ctx context.Context, match bool) {
 	v := "mismatch"
 	if match {

@@ -1,7 +1,7 @@
 // Package query serves the read model over HTTP: a session's snapshot (with
 // ETag and read-your-writes waits), listings by state, statistics, a
 // replay that rebuilds a session from the Kafka log to check the stored
-// snapshot, a session's whole history read from the log in pages (history.go
+// snapshot, a session as of a version or a time (asof.go), a session's whole history read from the log in pages (history.go
 // argues its cursor), and watches: Server-Sent Events streams of the change
 // feed (watch.go; Watcher's comment argues how they stay gap-free and
 // bounded). Only the replay, the rebuild, the history and the watches touch
@@ -78,6 +78,8 @@ type Handler struct {
 	// states where history pages ended (history.go).
 	histCursors cursorSealer
 	folds       *foldCache
+	// archCursors seals the archive listing's cursors (archived.go).
+	archCursors cursorSealer
 	metrics     *metrics
 	logStarts   *logStartCache
 	archive     Archive
@@ -113,8 +115,9 @@ type Options struct {
 	Guard *auth.Guard
 	// Watch serves the watches; nil answers them 503 (no Kafka).
 	Watch *Watcher
-	// CursorKey is the secret the history's cursors are sealed with,
-	// under a key of their own (Serve passes the watch cursors' secret);
+	// CursorKey is the secret the history's and the archive listing's
+	// cursors are sealed with, each under a key of its own (Serve passes
+	// the watch cursors' secret);
 	// empty draws a key at random, valid in this process only.
 	CursorKey []byte
 	// HistoryCache is how many fold states the history keeps for the next
@@ -171,8 +174,11 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
 		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard,
-		histCursors: newSealer(historyKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log),
+		histCursors: newSealer(historyKeyLabel, o.CursorKey), archCursors: newSealer(archiveKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log),
 		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}, archive: o.Archive}
+	if o.Archive != nil {
+		watchArchive(o.Meter, o.Archive, o.Log)
+	}
 	// Scopes: sessions:read for reads, histories, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a
@@ -187,9 +193,10 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
 	mux.Handle("/v1/archive", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.listArchive)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))
+	mux.Handle("/v1/verify", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.verify)))
 	registerConsoleRoutes(mux, o.IngestURL, o.Log)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeEndpointNotFound, Status: http.StatusNotFound, Detail: "no such endpoint"})
 	})
 	h.api = o.Guard.Authenticate(mux)
 	return h
@@ -260,6 +267,10 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if q.Has("asOf") {
+		h.getAsOf(w, r, id)
+		return
+	}
 	var wait time.Duration
 	var minPos *snapshot.Position
 	if v := q.Get("wait"); v != "" {

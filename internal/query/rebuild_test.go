@@ -240,7 +240,7 @@ func TestReplayShowsTheServiceTimeoutDefaults(t *testing.T) {
 	if err := json.Unmarshal(body, &stored); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"inactivity": "1h0m0s", "cancellation": "5m0s"}
+	want := map[string]any{"inactivity": "1h0m0s", "approval": "24h0m0s", "cancellation": "5m0s"}
 	if !reflect.DeepEqual(stored["timeouts"], want) || stored["deadline"] == nil {
 		t.Fatalf("stored snapshot: timeouts %v, deadline %v; want %v and the inactivity deadline", stored["timeouts"], stored["deadline"], want)
 	}

@@ -51,10 +51,11 @@ type Config struct {
 	// Timeouts are the service defaults of the session timeouts
 	// (CORREX_TIMEOUT_*, the projector's settings): a snapshot's
 	// "timeouts" and "deadline" show the effective values with them.
-	// default: inactivity 24h, cancellation 5m, others unset (fsm.DefaultTimeouts)
+	// default: inactivity 24h, approval 24h, cancellation 5m, others unset (fsm.DefaultTimeouts)
 	Timeouts fsm.Timeouts
 	// WatchCursorKeyFile holds the secret the watch cursors (and, under
-	// a key derived apart, the history's cursors) are sealed
+	// keys derived apart, the history's and the archive listing's
+	// cursors) are sealed
 	// with (CORREX_WATCH_CURSOR_KEY_FILE; at least 16 bytes, surrounding
 	// whitespace ignored). The same file on every replica keeps cursors
 	// valid across restarts and replicas; without it the key is a random
@@ -75,10 +76,16 @@ type Config struct {
 	// (CORREX_ARCHIVE_URL: file://, s3://, gs://; internal/archive), from
 	// which GET /v1/sessions/{id} and its history answer them and GET
 	// /v1/archive lists them; unset, there is no archive. An unknown
-	// scheme or an unreachable bucket stops the service at start, and
-	// /readyz fails while the bucket cannot be reached.
+	// scheme stops the service at start. The bucket is opened in the
+	// background: while it cannot be reached the service serves live
+	// sessions, /readyz stays ready and lists the archive under
+	// "degraded", and reads that need the archive answer 503 at once.
 	// default: none
 	ArchiveURL string
+	// ArchiveTimeout bounds each call to the archive (CORREX_ARCHIVE_TIMEOUT);
+	// past it the archive counts as unreachable until a probe answers.
+	// default: 5s
+	ArchiveTimeout time.Duration
 }
 
 // minCursorKey is the shortest secret CORREX_WATCH_CURSOR_KEY_FILE may hold.
@@ -148,6 +155,7 @@ func DefaultConfig() Config {
 		Timeouts: fsm.DefaultTimeouts(),
 
 		WatchMaxLifetime: DefaultWatchMaxLifetime,
+		ArchiveTimeout:   archive.DefaultTimeout,
 	}
 }
 
@@ -163,6 +171,8 @@ func (c *Config) Bind(b *config.Binder) {
 	b.String(&c.WatchCursorKeyFile, "watch-cursor-key-file", "CORREX_WATCH_CURSOR_KEY_FILE", d.WatchCursorKeyFile, "file holding the secret that seals watch cursors (the same on every replica; without it cursors do not survive a restart)")
 	b.String(&c.IngestURL, "ingest-url", "CORREX_INGEST_URL", d.IngestURL, "base URL of the ingest service, to which the console's actions are forwarded (unset: no actions)")
 	b.Secret(&c.ArchiveURL, "archive-url", "CORREX_ARCHIVE_URL", d.ArchiveURL, "archive of closed sessions that left Redis (file://, s3://, gs://; unset: none)")
+	b.Duration(&c.ArchiveTimeout, "archive-timeout", "CORREX_ARCHIVE_TIMEOUT", d.ArchiveTimeout,
+		"longest call to the archive; past it the archive counts as unreachable, and reads that need it answer 503 at once")
 	b.Duration(&c.WatchMaxLifetime, "watch-max-lifetime", "CORREX_WATCH_MAX_LIFETIME", d.WatchMaxLifetime, "longest a watch stream lasts before the client must resume")
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
@@ -192,6 +202,9 @@ func (c *Config) Validate() error {
 	}
 	if err := archive.CheckURL(c.ArchiveURL); c.ArchiveURL != "" && err != nil {
 		p.Addf("CORREX_ARCHIVE_URL: %v", err)
+	}
+	if c.ArchiveTimeout <= 0 {
+		p.Addf("CORREX_ARCHIVE_TIMEOUT: %v, must be positive", c.ArchiveTimeout)
 	}
 	if _, err := c.cursorKey(); err != nil {
 		p.Addf("%s", err)
@@ -252,20 +265,25 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 			}
 		}()
 	}
-	ready := store.Ping
+	var degraded func() []string
 	if cfg.ArchiveURL != "" {
-		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		arch, err := archive.Open(octx, cfg.ArchiveURL)
-		cancel()
+		// In the background: an unreachable archive makes archived reads
+		// answer 503, nothing else (archived.go).
+		arch, err := archive.StartRemote(ctx, cfg.ArchiveURL, archive.RemoteOptions{Timeout: cfg.ArchiveTimeout, Log: rt.Logger()})
 		if err != nil {
 			return fmt.Errorf("query: CORREX_ARCHIVE_URL: %w", err)
 		}
 		defer func() { _ = arch.Close() }()
 		opts.Archive = arch
-		ready = func(ctx context.Context) error { return errors.Join(store.Ping(ctx), arch.Ping(ctx)) }
+		degraded = func() []string {
+			if err := arch.Status(); err != nil {
+				return []string{err.Error() + "; archived sessions answer 503 until it answers"}
+			}
+			return nil
+		}
 	}
 	h := NewHandler(store, cfg.Topic, replayer, opts)
-	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, UI: console.New(), Ready: ready, TLS: cfg.TLS})
+	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, UI: console.New(), Ready: store.Ping, Degraded: degraded, TLS: cfg.TLS})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("query: %w", err)
 	}

@@ -34,22 +34,25 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestServeWarnsWhenSessionsAreUnbounded: the query service shows
-// effective timeouts with the default inactivity of 24h and starts
-// without a warning; with 0 (disabled) it warns at start that sessions
-// may run for ever.
+// TestServeWarnsWhenSessionsAreUnbounded: the service defaults of the
+// inactivity and approval timeouts are 24h, so that every non-terminal
+// state is bounded; with them the query service starts without a warning, and
+// with inactivity, approval or cancellation 0 (disabled) it warns at
+// start, naming the setting, that sessions may run for ever.
 func TestServeWarnsWhenSessionsAreUnbounded(t *testing.T) {
-	if got := query.DefaultConfig().Timeouts[fsm.TimeoutInactivity]; got != 24*time.Hour {
-		t.Fatalf("default inactivity timeout %v, want 24h", got)
+	if d := query.DefaultConfig().Timeouts; d[fsm.TimeoutInactivity] != 24*time.Hour || d[fsm.TimeoutApproval] != 24*time.Hour {
+		t.Fatalf("default inactivity and approval timeouts %v, %v, want 24h each", d[fsm.TimeoutInactivity], d[fsm.TimeoutApproval])
 	}
 	srv := redistest.Start(t)
 	for _, tt := range []struct {
-		inactivity time.Duration
-		warn       bool
-	}{{24 * time.Hour, false}, {0, true}} {
+		kind fsm.TimeoutKind
+		d    time.Duration
+		warn string
+	}{{fsm.TimeoutInactivity, 24 * time.Hour, ""}, {fsm.TimeoutInactivity, 0, "CORREX_TIMEOUT_INACTIVITY is 0"},
+		{fsm.TimeoutApproval, 0, "CORREX_TIMEOUT_APPROVAL is 0"}, {fsm.TimeoutCancellation, 0, "CORREX_TIMEOUT_CANCELLATION is 0"}} {
 		cfg := query.DefaultConfig()
 		cfg.Redis.URL, cfg.Kafka.Brokers, cfg.Auth.Disabled = srv.URL(), nil, true
-		cfg.Timeouts[fsm.TimeoutInactivity] = tt.inactivity
+		cfg.Timeouts[tt.kind] = tt.d
 		var log lockedBuffer
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -60,11 +63,11 @@ func TestServeWarnsWhenSessionsAreUnbounded(t *testing.T) {
 		err = query.Serve(ctx, cfg, rt)
 		cancel()
 		if err != nil {
-			t.Fatalf("inactivity %v: Serve: %v", tt.inactivity, err)
+			t.Fatalf("%s %v: Serve: %v", tt.kind, tt.d, err)
 		}
 		warned := strings.Contains(log.String(), "level=WARN") && strings.Contains(log.String(), "may run for ever")
-		if warned != tt.warn {
-			t.Errorf("inactivity %v: warned %v, want %v; log:\n%s", tt.inactivity, warned, tt.warn, log.String())
+		if warned != (tt.warn != "") || !strings.Contains(log.String(), tt.warn) {
+			t.Errorf("%s %v: warned %v, want %q; log:\n%s", tt.kind, tt.d, warned, tt.warn, log.String())
 		}
 	}
 }

@@ -458,8 +458,27 @@
         partsNow = Array.isArray(parts) ? parts : [];
         lastStats = Date.now();
         showLive();
+        if (Array.isArray(parts)) refreshVerify(); else $('verify-badge').hidden = true;
       } catch (e) {
         $('counts-updated').textContent = 'counts unavailable: ' + e.message;
+      }
+    }
+
+    // The background verifiers' report (GET /v1/verify), for a token that
+    // sees the partitions (admin, no prefix): a badge, green while every
+    // mismatch found was repaired.
+    async function refreshVerify() {
+      const badge = $('verify-badge');
+      try {
+        const { body } = await api('/v1/verify');
+        const found = Object.values(body.mismatches || {}).reduce((a, n) => a + n, 0);
+        const left = found - body.repaired;
+        badge.textContent = 'verified against the log: ' + body.checked + ' checked, ' + found + ' mismatches, ' +
+          body.repaired + ' repaired' + (body.lastCycle ? ', last cycle ' + Math.round(body.lastCycle.durationMs / 1000) + ' s' : '');
+        badge.className = 'verify-badge small ' + (left > 0 ? 'bad' : 'ok');
+        badge.hidden = false;
+      } catch (e) {
+        badge.hidden = true;
       }
     }
 
@@ -1002,7 +1021,9 @@
         const tb = $('history').tBodies[0];
         if (!after) clear(tb);
         for (const h of body.history || []) {
-          tb.append(el('tr', { 'data-outcome': h.outcome }, el('td', {}, String(h.version)), el('td', {}, timeEl(h.occurredAt)),
+          const at = el('button', { type: 'button', class: 'asof', 'data-version': String(h.version),
+            title: 'the session as it was right after version ' + h.version }, String(h.version));
+          tb.append(el('tr', { 'data-outcome': h.outcome, 'data-version': String(h.version), 'data-type': h.type }, el('td', {}, at), el('td', {}, timeEl(h.occurredAt)),
             el('td', { class: 'mono' }, h.type), el('td', {}, h.outcome), el('td', {}, h.from ? badge(h.from) : ''),
             el('td', {}, h.to ? badge(h.to) : ''), el('td', { class: 'reason' }, h.reason || ''), el('td', { class: 'mono' }, h.eventId)));
         }
@@ -1014,6 +1035,39 @@
         note.textContent = 'History unavailable: ' + e.message;
       }
     }
+    // A click on an event shows the session as it was right after the
+    // version it left (GET ?asOf=, folded again from the log).
+    async function showAsOf(version, type) {
+      const box = $('asof');
+      const note = $('asof-note');
+      box.hidden = false;
+      $('asof-title').textContent = 'As it was at version ' + version + (type ? ' (after ' + type + ')' : '');
+      $('asof-json').href = path + '?asOf=' + encodeURIComponent(version);
+      clear($('asof-facts'));
+      note.textContent = 'folding the log…';
+      try {
+        const { body: s } = await api(path + '?asOf=' + encodeURIComponent(version));
+        note.textContent = 'version ' + s.version + ' of the session, read from the log' + (s.archived ? ' (archived)' : '');
+        const p = pendingApproval(s);
+        dl($('asof-facts'), [
+          ['state', badge(s.state)],
+          ['in state since', timeEl(s.stateEnteredAt)],
+          ['updated', timeEl(s.updatedAt)],
+          ['version', String(s.version)],
+          ['events seen', String((s.counters || {}).events || 0)],
+          ['pending approval', p ? el('span', { class: 'mono' }, (p.requestId || '') + (p.reason ? ' · ' + p.reason : '')) : null],
+          ['execution time', fmtMs(s.executionMs || 0)],
+          ['digest', el('span', { class: 'mono' }, s.digest || '')],
+        ]);
+      } catch (e) {
+        note.textContent = 'Unavailable: ' + e.message;
+      }
+    }
+    $('history').tBodies[0].addEventListener('click', (e) => {
+      const tr = e.target.closest('tr[data-version]');
+      if (tr) showAsOf(tr.dataset.version, tr.dataset.type);
+    });
+    $('asof-close').addEventListener('click', () => { $('asof').hidden = true; });
     $('history-load').addEventListener('click', () => loadHistory(null));
     $('history-more').addEventListener('click', () => { if (hnext) loadHistory(hnext); });
     // The listing has no index by parent: it filters each scanned page,
