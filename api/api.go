@@ -14,7 +14,10 @@
 // without a schema update fails a test.
 //
 // openapi.json is the source: edit it by hand, keep it valid OpenAPI 3.1
-// (a test checks it) and keep it indented with two spaces.
+// (a test checks it), give every enum and const schema its type (a test
+// checks that too: a generator makes an untyped enum an interface{};
+// api/codegen compiles oapi-codegen's output, make test-openapi) and keep
+// it indented with two spaces.
 package api
 
 import (

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -122,5 +123,40 @@ func TestProblemTypesAreDescribed(t *testing.T) {
 		if _, ok := used[u]; !ok {
 			t.Errorf("components/schemas/ProblemType lists %s, which no service writes", u)
 		}
+	}
+}
+
+// Every enum and const schema says its type: without one, generators make
+// the field an interface{} (oapi-codegen) or fail to compile (ogen).
+func TestEnumsAreTyped(t *testing.T) {
+	var doc any
+	if err := json.Unmarshal(api.Document(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var walk func(path string, o any)
+	walk = func(path string, o any) {
+		switch o := o.(type) {
+		case map[string]any:
+			_, enum := o["enum"]
+			_, isConst := o["const"]
+			if enum || isConst {
+				n++
+				if _, ok := o["type"]; !ok {
+					t.Errorf("%s: an enum or const without a type", path)
+				}
+			}
+			for k, v := range o {
+				walk(path+"/"+k, v)
+			}
+		case []any:
+			for i, v := range o {
+				walk(fmt.Sprintf("%s/%d", path, i), v)
+			}
+		}
+	}
+	walk("#", doc)
+	if n == 0 {
+		t.Fatal("no enum or const found: the walk is wrong")
 	}
 }

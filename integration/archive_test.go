@@ -24,6 +24,7 @@ const s3Port = "7070/tcp"
 // with "archived": true, listed by GET /v1/archive, with its whole history;
 // a session still open stays in Redis.
 func TestArchiveIntoS3(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.startKafka(s.volume("kafka"))
 	s.startRedis(s.volume("redis"))

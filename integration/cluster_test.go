@@ -171,6 +171,7 @@ func clusterEnv(extra map[string]string) map[string]string {
 // checkpointed again, and every snapshot equals the reference fold of what
 // ingest accepted. The times are logged.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.startKafka(s.volume("kafka"))
 	rc := s.startRedisCluster()

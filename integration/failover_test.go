@@ -194,6 +194,7 @@ sentinel parallel-syncs mymaster 1
 // at all until a replica of the new primary acknowledges the writes (a new
 // one is started): then the read model catches up and is exact.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.startKafka(s.volume("kafka"))
 	redisNode := func(alias string, args ...string) *node {
@@ -390,6 +391,7 @@ func (w *readyzWatch) finish() (seen string, at time.Time, notReady int) {
 // so on /readyz and counts it in correx.projector.rebuilds: the result is
 // exact.
 func TestRedisRestoredFromOlderRDB(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.startKafka(s.volume("kafka"))
 	s.redis = s.run(redisAlias, redisPort, theImages.redis,
@@ -513,6 +515,7 @@ func warnings(log string) map[string]int {
 // query service is cut off it answers 503 problem+json in bounded time, and
 // serves again by itself once reconnected.
 func TestNetworkPartitions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rnet, err := network.New(ctx, network.WithInternal(),
 		network.WithLabels(map[string]string{labelKey: runID, labelKey + ".test": t.Name()}))

@@ -313,9 +313,10 @@ func (v *Validator) check(req *http.Request, resp *http.Response, body []byte) {
 }
 
 // undescribed checks the answer to a request whose path or method the
-// description does not hold: 404 not-found, or 405 method-not-allowed.
+// description does not hold: 404 endpoint-not-found (not-found is a
+// missing session's), or 405 method-not-allowed.
 func (v *Validator) undescribed(req *http.Request, resp *http.Response, errs []*verrors.ValidationError) {
-	status, typ := http.StatusNotFound, "https://correx.dev/problems/not-found"
+	status, typ := http.StatusNotFound, "https://correx.dev/problems/endpoint-not-found"
 	for _, e := range errs {
 		if e.ValidationSubType == helpers.ValidationMissingOperation {
 			status, typ = http.StatusMethodNotAllowed, "https://correx.dev/problems/method-not-allowed"

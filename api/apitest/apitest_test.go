@@ -54,7 +54,7 @@ func serve(t *testing.T, routes map[string]http.HandlerFunc) (*apitest.Validator
 		mux.HandleFunc(p, h)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeNotFound, Status: 404, Detail: "no such endpoint"})
+		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeEndpointNotFound, Status: 404, Detail: "no such endpoint"})
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)

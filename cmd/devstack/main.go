@@ -11,10 +11,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/correx/sessions/internal/config"
@@ -29,9 +32,15 @@ func main() {
 	stop()
 	restore()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "devstack:", err)
+		fmt.Fprintln(os.Stderr, message(err))
 		os.Exit(1)
 	}
+}
+
+// message is the line printed for err: prefixed with the command's name
+// once, whether or not the error already carries internal/devstack's.
+func message(err error) string {
+	return "devstack: " + strings.TrimPrefix(err.Error(), "devstack: ")
 }
 
 // parse builds the configuration from args and the environment.
@@ -43,6 +52,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (devstac
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, b, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is printed, which is what was asked
+	}
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,6 +36,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (ingest.
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, b, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is printed, which is what was asked
+	}
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,6 +55,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (kafkabr
 // advertised address once the broker accepts connections (tests).
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready func(addr string)) error {
 	cfg, b, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is printed, which is what was asked
+	}
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	_ "github.com/correx/sessions/internal/archive/cloudblob" // the archive's s3:// and gs:// drivers
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/service"
@@ -48,6 +49,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (cfg pro
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, b, reset, yes, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is printed, which is what was asked
+	}
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	_ "github.com/correx/sessions/internal/archive/cloudblob" // the archive's s3:// and gs:// drivers
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/service"
@@ -33,6 +36,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (query.C
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cfg, b, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is printed, which is what was asked
+	}
 	if err != nil {
 		return err
 	}

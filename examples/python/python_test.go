@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -27,6 +28,7 @@ type line struct {
 	Drops     int    `json:"drops"`
 	Status    int    `json:"status"`
 	Field     string `json:"field"`
+	Reason    string `json:"reason"`
 }
 
 // The script sends a session's events with a tenant's token, reads its
@@ -83,6 +85,31 @@ func TestPythonClientOverThePipeline(t *testing.T) {
 	}
 	if l := lines[7]; l.Status != 400 || l.Field != "occurredAt" {
 		t.Errorf("bad event: %+v, want 400 naming occurredAt", l)
+	}
+	// Again with the same, completed, session: its events are rejected,
+	// which the script says, and it fails.
+	cmd = exec.CommandContext(ctx, py, "run_session.py", "acme:py-1")
+	cmd.Env = append(cmd.Environ(), "CORREX_INGEST_URL="+st.IngestURL, "CORREX_QUERY_URL="+st.QueryURL,
+		"CORREX_TOKEN="+st.Tokens.Acme, "PYTHONDONTWRITEBYTECODE=1")
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	out, err = cmd.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("run_session.py on an ended session: %v, want exit 1\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	var rejected *line
+	for _, l := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+		var ln line
+		if json.Unmarshal(l, &ln) == nil && ln.Step == "change" {
+			t.Errorf("a change printed for an ended session: %s", l)
+		}
+		if ln.Step == "rejected" {
+			rejected = &ln
+		}
+	}
+	if rejected == nil || rejected.Reason == "" || !strings.Contains(stderr.String(), "rejected") {
+		t.Errorf("no rejected step with its reason, or no error:\nstdout:\n%s\nstderr:\n%s", out, stderr.String())
 	}
 	// The tenant's token reads only its own sessions.
 	if _, err := st.SendAs(ctx, st.Tokens.Acme, []byte(`{"sessionId":"globex:x","type":"SessionCreated","payload":{}}`)); err == nil {

@@ -6,7 +6,10 @@
 It sends the session's first events, reads its snapshot with read-your-writes
 (minPosition), opens its watch, sends the rest while watching, drops the
 connection once and resumes it from the last event id, and prints one JSON
-line per step. Against `make run`, no configuration is needed.
+line per step. A change that is not applied (an event the session rejected,
+as when the id names a session that already ended) is printed as its outcome
+with the reason, and the script exits 1. Against `make run`, no configuration
+is needed.
 """
 
 import json
@@ -50,6 +53,12 @@ def main():
                     threading.Thread(target=send_rest, daemon=True).start()
             elif event == "change":
                 ch = json.loads(data)
+                if ch.get("outcome") != "applied":
+                    # The session did not take one of our events (rejected,
+                    # or a duplicate): say which and why, and fail.
+                    out(ch.get("outcome", "unknown"), type=ch["type"], reason=ch.get("reason"),
+                        version=ch["version"])
+                    raise RuntimeError("%s %s: %s" % (ch["type"], ch.get("outcome"), ch.get("reason")))
                 out("change", type=ch["type"], to=ch.get("to"), version=ch["version"])
                 if ch.get("to") == "COMPLETED":
                     done = True
@@ -70,6 +79,8 @@ def main():
     except ProblemError as e:
         errs = e.body.get("errors") or [{}]
         out("refused", status=e.status, field=errs[0].get("field"))
+    else:
+        raise RuntimeError("an event with occurredAt \"yesterday\" was accepted")
 
 
 def out(step, **fields):

@@ -112,9 +112,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return c.Run(ctx, s.post)
 }
 
-// isTransition keeps applied changes that moved the session to another
-// state (the creation included), not rejections or custom events.
-func isTransition(c *feed.Change) bool { return c.Outcome == feed.Applied && c.From != c.To }
+// isTransition keeps applied transitions: changes that moved the session to
+// another state (the creation included) and the escalation of a graceful
+// CANCELLING to forced (CANCELLING -> CANCELLING), not rejections or
+// custom events.
+func isTransition(c *feed.Change) bool { return c.Transition() }
 
 // sender posts one change, retrying until a 2xx, a permanent failure or the
 // end of ctx.

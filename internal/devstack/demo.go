@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/correx/sessions/internal/config"
@@ -26,6 +28,7 @@ import (
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/internal/service"
 	"github.com/correx/sessions/pkg/client"
+	"github.com/correx/sessions/pkg/fsm"
 )
 
 // Config is the configuration of cmd/devstack (`make run`): the stack's
@@ -146,6 +149,10 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 		return err
 	}
 	st, err := Start(ctx, o)
+	var le *ListenError
+	if errors.As(err, &le) {
+		return c.listenError(le)
+	}
 	if err == nil && terr != nil {
 		_ = st.Stop()
 		err = terr
@@ -179,6 +186,20 @@ func Run(ctx context.Context, c Config, settings []string, getenv func(string) s
 	}
 	fmt.Fprintln(stdout, "stopped")
 	return nil
+}
+
+// listenError names the flag that moves the service that could not listen.
+func (c *Config) listenError(e *ListenError) error {
+	flag := map[string]string{"ingest": "-ingest-addr", "query": "-query-addr", "projector": "-projector-addr", "kafka": "-kafka-port"}[e.Service]
+	if errors.Is(e.Err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s is already in use (another devstack?): stop what listens there, or choose another with %s", e.Service, e.Addr, flag)
+	}
+	var op *net.OpError
+	reason := e.Err
+	if errors.As(e.Err, &op) {
+		reason = op.Err
+	}
+	return fmt.Errorf("%s %s: %v", flag, e.Addr, reason)
 }
 
 // archive makes the projector archive the sessions that ended into
@@ -227,9 +248,10 @@ func printBanner(w io.Writer, st *Stack, settings []string, dataDir string) {
   WARNING: authentication is OFF in devstack; do not expose these ports.
 
 Try:
-  curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
-    -d '{"sessionId":"demo:1","type":"SessionCreated","payload":{"goal":"try it"}}'
-  curl -s '%s/v1/sessions/demo:1?minPosition=<position from the answer>&wait=2s'
+  pos=$(curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
+    -d '{"sessionId":"demo:1","type":"SessionCreated","payload":{"goal":"try it"}}' |
+    sed -E 's/.*"position":"([0-9]+:[0-9]+)".*/\1/')   # the event's position, e.g. 3:0
+  curl -s "%s/v1/sessions/demo:1?minPosition=$pos&wait=10s"  # read your write
   # a session that times out after 5s without events (TimeoutExpired, then CANCELLING)
   curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
     -d '%s'
@@ -243,26 +265,64 @@ Try:
     {"sessionId":"demo:2","type":"ApprovalRequested","payload":{"requestId":"deploy-1","reason":"deploy to production"}},
     {"sessionId":"demo:2","type":"ApprovalGranted","payload":{"requestId":"deploy-1","by":"alice","reason":"change reviewed"}}]}'
   curl -s '%s/v1/sessions/demo:2/history?limit=3'
+  # the session as it was at version 3, waiting for the approval (or asOf= an RFC 3339 time)
+  curl -s '%s/v1/sessions/demo:2?asOf=3'
   # a structured failure (category, code, retryable); a forced cancellation, which ends at once
   curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
     -d '{"sessionId":"demo:2","type":"SessionFailed","payload":{"reason":"provider answered 429","category":"provider","code":"rate_limited","retryable":true}}'
   curl -s -XPOST %s/v1/events -H 'Content-Type: application/json' \
     -d '{"sessionId":"demo:1","type":"CancellationRequested","payload":{"mode":"forced","reason":"runaway"}}'
-  # or the command line, which defaults to these ports: go install ./cmd/correx
-  correx ls --prefix demo: --limit 10; correx watch; correx top
+  # what the background verifier found (snapshots compared with the log, mismatches by kind, repairs)
+  curl -s %s/v1/verify
+  # or the command line: go install ./cmd/correx
+  %s
 
 Ctrl-C stops it. Settings: %s
 `, kafka, redis, st.IngestURL, st.QueryURL, st.QueryURL, st.QueryURL, st.ProjectorURL, st.IngestURL, st.QueryURL,
 		st.IngestURL, quietSessionEvents("demo:quiet"), st.QueryURL, st.QueryURL, st.QueryURL,
-		st.IngestURL, st.QueryURL, st.IngestURL, st.IngestURL, strings.Join(settings, ", "))
+		st.IngestURL, st.QueryURL, st.QueryURL, st.IngestURL, st.IngestURL, st.QueryURL, correxHint(st), strings.Join(settings, ", "))
+}
+
+// correxHint is the banner's line of correx commands: they default to the
+// devstack's default ports, so other ports go in front as the environment
+// variables the command line reads.
+func correxHint(st *Stack) string {
+	cmds := "correx ls --prefix demo: --limit 10; correx watch; correx top\n  correx verify --prefix demo: --repair"
+	def := DefaultConfig()
+	if st.IngestURL == "http://"+def.IngestAddr && st.QueryURL == "http://"+def.QueryAddr {
+		return cmds
+	}
+	return fmt.Sprintf("export CORREX_INGEST_URL=%s CORREX_QUERY_URL=%s\n  %s", st.IngestURL, st.QueryURL, cmds)
+}
+
+// demoLoad is one round of the demo: realistic sessions that all end
+// (Settled), with short timeouts of their own (demoTimeouts) so that the
+// projector ends within minutes what an invalid event left open. Hours of
+// rounds then reach a steady state instead of piling up sessions in
+// CREATED, running or waiting for a 24-hour timeout.
+func demoLoad(st *Stack, c Config, seed uint64) loadgen.Config {
+	return loadgen.Config{IngestURL: st.IngestURL, QueryURL: st.QueryURL, Sessions: c.DemoSessions,
+		Concurrency: 4, Rate: c.DemoRate, Batch: 10, InvalidShare: 0.03, DuplicateShare: 0.03,
+		Seed: seed, Prefix: "demo", Settled: true, Timeouts: demoTimeouts()}
+}
+
+// demoTimeouts are the demo sessions' own timeouts: long beside a round's
+// few seconds, short beside a run of `make run`.
+func demoTimeouts() fsm.Timeouts {
+	var t fsm.Timeouts
+	t[fsm.TimeoutInactivity] = 2 * time.Minute
+	t[fsm.TimeoutApproval] = 2 * time.Minute
+	t[fsm.TimeoutRecovery] = 2 * time.Minute
+	t[fsm.TimeoutCancellation] = time.Minute
+	return t
 }
 
 // demo runs rounds of realistic sessions against the stack until ctx ends.
 func demo(ctx context.Context, st *Stack, c Config, log *slog.Logger, sent *atomic.Int64) {
 	for round := uint64(1); ctx.Err() == nil; round++ {
-		_, err := loadgen.Run(ctx, loadgen.Config{IngestURL: st.IngestURL, QueryURL: st.QueryURL, Sessions: c.DemoSessions,
-			Concurrency: 4, Rate: c.DemoRate, Batch: 10, InvalidShare: 0.03, DuplicateShare: 0.03,
-			Seed: uint64(time.Now().UnixNano()) + round, Prefix: "demo", Progress: func(n int) { sent.Add(int64(n)) }})
+		load := demoLoad(st, c, uint64(time.Now().UnixNano())+round)
+		load.Progress = func(n int) { sent.Add(int64(n)) }
+		_, err := loadgen.Run(ctx, load)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("demo workload", "err", err)
 			select { // a pause before the next round, not a busy loop

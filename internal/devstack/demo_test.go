@@ -102,11 +102,20 @@ func TestBannerHints(t *testing.T) {
 	_, hints, _ := strings.Cut(banner.String(), "Try:\n")
 	hints, _, _ = strings.Cut(hints, "  # or the command line")
 	var script []string
+	asOf := ""
 	for _, l := range strings.Split(hints, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(l), "curl -N") { // the watch streams until stopped
 			continue
 		}
-		script = append(script, strings.ReplaceAll(l, "<position from the answer>", "0:0"))
+		if strings.Contains(l, "asOf=") { // run once its session is folded, below
+			asOf = l
+			continue
+		}
+		script = append(script, l)
+	}
+	// The hints run as printed: no placeholder to fill in.
+	if strings.ContainsAny(hints, "<>") {
+		t.Errorf("a hint has a placeholder:\n%s", hints)
 	}
 	run := func(s string) string {
 		out, err := exec.Command("bash", "-c", s).CombinedOutput()
@@ -119,6 +128,18 @@ func TestBannerHints(t *testing.T) {
 	if strings.Contains(out, `"status":400`) {
 		t.Fatalf("a hint was refused:\n%s", out)
 	}
+	// The read at the captured position answers demo:1's snapshot.
+	if !strings.Contains(out, `{"sessionId":"demo:1"`) {
+		t.Errorf("the read-your-write hint did not answer the snapshot:\n%s", out)
+	}
+	// The stack is on free ports: the correx hint says where.
+	want := "export CORREX_INGEST_URL=" + st.IngestURL + " CORREX_QUERY_URL=" + st.QueryURL + "\n  correx ls"
+	if !strings.Contains(banner.String(), want) {
+		t.Errorf("the banner of a stack on other ports lacks %q:\n%s", want, banner.String())
+	}
+	if got := correxHint(&Stack{IngestURL: "http://127.0.0.1:8081", QueryURL: "http://127.0.0.1:8082"}); strings.Contains(got, "export") {
+		t.Errorf("on the default ports the correx hint sets the URLs: %s", got)
+	}
 	testwait.UntilSeen(t, "the hints' sessions", 20*time.Second, func() (bool, string) {
 		two := run("curl -s " + st.QueryURL + "/v1/sessions/demo:2")
 		one := run("curl -s " + st.QueryURL + "/v1/sessions/demo:1")
@@ -128,5 +149,11 @@ func TestBannerHints(t *testing.T) {
 	})
 	if h := run("curl -s '" + st.QueryURL + "/v1/sessions/demo:2/history?limit=3'"); !strings.Contains(h, `"next":"`) {
 		t.Fatalf("the history hint answered no next page:\n%s", h)
+	}
+	if asOf == "" {
+		t.Fatal("the hints have no asOf line")
+	}
+	if a := run(asOf); !strings.Contains(a, `"state":"AWAITING_APPROVAL"`) || !strings.Contains(a, `"version":3,`) || !strings.HasSuffix(strings.TrimSpace(a), `"asOf":"3"}`) {
+		t.Fatalf("the asOf hint answered:\n%s", a)
 	}
 }

@@ -8,7 +8,9 @@
 // The projector can be stopped, killed and started again while the rest of
 // the stack runs (StopProjector, KillProjector, StartProjector): it keeps its
 // address, group instance id and Redis, so a restart exercises the recovery
-// from checkpoints that a real restart does.
+// from checkpoints that a real restart does. The query service can be
+// stopped and started again on its address too (StopQuery, StartQuery), so
+// that a watch's reconnection across a restart can be exercised.
 //
 // Run (demo.go) is what `make run` shows around a stack: the URLs and lines
 // to try, a demo workload, a session whose timeout fires, and a progress
@@ -24,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -67,8 +70,12 @@ type Options struct {
 	IngestAddr, QueryAddr, ProjectorAddr string
 	Topic, Group                         string
 	Partitions                           int
-	// Projector adjusts the projector's configuration (tests shorten
-	// intervals).
+	// FlushInterval is how often the projector writes folded snapshots to
+	// Redis (0: 100ms); its MaxFlushInterval is raised to it when lower.
+	// pkg/testkit sets it without importing the projector.
+	FlushInterval time.Duration
+	// Projector adjusts the projector's configuration after FlushInterval
+	// (tests shorten intervals).
 	Projector func(*projector.Config)
 	// KillableProjector routes the projector's Redis connections through a
 	// proxy that KillProjector cuts (a plain redis:// URL of a single Redis
@@ -107,6 +114,15 @@ type Stack struct {
 	redisHost string // host:port behind the per-run proxies; "" without them
 	proj      *projRun
 	killed    []*projRun
+
+	// The query service's own lifetime (guarded by queryMu), as the
+	// projector's: its config, runtime and address, and the running
+	// service (nil while it is stopped).
+	queryMu   sync.Mutex
+	qcfg      query.Config
+	qrt       service.Runtime
+	queryAddr string
+	query     *queryRun
 }
 
 // withClientID is the stack's Kafka settings under a service's client id.
@@ -143,6 +159,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 		c, err := kfake.NewCluster(kopts...)
 		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, &ListenError{Service: "kafka", Addr: fmt.Sprintf("127.0.0.1:%d", o.KafkaPort), Err: err}
+			}
 			return nil, fmt.Errorf("devstack: embedded broker: %w", err)
 		}
 		s.Broker = c
@@ -175,25 +194,26 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.TLS.Enabled() {
 		scheme = "https://"
 	}
-	listen := func(addr string) (net.Listener, string, error) {
-		l, err := httpx.Listen(orDefault(addr, "127.0.0.1:0"))
+	listen := func(service, addr string) (net.Listener, string, error) {
+		addr = orDefault(addr, "127.0.0.1:0")
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, "", err
+			return nil, "", &ListenError{Service: service, Addr: addr, Err: err}
 		}
 		return l, scheme + l.Addr().String(), nil
 	}
-	li, ingestURL, err := listen(o.IngestAddr)
+	li, ingestURL, err := listen("ingest", o.IngestAddr)
 	if err != nil {
 		s.close()
 		return nil, err
 	}
-	lq, queryURL, err := listen(o.QueryAddr)
+	lq, queryURL, err := listen("query", o.QueryAddr)
 	if err != nil {
 		li.Close()
 		s.close()
 		return nil, err
 	}
-	lp, projURL, err := listen(o.ProjectorAddr)
+	lp, projURL, err := listen("projector", o.ProjectorAddr)
 	if err != nil {
 		li.Close()
 		lq.Close()
@@ -227,6 +247,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	pcfg.LeaveOnShutdown = false
 	pcfg.SessionTimeout, pcfg.RebalanceTimeout = 10*time.Second, 30*time.Second
 	pcfg.FlushInterval = 100 * time.Millisecond
+	if o.FlushInterval > 0 {
+		pcfg.FlushInterval = o.FlushInterval
+		pcfg.MaxFlushInterval = max(pcfg.MaxFlushInterval, o.FlushInterval)
+	}
 	if o.Projector != nil {
 		o.Projector(&pcfg)
 	}
@@ -267,11 +291,93 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	qcfg.Timeouts = pcfg.Timeouts     // the projector's: the query shows effective timeouts with them
 	qcfg.IngestURL = ingestURL        // the console's actions go through the query service to ingest
 	qcfg.ArchiveURL = pcfg.ArchiveURL // archived sessions are read back from where the projector puts them
-	qrt := rt("query")
-	qrt.Listener = lq
-	s.goRun("query", func() error { return query.Serve(ctx, qcfg, qrt) })
+	s.qcfg, s.qrt, s.queryAddr = qcfg, rt("query"), lq.Addr().String()
+	s.startQuery(lq)
 	return s, nil
 }
+
+// queryRun is one run of the query service.
+type queryRun struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Serve has returned
+}
+
+// startQuery runs the query service on l (queryMu held, or the stack not
+// yet shared).
+func (s *Stack) startQuery(l net.Listener) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	r := &queryRun{cancel: cancel, done: make(chan struct{})}
+	rt := s.qrt
+	rt.Listener = l
+	s.query = r
+	s.goRun("query", func() error {
+		defer close(r.done)
+		return query.Serve(ctx, s.qcfg, rt)
+	})
+}
+
+// ErrQueryRunning is returned by StartQuery while the query service runs;
+// ErrQueryStopped by StopQuery when it does not.
+var (
+	ErrQueryRunning = errors.New("devstack: the query service is running")
+	ErrQueryStopped = errors.New("devstack: the query service is not running")
+)
+
+// StopQuery shuts the query service down gracefully, as SIGTERM does: its
+// watch streams end and its address refuses connections until StartQuery.
+// It returns once the service has ended; an error of the service is
+// returned by Stop.
+func (s *Stack) StopQuery() error {
+	s.queryMu.Lock()
+	defer s.queryMu.Unlock()
+	r := s.query
+	if r == nil {
+		return ErrQueryStopped
+	}
+	s.query = nil
+	r.cancel()
+	<-r.done
+	return nil
+}
+
+// StartQuery starts the query service again after StopQuery, on the same
+// address. It returns once the service listens.
+func (s *Stack) StartQuery() error {
+	s.queryMu.Lock()
+	defer s.queryMu.Unlock()
+	if s.query != nil {
+		return ErrQueryRunning
+	}
+	if s.ctx.Err() != nil {
+		return fmt.Errorf("devstack: the stack is stopped: %w", s.ctx.Err())
+	}
+	l, err := httpx.Listen(s.queryAddr)
+	if err != nil {
+		return fmt.Errorf("devstack: query listener: %w", err)
+	}
+	s.startQuery(l)
+	return nil
+}
+
+// ListenError says that a service of the stack could not listen on its
+// address: Service is "ingest", "query", "projector" (Options.IngestAddr,
+// QueryAddr, ProjectorAddr) or "kafka" (the embedded broker,
+// Options.KafkaPort). errors.Is(err, syscall.EADDRINUSE) tells an address
+// already in use.
+type ListenError struct {
+	Service string
+	Addr    string
+	Err     error
+}
+
+func (e *ListenError) Error() string {
+	if errors.Is(e.Err, syscall.EADDRINUSE) {
+		return fmt.Sprintf("devstack: %s: %s is already in use", e.Service, e.Addr)
+	}
+	return fmt.Sprintf("devstack: %s: listen on %s: %v", e.Service, e.Addr, e.Err)
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
 
 // ensureFeedTopic creates the change feed's topic of topic with partitions
 // partitions, as the projector does, when it does not exist.

@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -162,10 +161,7 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 	}
 	b.Run("processes", func(b *testing.B) {
 		bin := buildServices(b, "kafkabroker", "projector", "query")
-		brokerAddr := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(b))
-		broker := startService(b, "kafkabroker", bin["kafkabroker"], map[string]string{
-			"KFAKE_LISTEN_ADDR": brokerAddr, "KFAKE_PARTITIONS": "12", "KFAKE_LOG_LEVEL": "warn"})
-		broker.waitLog(b, "broker ready", 30*time.Second)
+		_, brokerAddr := startBroker(b, bin["kafkabroker"], map[string]string{"KFAKE_PARTITIONS": "12", "KFAKE_LOG_LEVEL": "warn"})
 		readsUnderWrites(b, []string{brokerAddr}, sessions, func(redisURL string) (string, func()) {
 			env := map[string]string{
 				"CORREX_KAFKA_BROKERS": brokerAddr, "CORREX_REDIS_URL": redisURL, "CORREX_PARTITIONS": "12",
@@ -175,16 +171,14 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 				// timeout would have passed, and fire for every live session.
 				"CORREX_TIMEOUT_INACTIVITY": "0",
 			}
-			queryURL := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(b))
-			env["CORREX_HTTP_ADDR"] = strings.TrimPrefix(queryURL, "http://")
-			query := startService(b, "query", bin["query"], env)
-			proj := map[string]string{"CORREX_HTTP_ADDR": "127.0.0.1:" + strconv.Itoa(freeTCPPort(b)), "CORREX_INSTANCE_ID": "bench"}
+			query, queryURL := startHTTPService(b, "query", bin["query"], env)
+			proj := map[string]string{"CORREX_INSTANCE_ID": "bench"}
 			for k, v := range env {
 				if _, set := proj[k]; !set {
 					proj[k] = v
 				}
 			}
-			projector := startService(b, "projector", bin["projector"], proj)
+			projector, _ := startHTTPService(b, "projector", bin["projector"], proj)
 			return queryURL, func() {
 				for _, p := range []*process{projector, query} {
 					_ = p.cmd.Process.Signal(syscall.SIGTERM)

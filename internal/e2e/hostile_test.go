@@ -8,11 +8,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,10 +63,7 @@ func TestHostileInputs(t *testing.T) {
 	sec := securitytest.Write(t)
 	tok := sec.Tokens
 
-	brokerAddr := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
-	broker := startService(t, "kafkabroker", bin["kafkabroker"], map[string]string{
-		"KFAKE_LISTEN_ADDR": brokerAddr, "KFAKE_PARTITIONS": "6", "KFAKE_LOG_LEVEL": "warn"})
-	broker.waitLog(t, "broker ready", 30*time.Second)
+	_, brokerAddr := startBroker(t, bin["kafkabroker"], map[string]string{"KFAKE_PARTITIONS": "6", "KFAKE_LOG_LEVEL": "warn"})
 
 	const topic = "correx.session-events"
 	common := map[string]string{
@@ -90,15 +86,11 @@ func TestHostileInputs(t *testing.T) {
 		}
 		return env
 	}
-	ingestURL := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-	queryURL := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-	projURL := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-	services := map[string]*process{
-		"ingest": startService(t, "ingest", bin["ingest"], with(map[string]string{"CORREX_HTTP_ADDR": strings.TrimPrefix(ingestURL, "http://")})),
-		"projector": startService(t, "projector", bin["projector"], with(map[string]string{"CORREX_HTTP_ADDR": strings.TrimPrefix(projURL, "http://"),
-			"CORREX_FLUSH_INTERVAL": "50ms", "CORREX_INSTANCE_ID": "hostile-1"})),
-		"query": startService(t, "query", bin["query"], with(map[string]string{"CORREX_HTTP_ADDR": strings.TrimPrefix(queryURL, "http://")})),
-	}
+	ingestProc, ingestURL := startHTTPService(t, "ingest", bin["ingest"], with(nil))
+	projProc, projURL := startHTTPService(t, "projector", bin["projector"], with(map[string]string{
+		"CORREX_FLUSH_INTERVAL": "50ms", "CORREX_INSTANCE_ID": "hostile-1"}))
+	queryProc, queryURL := startHTTPService(t, "query", bin["query"], with(nil))
+	services := map[string]*process{"ingest": ingestProc, "projector": projProc, "query": queryProc}
 	for _, base := range []string{ingestURL, queryURL, projURL} {
 		waitHTTP(t, base+"/readyz", 60*time.Second)
 	}
@@ -557,33 +549,44 @@ func tail(s string, n int) string {
 	return s
 }
 
-// buildServices builds the named commands once into a temporary directory.
-func buildServices(t testing.TB, names ...string) map[string]string {
+// logAddr waits up to d for the process to log a line with msg (as the
+// services' text log spells it) and answers that line's key=value for key:
+// the address a process that was told to listen on :0 got, as it reports
+// it ("listening" addr=, "broker ready" advertised=).
+func (p *process) logAddr(t testing.TB, msg, key string, d time.Duration) string {
 	t.Helper()
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + "/"}
-	for _, n := range names {
-		args = append(args, "github.com/correx/sessions/cmd/"+n)
+	re := regexp.MustCompile(`(?m)msg="?` + regexp.QuoteMeta(msg) + `"?\s.*\b` + regexp.QuoteMeta(key) + `=(\S+)`)
+	var addr string
+	testwait.Eventually(d, func() bool {
+		if m := re.FindStringSubmatch(p.output()); m != nil {
+			addr = m[1]
+			return true
+		}
+		return !p.running()
+	})
+	if addr == "" {
+		t.Fatalf("no %s line with %s=:\n%s", msg, key, p.output())
 	}
-	cmd := exec.Command("go", args...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	paths := map[string]string{}
-	for _, n := range names {
-		paths[n] = filepath.Join(dir, n)
-	}
-	return paths
+	return addr
 }
 
-func freeTCPPort(t testing.TB) int {
+// startBroker starts the kafkabroker on a port of its choosing and
+// answers the address it advertises.
+func startBroker(t testing.TB, path string, env map[string]string) (*process, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	env["KFAKE_LISTEN_ADDR"] = "127.0.0.1:0"
+	p := startService(t, "kafkabroker", path, env)
+	return p, p.logAddr(t, "broker ready", "advertised", 30*time.Second)
+}
+
+// startHTTPService starts a service listening on a port of its choosing
+// (CORREX_HTTP_ADDR 127.0.0.1:0) and answers its base URL, as it reports
+// it in its "listening" line.
+func startHTTPService(t testing.TB, name, path string, env map[string]string) (*process, string) {
+	t.Helper()
+	env["CORREX_HTTP_ADDR"] = "127.0.0.1:0"
+	p := startService(t, name, path, env)
+	return p, "http://" + p.logAddr(t, "listening", "addr", 60*time.Second)
 }
 
 func waitHTTP(t testing.TB, u string, d time.Duration) {

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -23,11 +24,15 @@ var apiCheck = func() *apitest.Validator {
 	return v
 }()
 
-// TestMain fails the run when an answer was not as described, and says how
-// many answers were checked.
+// TestMain builds the service binaries once for the tests that run them as
+// processes (binaries_test.go), fails the run when an answer was not as
+// described, and says how many answers were checked.
 func TestMain(m *testing.M) {
+	flag.Parse()
 	http.DefaultClient.Transport = apiCheck.Transport(nil)
+	cleanup := startBuild()
 	code := m.Run()
+	cleanup()
 	fmt.Printf("api/openapi.json: %d answers and stream events checked\n", apitest.Validated())
 	if err := apiCheck.Err(); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL:", err)

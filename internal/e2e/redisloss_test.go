@@ -300,10 +300,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 // waits until each is ready.
 func (s *lossStack) start(t *testing.T) {
 	t.Helper()
-	s.brokerAddr = fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
-	broker := startService(t, "kafkabroker", s.bin["kafkabroker"], map[string]string{
-		"KFAKE_LISTEN_ADDR": s.brokerAddr, "KFAKE_PARTITIONS": "6", "KFAKE_LOG_LEVEL": "warn"})
-	broker.waitLog(t, "broker ready", 30*time.Second)
+	_, s.brokerAddr = startBroker(t, s.bin["kafkabroker"], map[string]string{"KFAKE_PARTITIONS": "6", "KFAKE_LOG_LEVEL": "warn"})
 	env := func(extra ...string) map[string]string {
 		m := map[string]string{
 			"CORREX_KAFKA_BROKERS":  s.brokerAddr,
@@ -314,7 +311,6 @@ func (s *lossStack) start(t *testing.T) {
 			"CORREX_RATE_LIMIT":     "0",
 			"OTEL_TRACES_EXPORTER":  "none",
 			"OTEL_METRICS_EXPORTER": "none",
-			"CORREX_HTTP_ADDR":      "127.0.0.1:" + strconv.Itoa(freeTCPPort(t)),
 		}
 		for i := 0; i+1 < len(extra); i += 2 {
 			m[extra[i]] = extra[i+1]
@@ -323,9 +319,8 @@ func (s *lossStack) start(t *testing.T) {
 	}
 	ingest, query := env(), env()
 	s.projEnv = env("CORREX_INSTANCE_ID", "loss-1")
-	s.ingestURL, s.queryURL, s.projURL = "http://"+ingest["CORREX_HTTP_ADDR"], "http://"+query["CORREX_HTTP_ADDR"], "http://"+s.projEnv["CORREX_HTTP_ADDR"]
-	startService(t, "ingest", s.bin["ingest"], ingest)
-	startService(t, "query", s.bin["query"], query)
+	_, s.ingestURL = startHTTPService(t, "ingest", s.bin["ingest"], ingest)
+	_, s.queryURL = startHTTPService(t, "query", s.bin["query"], query)
 	s.startProjector(t)
 	for _, base := range []string{s.ingestURL, s.queryURL, s.projURL} {
 		waitHTTP(t, base+"/readyz", 60*time.Second)
@@ -334,7 +329,8 @@ func (s *lossStack) start(t *testing.T) {
 
 func (s *lossStack) startProjector(t *testing.T) {
 	t.Helper()
-	s.proj = startService(t, "projector", s.bin["projector"], s.projEnv)
+	// A new process listens on a new port: projURL follows it.
+	s.proj, s.projURL = startHTTPService(t, "projector", s.bin["projector"], s.projEnv)
 	s.projs = append(s.projs, s.proj)
 }
 

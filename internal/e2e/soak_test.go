@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -27,10 +28,17 @@ import (
 	"github.com/correx/sessions/internal/testwait"
 )
 
-// soakRequests is how many hostile requests TestSoak sends.
-const soakRequests = 100_000
+// soakRequests is how many hostile requests TestSoak sends: 20,000 in an
+// ordinary run (make test), the full 100,000 with CORREX_SOAK=full (make
+// bench runs it so).
+var soakRequests = func() int64 {
+	if os.Getenv("CORREX_SOAK") == "full" {
+		return 100_000
+	}
+	return 20_000
+}()
 
-// TestSoak sends 100,000 malformed or hostile requests to running services
+// TestSoak sends 100,000 (CORREX_SOAK=full; 20,000 otherwise) malformed or hostile requests to running services
 // (in process, with kfake and a real redis-server): bad and missing
 // tokens, bad JSON, wrong media types, bodies over 1 MiB, headers over
 // 64 KiB, half-sent requests that stall and disconnect, path traversal,
@@ -143,7 +151,12 @@ func TestSoak(t *testing.T) {
 	// Every answer was a documented one, and nothing failed on the server.
 	t.Logf("%d hostile requests in %v (%.0f/s); answers:\n%s", soakRequests, elapsed.Round(time.Millisecond),
 		float64(soakRequests)/elapsed.Seconds(), statuses)
-	statuses.check(t)
+	if statuses.check(t) == 0 && !overTheLimit(hostileClients, st.IngestURL, tok["writer"]) {
+		// The flood's rate per token depends on the machine's load, so a
+		// busy machine may keep the writer under its limit; overTheLimit
+		// then goes over it on purpose, and the limiter must answer.
+		t.Error("no request was rate-limited: the writer token went over its limit and was never answered 429")
+	}
 
 	// The valid traffic was accepted and projected in full.
 	if valid.err != nil {
@@ -256,19 +269,18 @@ var allowed = map[string][]int{
 	"binary session id": {400, 404, 429},
 }
 
-func (s *statusCounts) check(t *testing.T) {
+// check reports each answer the kind does not allow, and each kind no
+// request of which got past the rate limit; it returns how many requests
+// were rate-limited.
+func (s *statusCounts) check(t *testing.T) (limited int) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	limited := 0
 	for kind := range allowed {
 		if len(s.m[kind]) == 0 || len(s.m[kind]) == 1 && s.m[kind][429] > 0 {
 			t.Errorf("%s: no request of this kind got past the rate limit", kind)
 		}
 		limited += s.m[kind][429]
-	}
-	if limited == 0 {
-		t.Error("no request was rate-limited: the hostile token never went over its limit")
 	}
 	for kind, m := range s.m {
 		for code, n := range m {
@@ -281,6 +293,7 @@ func (s *statusCounts) check(t *testing.T) {
 			}
 		}
 	}
+	return limited
 }
 
 // hostile sends one hostile request of a random kind and returns its kind
@@ -337,6 +350,31 @@ func hostile(rng *rand.Rand, hc *http.Client, st *devstack.Stack, tok map[string
 	default:
 		return "binary session id", send(hc, http.MethodGet, st.QueryURL+"/v1/sessions/"+url.PathEscape(string([]byte{byte(rng.IntN(256)), 0xff})), tok["reader"], "", nil, nil)
 	}
+}
+
+// overTheLimit sends cheap requests (a method ingest does not allow) with
+// token from every client at once until one is answered 429, at most
+// 5,000: it reports whether the limiter answered.
+func overTheLimit(clients []*http.Client, ingestURL, token string) bool {
+	var sent atomic.Int64
+	var limited atomic.Bool
+	var wg sync.WaitGroup
+	for _, hc := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !limited.Load() && sent.Add(1) <= 5000 {
+				if send(hc, http.MethodDelete, ingestURL+"/v1/events", token, "", nil, nil) == http.StatusTooManyRequests {
+					limited.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, hc := range clients {
+		hc.CloseIdleConnections()
+	}
+	return limited.Load()
 }
 
 func send(hc *http.Client, method, u, token, ct string, body []byte, h http.Header) int {

@@ -38,9 +38,11 @@ func TestLifecycleTelemetry(t *testing.T) {
 		Redis: redisconn.Config{URL: srv.URL()}, Partitions: 3, Log: quietLog(),
 		Projector: func(c *projector.Config) {
 			c.FlushInterval = 20 * time.Millisecond
-			// The events are dated 2026-11-29: the default inactivity timeout
-			// (24h after the last event) would have passed, and end the sessions.
+			// The events are dated 2026-11-29: the default inactivity and
+			// approval timeouts (24h after the last event, after the request)
+			// would have passed, and end the sessions.
 			c.Timeouts[fsm.TimeoutInactivity] = 0
+			c.Timeouts[fsm.TimeoutApproval] = 0
 		},
 		Runtime: func(name string) service.Runtime {
 			return service.Runtime{Log: quietLog(), Telemetry: tel, Metrics: tel.MetricsHandler(),

@@ -29,10 +29,14 @@ import (
 const (
 	soakFeedChanges = 100_000
 	soakWatches     = 64
-	// watchSoakRSSLimit bounds the query process's peak RSS. Idle, it
-	// holds about 30 MiB; the catch-ups add at most a few MiB each, and
-	// at most 4 run at once.
-	watchSoakRSSLimit = 128 << 20
+	// watchSoakGrowth bounds how far the query process's peak RSS may
+	// rise above its RSS right before the watches. Idle, it holds 30-60
+	// MiB (more on a busy machine, whose garbage collector runs late);
+	// the catch-ups add at most a few MiB each, and at most 4 run at
+	// once: 52-66 MiB of growth measured. A bound on the growth rather
+	// than on the peak leaves the machine's load out of it; before the
+	// catch-ups were bounded, 16 such watches grew it by 2.8 GiB.
+	watchSoakGrowth = 96 << 20
 )
 
 // TestWatchSoak opens 64 resumed watches at once from four tenants against
@@ -41,7 +45,8 @@ const (
 // 16 with forged cursors (the clear first format at offset 0, and random
 // bytes of a cursor's length). The query service runs as its own process
 // (and the broker too), so that its resident memory is its own: sampled
-// every 10 ms, it must stay under watchSoakRSSLimit while every valid
+// every 10 ms, its peak must stay within watchSoakGrowth of its resident
+// memory before the watches while every valid
 // watch delivers exactly its changes (a tenant's, or the PAUSED ones of
 // the busy tenant) and every forged one is refused.
 func TestWatchSoak(t *testing.T) {
@@ -67,10 +72,7 @@ func TestWatchSoak(t *testing.T) {
 	}
 
 	const topic, parts = "correx.session-events", 6
-	brokerAddr := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
-	broker := startService(t, "kafkabroker", bin["kafkabroker"], map[string]string{
-		"KFAKE_LISTEN_ADDR": brokerAddr, "KFAKE_PARTITIONS": strconv.Itoa(parts), "KFAKE_LOG_LEVEL": "warn"})
-	broker.waitLog(t, "broker ready", 30*time.Second)
+	_, brokerAddr := startBroker(t, bin["kafkabroker"], map[string]string{"KFAKE_PARTITIONS": strconv.Itoa(parts), "KFAKE_LOG_LEVEL": "warn"})
 	prod := otherProducer(t, brokerAddr)
 	ctx := context.Background()
 	for _, tp := range []string{topic, feed.Topic(topic)} {
@@ -78,10 +80,9 @@ func TestWatchSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	queryURL := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-	query := startService(t, "query", bin["query"], map[string]string{
-		"CORREX_HTTP_ADDR": strings.TrimPrefix(queryURL, "http://"), "CORREX_KAFKA_BROKERS": brokerAddr,
-		"CORREX_REDIS_URL": redisSrv.URL(), "CORREX_TOPIC": topic, "CORREX_AUTH_TOKENS_FILE": tokens,
+	query, queryURL := startHTTPService(t, "query", bin["query"], map[string]string{
+		"CORREX_KAFKA_BROKERS": brokerAddr,
+		"CORREX_REDIS_URL":     redisSrv.URL(), "CORREX_TOPIC": topic, "CORREX_AUTH_TOKENS_FILE": tokens,
 		"CORREX_RATE_LIMIT": "0", "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"})
 	waitHTTP(t, queryURL+"/readyz", 60*time.Second)
 
@@ -140,6 +141,7 @@ func TestWatchSoak(t *testing.T) {
 	produce(recs)
 
 	// Sample the query process's resident memory until the end.
+	before := procStatusBytes(query, "VmRSS:")
 	var peak atomic.Int64
 	sampling, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
@@ -148,7 +150,7 @@ func TestWatchSoak(t *testing.T) {
 		for sampling.Err() == nil {
 			if rss := procStatusBytes(query, "VmRSS:"); rss > peak.Load() {
 				peak.Store(rss)
-				if rss > 2*watchSoakRSSLimit { // far past the bound: stop before it takes the machine
+				if rss > before+2*watchSoakGrowth { // far past the bound: stop before it takes the machine
 					_ = query.cmd.Process.Kill()
 					return
 				}
@@ -156,7 +158,6 @@ func TestWatchSoak(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // the scenario: the sampling period
 		}
 	}()
-	before := procStatusBytes(query, "VmRSS:")
 
 	forged := []string{base64.RawURLEncoding.EncodeToString(append([]byte{1, parts}, make([]byte, parts)...))}
 	{
@@ -224,10 +225,10 @@ func TestWatchSoak(t *testing.T) {
 		t.Errorf("%d changes delivered in all, want %d", delivered, wantDelivered)
 	}
 	hwm := procStatusBytes(query, "VmHWM:")
-	t.Logf("query RSS: %d MiB before the watches, peak %d MiB sampled, VmHWM %d MiB (bound %d MiB); %d changes delivered in %v",
-		before>>20, peak.Load()>>20, hwm>>20, watchSoakRSSLimit>>20, delivered, elapsed.Round(time.Millisecond))
-	if hwm > watchSoakRSSLimit {
-		t.Errorf("the query process peaked at %d MiB, over the bound of %d MiB", hwm>>20, watchSoakRSSLimit>>20)
+	t.Logf("query RSS: %d MiB before the watches, peak %d MiB sampled, VmHWM %d MiB (bound: %d MiB above before); %d changes delivered in %v",
+		before>>20, peak.Load()>>20, hwm>>20, watchSoakGrowth>>20, delivered, elapsed.Round(time.Millisecond))
+	if hwm-before > watchSoakGrowth {
+		t.Errorf("the query process peaked at %d MiB, %d MiB above its %d MiB before the watches: over the bound of %d MiB", hwm>>20, (hwm-before)>>20, before>>20, watchSoakGrowth>>20)
 	}
 }
 

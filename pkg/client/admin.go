@@ -52,7 +52,7 @@ func (c *Client) Stats(ctx context.Context) (*Stats, error) {
 // snapshot; nothing is stored (scope admin). An unknown session matches
 // ErrNotFound.
 func (c *Client) Replay(ctx context.Context, sessionID string) (*Replay, error) {
-	if !fsm.ValidSessionID(sessionID) {
+	if !fsm.ValidNewSessionID(sessionID) {
 		return nil, fmt.Errorf("client: replay: %w", sessionIDError(sessionID))
 	}
 	var r Replay
@@ -68,7 +68,7 @@ func (c *Client) Replay(ctx context.Context, sessionID string) (*Replay, error) 
 // *StatusError with status 409. Sending it again is safe: a second rebuild
 // finds nothing different.
 func (c *Client) Rebuild(ctx context.Context, sessionID string) (*Rebuild, error) {
-	if !fsm.ValidSessionID(sessionID) {
+	if !fsm.ValidNewSessionID(sessionID) {
 		return nil, fmt.Errorf("client: rebuild: %w", sessionIDError(sessionID))
 	}
 	var r Rebuild

@@ -105,22 +105,22 @@ func (c *Client) NewBatcher(opts ...BatcherOption) (*Batcher, error) {
 	}
 	var errs []error
 	if s.lanes < 1 || s.lanes > 1024 {
-		errs = append(errs, fmt.Errorf("client: Lanes must be 1-1024, got %d", s.lanes))
+		errs = append(errs, fmt.Errorf("Lanes must be 1-1024, got %d", s.lanes))
 	}
 	if s.events < 1 || s.events > MaxRequestEvents {
-		errs = append(errs, fmt.Errorf("client: BatchEvents must be 1-%d, got %d", MaxRequestEvents, s.events))
+		errs = append(errs, fmt.Errorf("BatchEvents must be 1-%d, got %d", MaxRequestEvents, s.events))
 	}
 	if s.bytes < 1024 || s.bytes > MaxRequestBytes {
-		errs = append(errs, fmt.Errorf("client: BatchBytes must be 1024-%d, got %d", MaxRequestBytes, s.bytes))
+		errs = append(errs, fmt.Errorf("BatchBytes must be 1024-%d, got %d", MaxRequestBytes, s.bytes))
 	}
 	if s.linger < 0 {
-		errs = append(errs, fmt.Errorf("client: Linger must not be negative, got %v", s.linger))
+		errs = append(errs, fmt.Errorf("Linger must not be negative, got %v", s.linger))
 	}
 	if s.bufferBytes < 1 {
-		errs = append(errs, fmt.Errorf("client: BufferBytes must be positive, got %d", s.bufferBytes))
+		errs = append(errs, fmt.Errorf("BufferBytes must be positive, got %d", s.bufferBytes))
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, oneLine(errs)
 	}
 	b := &Batcher{c: c, cfg: s, mem: budget{max: s.bufferBytes, freed: make(chan struct{})}}
 	b.sendCtx, b.abort = context.WithCancel(context.Background())

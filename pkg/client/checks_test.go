@@ -65,6 +65,9 @@ func TestCustomRefusesBuiltInTypes(t *testing.T) {
 	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "type" {
 		t.Errorf("Send of a built-in type through Custom: %v, want a *ValidationError naming the type", err)
 	}
+	if !errors.Is(err, client.ErrInvalidEvent) {
+		t.Errorf("Send of a built-in type through Custom: %v, want it to match ErrInvalidEvent", err)
+	}
 	if n := cnt.n.Load(); n != 0 {
 		t.Errorf("%d requests sent, want none", n)
 	}
@@ -73,7 +76,7 @@ func TestCustomRefusesBuiltInTypes(t *testing.T) {
 func TestSessionIDsAreChecked(t *testing.T) {
 	c, cnt := countingClient(t, refusedURL(t))
 	ctx := ctxFor(t, 10*time.Second)
-	for _, id := range []string{"", "a/b", "a b", "ü", strings.Repeat("a", 129)} {
+	for _, id := range []string{"", "a/b", "a b", "ü", strings.Repeat("a", 129), ".", "..", "..."} {
 		ev := client.SessionStarted(id)
 		if err := ev.Err(); !errors.Is(err, client.ErrInvalidEvent) {
 			t.Errorf("SessionStarted(%q).Err() = %v, want ErrInvalidEvent", id, err)
@@ -82,6 +85,9 @@ func TestSessionIDsAreChecked(t *testing.T) {
 		var ve *client.ValidationError
 		if !errors.As(err, &ve) || ve.Problems[0].Field != "sessionId" {
 			t.Errorf("Send with session id %q: %v, want a *ValidationError naming sessionId", id, err)
+		}
+		if !errors.Is(err, client.ErrInvalidEvent) || !errors.Is(err, client.ErrInvalidSessionID) {
+			t.Errorf("Send with session id %q: %v, want it to match ErrInvalidEvent and ErrInvalidSessionID", id, err)
 		}
 		if _, err := c.Get(ctx, id); !errors.Is(err, client.ErrInvalidSessionID) {
 			t.Errorf("Get(%q) = %v, want ErrInvalidSessionID", id, err)

@@ -53,7 +53,8 @@ func QueryURL(u string) Option { return func(s *settings) { s.queryURL = u } }
 
 // Token is the bearer token sent with every request (default none: the
 // services run open in devstack). It is sent only in the Authorization
-// header.
+// header. New refuses a token with a control character (a line ending
+// read from a file with it): no header can carry one.
 func Token(t string) Option { return func(s *settings) { s.token = t } }
 
 // HTTPClient is the HTTP client to use (default: a client with
@@ -73,13 +74,14 @@ func TLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = 
 // transport error (a dropped connection, a timed-out attempt): at most
 // attempts tries in all (default 10), waiting an exponential backoff from
 // minBackoff (default 100ms) doubling up to maxBackoff (default 5s), with
-// full jitter (a uniform wait in [backoff/2, backoff]), and never less than
+// equal jitter (a uniform wait in [backoff/2, backoff]), and never less than
 // the answer's Retry-After. attempts of 1 disables retries.
 //
 // A wrong URL fails fast: a host name that does not resolve (DNS "no such
 // host"), a certificate that does not verify and a server that does not
 // speak TLS are not retried, and a refused connection (nothing listens on
-// the port, or a service restarts) is tried at most 3 times in all.
+// the port, or a service restarts) is tried at most 3 times in all, except
+// by a watch whose stream was established (see Watch).
 func Retry(attempts int, minBackoff, maxBackoff time.Duration) Option {
 	return func(s *settings) {
 		s.retry.attempts, s.retry.min, s.retry.max = attempts, minBackoff, maxBackoff
@@ -129,19 +131,25 @@ func New(opts ...Option) (*Client, error) {
 		errs = append(errs, err)
 	}
 	if s.retry.attempts < 1 {
-		errs = append(errs, fmt.Errorf("client: Retry: attempts must be at least 1, got %d", s.retry.attempts))
+		errs = append(errs, fmt.Errorf("Retry: attempts must be at least 1, got %d", s.retry.attempts))
 	}
 	if s.retry.min <= 0 || s.retry.max < s.retry.min {
-		errs = append(errs, fmt.Errorf("client: Retry: need 0 < minBackoff <= maxBackoff, got %v and %v", s.retry.min, s.retry.max))
+		errs = append(errs, fmt.Errorf("Retry: need 0 < minBackoff <= maxBackoff, got %v and %v", s.retry.min, s.retry.max))
 	}
 	if s.retry.reqTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("client: RequestTimeout must be positive, got %v", s.retry.reqTimeout))
+		errs = append(errs, fmt.Errorf("RequestTimeout must be positive, got %v", s.retry.reqTimeout))
+	}
+	if err := headerValueError("Token", s.token); err != nil {
+		errs = append(errs, err)
+	}
+	if err := headerValueError("UserAgent", s.userAgent); err != nil {
+		errs = append(errs, err)
 	}
 	if s.httpClient != nil && s.tlsConfig != nil {
-		errs = append(errs, errors.New("client: TLSConfig and HTTPClient together: set the TLS configuration on the HTTPClient's transport"))
+		errs = append(errs, errors.New("TLSConfig and HTTPClient together: set the TLS configuration on the HTTPClient's transport"))
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, oneLine(errs)
 	}
 	hc := s.httpClient
 	if hc == nil {
@@ -168,13 +176,25 @@ func New(opts ...Option) (*Client, error) {
 	return &Client{ingest: ingest, query: query, http: hc, token: s.token, retry: s.retry, ua: s.userAgent}, nil
 }
 
+// oneLine joins the problems of New into one error on one line, named by
+// the package once: "client: IngestURL: ...; QueryURL: ...".
+func oneLine(errs []error) error {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return fmt.Errorf("client: %s", strings.Join(msgs, "; "))
+}
+
+// baseURL reads a base URL option; its errors name the option and are
+// joined by New.
 func baseURL(opt, raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("client: %s: %w", opt, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("client: %s: want http(s)://host[:port], got %q", opt, raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if !strings.Contains(raw, "://") && raw != "" {
+			return nil, fmt.Errorf("%s: want http(s)://host[:port], got %q (no scheme: http://%s?)", opt, raw, raw)
+		}
+		return nil, fmt.Errorf("%s: want http(s)://host[:port], got %q", opt, raw)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""

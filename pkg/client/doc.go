@@ -20,14 +20,14 @@
 // the spot. Every retry, by the client or by you, resends the same Event with
 // the same id, and the fold counts a resent id as a duplicate: an effect
 // happens once. That holds while the session's duplicate window remembers the
-// id: resend before the session's next 128 events (README, "Ingest").
+// id: resend before the session's next 128 events (README, "The lifecycle").
 // ExpectedVersion(v) makes an event conditional on the session's version.
 //
-// Session ids are 1-128 characters of [A-Za-z0-9._:-] (pkg/fsm's
-// ValidSessionID): no "/", no space. An event built with another id, or a
-// Custom event whose type is not x.<vendor>.<Name>, is refused before any
-// I/O (its Err matches ErrInvalidEvent), and Get refuses such an id with
-// ErrInvalidSessionID.
+// Session ids are 1-128 characters of [A-Za-z0-9._:-], not only dots
+// (pkg/fsm's ValidNewSessionID): no "/", no space, not "." or "..". An
+// event built with another id, or a Custom event whose type is not
+// x.<vendor>.<Name>, is refused before any I/O (its Err matches
+// ErrInvalidEvent), and Get refuses such an id with ErrInvalidSessionID.
 //
 // # Sending
 //
@@ -67,8 +67,13 @@
 // A service's refusal is a *StatusError (ErrNotFound for 404). What retries
 // did not cure is a *SendError for Send and a *ReadError for the reads, each
 // with the number of attempts and the last failure. Retries stop early on a
-// failure they cannot cure: a wrong host name or certificate at once, a
-// refused connection after 3 attempts (see Retry).
+// failure they cannot cure: a wrong host name or certificate, or a request
+// net/http refuses to send (a header value it cannot carry), at once, a
+// refused connection after 3 attempts (see Retry). A watch that has had a
+// stream keeps the whole budget for refusals, so that it outlives a restart
+// of the query service and resumes from its last cursor (see Watch). New
+// refuses a token with a control character, such as the newline of a file
+// it was read from.
 //
 // # Concurrency, telemetry, security
 //

@@ -10,28 +10,34 @@ import (
 )
 
 // Sentinel errors. Match them with errors.Is; the errors returned wrap them
-// with the operation and the key.
+// with the operation and the key. Those that only appear wrapped in such an
+// error (all but ErrClosed and ErrBadPosition) carry no "client:" prefix of
+// their own, so that a message names the package once.
 var (
 	// ErrNotFound: the session does not exist, or is outside the token's
 	// session-id prefix (the service answers both alike).
-	ErrNotFound = errors.New("client: session not found")
+	ErrNotFound = errors.New("session not found")
 	// ErrClosed: the Batcher was closed before the events were added.
 	ErrClosed = errors.New("client: batcher closed")
 	// ErrCursorExpired: a watch cursor is older than the change feed's
 	// retention (410). Read the snapshots and watch again without a cursor.
-	ErrCursorExpired = errors.New("client: watch cursor expired")
+	ErrCursorExpired = errors.New("watch cursor expired")
 	// ErrInvalidEvent: an event was built with a value that cannot be
-	// encoded (a custom payload that is not JSON, a failed id source); it
-	// is never sent.
-	ErrInvalidEvent = errors.New("client: invalid event")
+	// encoded (a custom payload that is not JSON, a failed id source), or
+	// without an id or with an invalid session id; it is never sent. Its
+	// Err matches it, and so does the *ValidationError that Send and the
+	// Batcher return for it before any I/O. A 400 from ingest does not:
+	// that is a *ValidationError alone.
+	ErrInvalidEvent = errors.New("invalid event")
 	// ErrInvalidSessionID: a session id outside the service's rule: 1-128
-	// characters of [A-Za-z0-9._:-] (no "/", no space; pkg/fsm's
-	// ValidSessionID). Get and AwaitState return it before any I/O; an event
-	// built with such an id matches ErrInvalidEvent and is never sent.
-	ErrInvalidSessionID = errors.New("client: invalid session id")
+	// characters of [A-Za-z0-9._:-], not only dots (no "/", no space, not
+	// "." or ".."; pkg/fsm's ValidNewSessionID). Get and AwaitState return
+	// it before any I/O; an event built with such an id matches
+	// ErrInvalidEvent and is never sent.
+	ErrInvalidSessionID = errors.New("invalid session id")
 	// ErrEnded: AwaitState's session ended in a state other than those
 	// awaited, so it can never reach one.
-	ErrEnded = errors.New("client: session ended")
+	ErrEnded = errors.New("session ended")
 	// ErrBadPosition: ParsePosition's input is not "partition:offset".
 	ErrBadPosition = errors.New("client: position must be partition:offset")
 )
@@ -48,13 +54,23 @@ type FieldProblem struct {
 	Message string `json:"message"`
 }
 
-// ValidationError is a 400 from ingest: every refused event with its field
-// problems. Nothing of the request was written. It is never retried.
+// ValidationError names every refused event with its field problems:
+// either ingest answered 400, or the client refused the events before any
+// I/O (Detail "refused before sending"; the error then matches
+// ErrInvalidEvent, and the first refused event's own error, such as
+// ErrInvalidSessionID). Nothing of the request was written. It is never
+// retried.
 type ValidationError struct {
 	Op       string
 	Detail   string
 	Problems []FieldProblem
+
+	local error // why the client refused the first event itself; nil for a 400
 }
+
+// Unwrap returns why the client refused the events before sending them
+// (matching ErrInvalidEvent), or nil for a 400 from ingest.
+func (e *ValidationError) Unwrap() error { return e.local }
 
 func (e *ValidationError) Error() string {
 	var b strings.Builder
@@ -72,20 +88,37 @@ func (e *ValidationError) Error() string {
 	return b.String()
 }
 
+// problemEndpointNotFound is the problem type of a 404 for a path no route
+// of the service serves.
+const problemEndpointNotFound = "https://correx.dev/problems/endpoint-not-found"
+
 // StatusError is an answer other than success from a service, with its
 // problem+json members when the body had them.
 type StatusError struct {
-	Op     string // "send", "get", "list", "history", "watch" (pkg/testkit adds its own)
-	Status int
-	Type   string // the problem type URI
-	Title  string
-	Detail string
+	Op string // "send", "get", "list", "history", "watch" (pkg/testkit adds its own)
+	// SessionID is the session read (Get, History, the admin calls), ""
+	// otherwise.
+	SessionID string
+	Status    int
+	Type      string // the problem type URI
+	Title     string
+	Detail    string
 	// RetryAfter is the answer's Retry-After, zero when absent.
 	RetryAfter time.Duration
 }
 
 func (e *StatusError) Error() string {
-	s := "client: " + e.Op + ": status " + strconv.Itoa(e.Status)
+	s := "client: " + e.Op
+	if e.SessionID != "" {
+		s += " " + e.SessionID
+	}
+	return s + ": " + e.reason()
+}
+
+// reason is the message without the operation: the status and the
+// problem's detail or title.
+func (e *StatusError) reason() string {
+	s := "status " + strconv.Itoa(e.Status)
 	if e.Detail != "" {
 		s += ": " + e.Detail
 	} else if e.Title != "" {
@@ -96,10 +129,16 @@ func (e *StatusError) Error() string {
 
 // Unwrap returns the sentinel the status maps to (ErrNotFound for 404,
 // ErrCursorExpired for 410), or nil. It depends on Status alone, so a
-// StatusError built elsewhere (pkg/testkit builds them) matches alike.
+// StatusError built elsewhere (pkg/testkit builds them) matches alike,
+// except for a 404 whose problem type is endpoint-not-found: no route
+// serves the URL (a wrong base URL, or the other service's), which says
+// nothing about a session, so it matches no sentinel.
 func (e *StatusError) Unwrap() error {
 	switch e.Status {
 	case http.StatusNotFound:
+		if e.Type == problemEndpointNotFound {
+			return nil
+		}
 		return ErrNotFound
 	case http.StatusGone:
 		return ErrCursorExpired
@@ -123,7 +162,21 @@ type SendError struct {
 }
 
 func (e *SendError) Error() string {
-	return fmt.Sprintf("client: send: %d events unconfirmed after %d attempts: %v", len(e.Unconfirmed), e.Attempts, e.Err)
+	events := "events"
+	if len(e.Unconfirmed) == 1 {
+		events = "event"
+	}
+	return fmt.Sprintf("client: send: %d %s unconfirmed after %d attempts: %s", len(e.Unconfirmed), events, e.Attempts, cause(e.Err))
+}
+
+// cause is the message of a failure inside a *SendError or *ReadError,
+// which already name the package and the operation: a *StatusError's
+// without them.
+func cause(err error) string {
+	if se, ok := err.(*StatusError); ok {
+		return se.reason()
+	}
+	return err.Error()
 }
 
 func (e *SendError) Unwrap() error { return e.Err }
@@ -144,7 +197,11 @@ func (e *ReadError) Error() string {
 	if e.SessionID != "" {
 		s += " " + e.SessionID
 	}
-	return fmt.Sprintf("%s: failed after %d attempts: %v", s, e.Attempts, e.Err)
+	attempts := "attempts"
+	if e.Attempts == 1 {
+		attempts = "attempt"
+	}
+	return fmt.Sprintf("%s: failed after %d %s: %s", s, e.Attempts, attempts, cause(e.Err))
 }
 
 func (e *ReadError) Unwrap() error { return e.Err }

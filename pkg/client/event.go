@@ -40,8 +40,11 @@ func (e *Event) fail(field string, err error) {
 	}
 }
 
-// sessionIDError says why id is not a session id.
+// sessionIDError says why id is not a session id (fsm.ValidNewSessionID).
 func sessionIDError(id string) error {
+	if fsm.ValidSessionID(id) { // dots alone, which a URL path rewrites
+		return fmt.Errorf("%w %q: want %s", ErrInvalidSessionID, id, fsm.NewSessionIDRule)
+	}
 	return fmt.Errorf("%w %q: want %s", ErrInvalidSessionID, id, fsm.SessionIDRule)
 }
 
@@ -157,8 +160,9 @@ func EventID(id string) EventOption { return func(b *builder) { b.ev.ID = id } }
 // Goal sets the session's goal (at most 4 KiB).
 func Goal(g string) CreateOption { return createOption(func(b *builder) { b.set("goal", g) }) }
 
-// Labels sets the session's labels (at most 16; see the README for the key
-// syntax). The map is copied.
+// Labels sets the session's labels: at most 16, keys of
+// [a-z0-9][a-z0-9._/-]{0,62}, values of at most 256 bytes (the payload
+// fields of SessionCreated in README, "HTTP API"). The map is copied.
 func Labels(l map[string]string) CreateOption {
 	c := make(map[string]string, len(l))
 	for k, v := range l {
@@ -225,7 +229,7 @@ func build(sessionID, typ string, payload map[string]any, opts []EventOption) Ev
 }
 
 func (b *builder) finish() Event {
-	if !fsm.ValidSessionID(b.ev.SessionID) {
+	if !fsm.ValidNewSessionID(b.ev.SessionID) {
 		b.ev.fail("sessionId", fmt.Errorf("%w: %w", ErrInvalidEvent, sessionIDError(b.ev.SessionID)))
 	}
 	if b.ev.ID == "" {
@@ -282,12 +286,20 @@ func ApprovalRequested(sessionID string, opts ...EventOption) Event {
 	return build(sessionID, TypeApprovalRequested, nil, opts)
 }
 
-// ApprovalGranted returns a session awaiting approval to ACTIVE.
+// ApprovalGranted records that the pending request was approved: the
+// session returns from AWAITING_APPROVAL to ACTIVE and the snapshot's
+// approval records the decision "granted" (with RequestID, DecidedBy and
+// Reason). The agent goes
+// on with the action it asked for.
 func ApprovalGranted(sessionID string, opts ...EventOption) Event {
 	return build(sessionID, TypeApprovalGranted, nil, opts)
 }
 
-// ApprovalDenied returns a session awaiting approval to ACTIVE.
+// ApprovalDenied records that the pending request was refused: the session
+// returns from AWAITING_APPROVAL to ACTIVE as on a grant, since a refusal
+// ends the wait and not the session, but the snapshot's approval records the
+// decision "denied" (with RequestID, DecidedBy and Reason). The agent goes on
+// without the action it asked for.
 func ApprovalDenied(sessionID string, opts ...EventOption) Event {
 	return build(sessionID, TypeApprovalDenied, nil, opts)
 }

@@ -27,14 +27,15 @@ type HistoryPage struct {
 }
 
 // History reads one page of a session's whole history, every event the
-// service folded for it in the log's order (README, "History"): the first
-// page with after "", the next ones with the previous page's Next. limit is
+// service folded for it in the log's order (README, "HTTP API", GET
+// /v1/sessions/{id}/history): the first page with after "", the next ones
+// with the previous page's Next. limit is
 // the page's size, 1-1000, or 0 for the service's default (100). Errors are
 // Get's: ErrNotFound for an unknown session, a *StatusError for another
 // refusal (a 400 for a cursor the service cannot resume from), a
 // *ReadError for what retries did not cure.
 func (c *Client) History(ctx context.Context, sessionID, after string, limit int) (*HistoryPage, error) {
-	if !fsm.ValidSessionID(sessionID) {
+	if !fsm.ValidNewSessionID(sessionID) {
 		return nil, fmt.Errorf("client: history: %w", sessionIDError(sessionID))
 	}
 	if limit < 0 || limit > 1000 {

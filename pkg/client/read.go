@@ -45,6 +45,7 @@ type getSettings struct {
 	min     *Position
 	wait    time.Duration
 	waitSet bool
+	asOf    string // "": the session now
 }
 
 // MinPosition makes Get read your writes: the answer includes every event
@@ -52,6 +53,22 @@ type getSettings struct {
 // Get waits for the projector, in rounds of at most the Wait option's
 // duration (default 10s, the service's most), until the context ends.
 func MinPosition(p Position) GetOption { return func(g *getSettings) { g.min = &p } }
+
+// AsOfVersion makes Get answer the session as it was right after version v
+// (DESIGN 13.8), folded again from the log; Snapshot.AsOf says so. A
+// version beyond the session's is a *StatusError 400; a session whose
+// first events left the log, a *StatusError 409. It cannot be combined
+// with MinPosition.
+func AsOfVersion(v uint64) GetOption {
+	return func(g *getSettings) { g.asOf = strconv.FormatUint(v, 10) }
+}
+
+// AsOfTime makes Get answer the session as it was right after the last
+// event applied at or before t; a time before the session is ErrNotFound.
+// Otherwise as AsOfVersion.
+func AsOfTime(t time.Time) GetOption {
+	return func(g *getSettings) { g.asOf = t.UTC().Format(time.RFC3339Nano) }
+}
 
 // Wait sets how long one waiting read may wait on the service (default 10s,
 // its most); Get asks again after a 504 until its context ends.
@@ -63,7 +80,7 @@ func Wait(d time.Duration) GetOption { return func(g *getSettings) { g.wait, g.w
 // option), or the context's end, is a *ReadError. A session id outside the
 // service's rule (ErrInvalidSessionID) is refused before any I/O.
 func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (*Snapshot, error) {
-	if !fsm.ValidSessionID(sessionID) {
+	if !fsm.ValidNewSessionID(sessionID) {
 		return nil, fmt.Errorf("client: get: %w", sessionIDError(sessionID))
 	}
 	var g getSettings
@@ -74,11 +91,16 @@ func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (
 		g.wait = 10 * time.Second
 	}
 	u := c.query.JoinPath("v1", "sessions", sessionID)
-	if g.min != nil {
+	switch {
+	case g.min != nil && g.asOf != "":
+		return nil, fmt.Errorf("client: get: MinPosition and an as-of read cannot be combined")
+	case g.min != nil:
 		q := url.Values{}
 		q.Set("minPosition", g.min.String())
 		q.Set("wait", g.wait.String())
 		u.RawQuery = q.Encode()
+	case g.asOf != "":
+		u.RawQuery = url.Values{"asOf": {g.asOf}}.Encode()
 	}
 	for attempt, tries := 1, 1; ; attempt, tries = attempt+1, tries+1 {
 		var s Snapshot
@@ -119,6 +141,9 @@ func (c *Client) retryRead(ctx context.Context, err error, attempt int) bool {
 // anything else as a *ReadError (with the context's error when it ended).
 func readError(ctx context.Context, op, sessionID string, attempts int, err error) error {
 	if se, ok := err.(*StatusError); ok && !se.Temporary() {
+		if se.SessionID == "" {
+			se.SessionID = sessionID
+		}
 		return se
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
@@ -133,31 +158,32 @@ func (c *Client) getJSON(ctx context.Context, op string, u *url.URL, extra time.
 
 // doJSON sends one request without a body to the query service, within the
 // request timeout plus extra, and decodes a 200's body into v; any other
-// answer is a *StatusError.
+// answer is a *StatusError. Its other errors carry no "client: op" prefix:
+// the caller wraps them in a *ReadError that says it.
 func (c *Client) doJSON(ctx context.Context, method, op string, u *url.URL, extra time.Duration, v any) error {
 	actx, cancel := context.WithTimeout(ctx, c.retry.reqTimeout+extra)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, method, u.String(), nil)
 	if err != nil {
-		return fmt.Errorf("client: %s: %w", op, err)
+		return err
 	}
 	req.Header.Set("Accept", "application/json")
 	c.setHeaders(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("client: %s: %w", op, err)
+		return err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes*8))
 	if err != nil {
-		return fmt.Errorf("client: %s: reading the answer: %w", op, err)
+		return fmt.Errorf("reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		_, se := statusError(op, resp, body)
 		return se
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("client: %s: decoding the answer: %w", op, err)
+		return fmt.Errorf("decoding the answer: %w", err)
 	}
 	return nil
 }

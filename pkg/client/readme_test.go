@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -36,5 +38,60 @@ func TestREADMEShowsTheExample(t *testing.T) {
 	}
 	if want := strings.Join(lines, "\n") + "\n"; block != want {
 		t.Errorf("README's client example differs from Example in example_test.go\nREADME:\n%s\nExample:\n%s", block, want)
+	}
+}
+
+// TestDocsNameREADMESections: every README section a doc comment of the
+// public packages names, as (README, "Section"), is a heading of the README.
+func TestDocsNameREADMESections(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := regexp.MustCompile(`README, "([^"]+)"`)
+	files, err := filepath.Glob("../*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ref.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if !regexp.MustCompile(`(?m)^#+ ` + regexp.QuoteMeta(m[1]) + `$`).Match(readme) {
+				t.Errorf("%s refers to the README's %q, which has no such section", f, m[1])
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no reference found: the pattern no longer matches the docs")
+	}
+}
+
+// TestREADMEContents: the README's contents line links every section, in
+// order, by the anchor GitHub gives its heading.
+func TestREADMEContents(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^Contents: (.*)$`).FindSubmatch(readme)
+	if line == nil {
+		t.Fatal("README has no Contents: line")
+	}
+	var want []string
+	for _, h := range regexp.MustCompile(`(?m)^## (.+)$`).FindAllSubmatch(readme, -1) {
+		title := string(h[1])
+		anchor := strings.ReplaceAll(regexp.MustCompile(`[^a-z0-9 _-]`).ReplaceAllString(strings.ToLower(title), ""), " ", "-")
+		want = append(want, "["+title+"](#"+anchor+")")
+	}
+	if got := strings.Split(string(line[1]), " · "); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("contents\n got %q\nwant %q", got, want)
 	}
 }

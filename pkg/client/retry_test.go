@@ -129,3 +129,44 @@ func TestBatcherBackPressure(t *testing.T) {
 		t.Error("Close: no error, though every request failed")
 	}
 }
+
+// TestNotSentIsFinal: an error net/http makes before a request leaves (a
+// header value it refuses) is never retried: sending again cannot cure it.
+func TestNotSentIsFinal(t *testing.T) {
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok\n")
+	_, err = http.DefaultClient.Do(req)
+	if err == nil {
+		t.Fatal("net/http sent a header value with a newline")
+	}
+	r := retryPolicy{attempts: 10}
+	if !r.gaveUp(err, 1) {
+		t.Errorf("%v: retried", err)
+	}
+}
+
+// TestNewRefusesHeaderValues: a token or user agent no header can carry (a
+// line ending read from a file) is refused by New, naming the option and
+// not the secret.
+func TestNewRefusesHeaderValues(t *testing.T) {
+	for _, c := range []struct {
+		opt  Option
+		name string
+	}{
+		{Token("secret\n"), "Token"},
+		{Token("secret\r\n"), "Token"},
+		{Token("sec\x00ret"), "Token"},
+		{UserAgent("agent\r"), "UserAgent"},
+	} {
+		_, err := New(c.opt)
+		if err == nil || !strings.Contains(err.Error(), "client: "+c.name+":") || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	if _, err := New(Token("cxs_ok-token.with/chars+=")); err != nil {
+		t.Errorf("a plain token: %v", err)
+	}
+}

@@ -76,26 +76,29 @@ type item struct {
 }
 
 func encode(i int, e *Event) (item, *ValidationError) {
+	refuse := func(field, msg string, cause error) *ValidationError {
+		return &ValidationError{Op: "send", Detail: "refused before sending", local: cause,
+			Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: field, Message: msg}}}
+	}
 	if e.ID == "" {
 		// Ingest would assign one, different at each resend: a retry could
 		// then double the event's effect.
-		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, Field: "eventId",
-			Message: "required: build events with the constructors, or set EventID, so that a resend carries the same id"}}}
+		return item{}, refuse("eventId", "required: build events with the constructors, or set EventID, so that a resend carries the same id", ErrInvalidEvent)
 	}
-	if e.err == nil && !fsm.ValidSessionID(e.SessionID) { // an Event built without a constructor
-		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "sessionId",
-			Message: sessionIDError(e.SessionID).Error()}}}
+	if e.err == nil && !fsm.ValidNewSessionID(e.SessionID) { // an Event built without a constructor
+		err := sessionIDError(e.SessionID)
+		return item{}, refuse("sessionId", err.Error(), fmt.Errorf("%w: %w", ErrInvalidEvent, err))
 	}
 	if e.err != nil {
 		field := e.errField
 		if field == "" {
 			field = "event"
 		}
-		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: field, Message: e.err.Error()}}}
+		return item{}, refuse(field, e.err.Error(), e.err) // e.err matches ErrInvalidEvent
 	}
 	raw, err := json.Marshal(e)
 	if err != nil {
-		return item{}, &ValidationError{Op: "send", Detail: "refused before sending", Problems: []FieldProblem{{Index: i, EventID: e.ID, Field: "payload", Message: err.Error()}}}
+		return item{}, refuse("payload", err.Error(), fmt.Errorf("%w: payload: %w", ErrInvalidEvent, err))
 	}
 	return item{idx: i, id: e.ID, sid: e.SessionID, raw: raw}, nil
 }
@@ -316,19 +319,19 @@ func (c *Client) post(ctx context.Context, buf *bytes.Buffer, items []item) ([]A
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.ingest.String(), bytes.NewReader(buf.Bytes()))
 	if err != nil {
-		return nil, fmt.Errorf("client: send: %w", err)
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/x-ndjson")
 	c.setHeaders(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("client: send: %w", err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
 		// The request may have been written; the caller resends it all.
-		return nil, fmt.Errorf("client: send: reading the answer: %w", err)
+		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	if resp.StatusCode == http.StatusAccepted {
 		if acc, ok := parseAccepted(body, len(items)); ok {
@@ -336,7 +339,7 @@ func (c *Client) post(ctx context.Context, buf *bytes.Buffer, items []item) ([]A
 		}
 		var ans ingestAnswer
 		if err := json.Unmarshal(body, &ans); err != nil {
-			return nil, fmt.Errorf("client: send: decoding the answer: %w", err)
+			return nil, fmt.Errorf("decoding the answer: %w", err)
 		}
 		return ans.Accepted, nil
 	}

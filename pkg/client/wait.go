@@ -134,7 +134,7 @@ const (
 // other errors are returned as they are; an unknown state name or session
 // id is refused before any I/O.
 func (c *Client) AwaitState(ctx context.Context, sessionID string, states ...string) (*Snapshot, error) {
-	if !fsm.ValidSessionID(sessionID) {
+	if !fsm.ValidNewSessionID(sessionID) {
 		return nil, fmt.Errorf("client: await: %w", sessionIDError(sessionID))
 	}
 	if len(states) == 0 {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"iter"
 	"net/http"
@@ -57,6 +56,12 @@ const maxSSELine = 1 << 20
 // a cursor older than the feed's retention matches ErrCursorExpired. Errors
 // end the iteration; so do the context and a break out of the range loop.
 //
+// A refused connection (nothing listens) ends a watch after 3 attempts, as
+// it ends Get, until a stream has been established; from then on the
+// address is known to be right, so refusals are a restart of the query
+// service and get the Retry option's whole budget (10 attempts, 10 to 20 s
+// by default) before the watch gives up.
+//
 // The service's first block on a stream carries the cursor the stream
 // starts from, so once a stream is established (OnConnect), a drop before
 // its first change resumes from where it started, not at the end. Only a
@@ -71,10 +76,17 @@ func (c *Client) Watch(ctx context.Context, o WatchOptions) iter.Seq2[Change, er
 	return func(yield func(Change, error) bool) {
 		cursor := o.Cursor
 		failures := 0
+		// refused is how many refused connections in a row end the watch:
+		// few until a stream is established (a wrong address fails fast),
+		// then the whole retry budget (the service is restarting).
+		refused := refusedAttempts
 		for {
-			got, err := c.watchOnce(ctx, o, &cursor, yield)
+			got, connected, err := c.watchOnce(ctx, o, &cursor, yield)
 			if err == errStop || ctx.Err() != nil {
 				return
+			}
+			if connected {
+				refused = c.retry.attempts
 			}
 			if got {
 				failures = 0
@@ -85,7 +97,7 @@ func (c *Client) Watch(ctx context.Context, o WatchOptions) iter.Seq2[Change, er
 				yield(Change{}, err)
 				return
 			}
-			if c.retry.gaveUp(err, failures) {
+			if c.retry.gaveUpRefused(err, failures, refused) {
 				yield(Change{}, &ReadError{Op: "watch", Attempts: failures, Err: err})
 				return
 			}
@@ -105,9 +117,10 @@ func (e *StatusError) retryAfter() (d time.Duration) {
 
 var errStop = errors.New("stop")
 
-// watchOnce runs one connection; it reports whether it delivered a change
-// and why it ended (errStop when the consumer stopped).
-func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, yield func(Change, error) bool) (bool, error) {
+// watchOnce runs one connection; it reports whether it delivered a change,
+// whether the service answered 200, and why it ended (errStop when the
+// consumer stopped).
+func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, yield func(Change, error) bool) (got, connected bool, err error) {
 	q := url.Values{}
 	if o.State != "" {
 		q.Set("state", o.State)
@@ -125,7 +138,7 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return false, fmt.Errorf("client: watch: %w", err)
+		return false, false, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	if *cursor != "" {
@@ -134,14 +147,15 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 	c.setHeaders(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("client: watch: %w", err)
+		return false, false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		_, se := statusError("watch", resp, body)
-		return false, se
+		return false, false, se
 	}
+	connected = true
 	if o.OnConnect != nil {
 		o.OnConnect(*cursor)
 	}
@@ -149,7 +163,6 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
 	var event, id string
 	var data []byte
-	got := false
 	for sc.Scan() {
 		line := sc.Bytes()
 		if len(line) == 0 { // dispatch
@@ -165,12 +178,12 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 			if event == "change" && len(data) > 0 {
 				var ch Change
 				if err := wire.Decode(data, &ch.Change); err != nil {
-					return got, fmt.Errorf("client: watch: %w", err)
+					return got, true, err
 				}
 				ch.Cursor = id
 				got = true
 				if !yield(ch, nil) {
-					return got, errStop
+					return got, true, errStop
 				}
 			}
 			event, data = "", data[:0]
@@ -194,7 +207,7 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return got, fmt.Errorf("client: watch: %w", err)
+		return got, true, err
 	}
-	return got, io.ErrUnexpectedEOF
+	return got, true, io.ErrUnexpectedEOF
 }

@@ -32,4 +32,15 @@
 // A Stack's methods are safe for concurrent use, except that the projector
 // controls (RestartProjector, KillProjector, StartProjector) serialise with
 // each other.
+//
+// # Goroutine leak checks
+//
+// After Close, every goroutine of the stack has ended but two of go-redis
+// (github.com/redis/go-redis/v9): each Redis client it opened starts a
+// maintnotifications circuit-breaker cleanup loop that its Close does not
+// stop. They hold no connection and do no work. With go.uber.org/goleak,
+// ignore them:
+//
+//	goleak.VerifyNone(t, goleak.IgnoreTopFunction(
+//		"github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop"))
 package testkit

@@ -11,8 +11,9 @@ import (
 // the file, relative to the repository's root.
 var snippet = regexp.MustCompile("(?s)<!-- snippet: ([^ ]+) -->\n```go\n(.*?)```\n")
 
-// packageClause is the first package clause, which the README spells
-// "package myservice_test" for the reader to rename.
+// packageClause is the first package clause, which the README spells as a
+// service's own test package would ("package orders_test", for a service
+// package orders); the README says to use the reader's package name.
 var packageClause = regexp.MustCompile(`(?m)^package \w+$`)
 
 // TestREADMESnippets checks that every test file the README quotes (the
@@ -33,7 +34,7 @@ func TestREADMESnippets(t *testing.T) {
 			t.Errorf("README quotes %s: %v", path, err)
 			continue
 		}
-		want := packageClause.ReplaceAll(src, []byte("package myservice_test"))
+		want := packageClause.ReplaceAll(src, []byte("package orders_test"))
 		if string(m[2]) != string(want) {
 			t.Errorf("README's copy of %s differs from the file: copy the file into the README again", path)
 		}

@@ -101,4 +101,31 @@ func TestREADMETryIt(t *testing.T) {
 		page.History[0].Type != "SessionCreated" || page.History[2].Version != 3 || page.History[2].Outcome != "applied" {
 		t.Errorf("the history line answered %s (%v), want the first 3 of the session's 4 events and a next cursor", hout, err)
 	}
+
+	// The asOf line, as pasted, answers the session at version 2.
+	var asOf string
+	for l := range strings.SplitSeq(rest, "\n") {
+		if strings.Contains(l, "asOf=") {
+			asOf = l
+		}
+	}
+	if asOf == "" {
+		t.Fatal("the block has no asOf line")
+	}
+	asOf = strings.NewReplacer("localhost:8082", strings.TrimPrefix(st.QueryURL, "http://")).Replace(asOf)
+	aout, err := exec.CommandContext(ctxFor(t), "bash", "-e", "-o", "pipefail", "-c", asOf).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the asOf line failed: %v\n%s", err, aout)
+	}
+	var then struct {
+		SessionID string `json:"sessionId"`
+		Version   int    `json:"version"`
+		AsOf      string `json:"asOf"`
+		Counters  struct {
+			Events int `json:"events"`
+		} `json:"counters"`
+	}
+	if err := json.Unmarshal(aout, &then); err != nil || then.SessionID != "acme:run-1" || then.Version != 2 || then.AsOf != "2" || then.Counters.Events != 2 {
+		t.Errorf("the asOf line answered %s (%v), want acme:run-1 at version 2 after 2 events", aout, err)
+	}
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/devstack"
-	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/pkg/client"
 )
@@ -127,10 +126,7 @@ func run(ctx context.Context, cfg config) (*Stack, error) {
 	}
 	s := &Stack{http: &http.Client{Timeout: 30 * time.Second}}
 	o := devstack.Options{Redis: redisconn.Config{URL: cfg.redisURL}, Partitions: cfg.partitions, Log: cfg.log, KillableProjector: true,
-		Projector: func(c *projector.Config) {
-			c.FlushInterval = cfg.flushInterval
-			c.MaxFlushInterval = max(c.MaxFlushInterval, cfg.flushInterval)
-		}}
+		FlushInterval: cfg.flushInterval}
 	if cfg.auth {
 		file, err := s.writeTokens()
 		if err != nil {
@@ -333,7 +329,9 @@ func (s *Stack) StartProjector(ctx context.Context) error {
 // which is encoded with encoding/json (a map, or a struct of your own with
 // the envelope's fields: sessionId, type, payload, and optionally eventId,
 // occurredAt, correlationId). A refused request is a *StatusError with the
-// problem document's members; events of earlier requests were accepted. For
+// problem document's members (a 400's Detail goes on with each refused
+// event's index in the call, field and reason, as client.ValidationError
+// does); events of earlier requests were accepted. For
 // the client's events, retries and read-your-writes, use Client.
 func (s *Stack) Send(ctx context.Context, events ...any) ([]Position, error) {
 	return s.SendAs(ctx, s.Tokens.Admin, events...)
@@ -367,7 +365,11 @@ func (s *Stack) SendAs(ctx context.Context, token string, events ...any) ([]Posi
 			return positions, fmt.Errorf("testkit: send: %w", err)
 		}
 		if status != http.StatusAccepted {
-			return positions, statusError("send", status, answer)
+			se := statusError("send", status, answer)
+			if status == http.StatusBadRequest {
+				se.Detail = withProblems(se.Detail, answer, len(positions))
+			}
+			return positions, se
 		}
 		var resp struct {
 			Accepted []client.Accepted `json:"accepted"`
@@ -475,6 +477,29 @@ func statusError(op string, status int, body []byte) *StatusError {
 		p.Detail = strings.TrimSpace(string(body[:min(len(body), 512)]))
 	}
 	return &StatusError{Op: op, Status: status, Type: p.Type, Title: p.Title, Detail: p.Detail}
+}
+
+// withProblems appends to a 400's detail each refused event's field and
+// reason from the problem document's errors, as client.ValidationError
+// writes them, with the event's index in the caller's Send (the request's
+// own index plus first, the events sent before it).
+func withProblems(detail string, body []byte, first int) string {
+	var p struct {
+		Errors []client.FieldProblem `json:"errors"`
+	}
+	if json.Unmarshal(body, &p) != nil {
+		return detail
+	}
+	var b strings.Builder
+	b.WriteString(detail)
+	for i, fp := range p.Errors {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(p.Errors)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; event %d %s: %s", first+fp.Index, fp.Field, fp.Message)
+	}
+	return b.String()
 }
 
 func (s *Stack) do(ctx context.Context, method, u, token string, body []byte) (int, []byte, error) {

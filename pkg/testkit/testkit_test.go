@@ -3,7 +3,9 @@ package testkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +69,20 @@ func TestSendRefused(t *testing.T) {
 	var se *testkit.StatusError
 	if !errors.As(err, &se) || se.Status != http.StatusBadRequest {
 		t.Fatalf("an event without sessionId: %v, want a 400 StatusError", err)
+	}
+	// The error names the field and the reason, as the client's does.
+	const want = "client: send: status 400: 1 problem in 1 event; nothing was produced; event 0 sessionId: must be 1-128 characters of [A-Za-z0-9._:-]"
+	if err.Error() != want {
+		t.Errorf("error\n got %q\nwant %q", err, want)
+	}
+	// The index is the event's in the call, across its requests.
+	events := make([]any, 1002)
+	for i := range events {
+		events[i] = ev(fmt.Sprintf("refused-%d", i), "SessionCreated")
+	}
+	events[1001] = ev("", "SessionCreated")
+	if _, err := st.Send(ctx, events...); err == nil || !strings.HasSuffix(err.Error(), "; event 1001 sessionId: must be 1-128 characters of [A-Za-z0-9._:-]") {
+		t.Errorf("the second request's refusal: %v, want it to name event 1001", err)
 	}
 	if _, err := st.Send(ctx, "{not json"); err == nil {
 		t.Fatal("invalid JSON sent")
