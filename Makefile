@@ -8,8 +8,12 @@ FUZZTIME            ?= 10s
 export FUZZTIME
 # INTEGRATION_FLAGS adds go test flags to test-integration, e.g. -run TestHappyPath.
 INTEGRATION_FLAGS   ?=
+# INTEGRATION_PARALLEL is how many integration scenarios run at once, each with
+# its own network and containers (the suite takes about 12 minutes one at a
+# time on 2 cores).
+INTEGRATION_PARALLEL ?= 3
 
-.PHONY: help deps build test unit fuzz test-helm lint generate bench run loadgen test-integration images
+.PHONY: help deps build check test unit fuzz test-helm test-openapi lint generate bench run loadgen test-integration images
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,13 +25,21 @@ build: ## compile every package and binary, and the command line into bin/correx
 	$(GO) build ./...
 	$(GO) build -o bin/correx ./cmd/correx
 
-test: deps unit fuzz test-helm ## unit and component tests (race detector), every fuzz target for FUZZTIME, the Helm chart
+check: ## the inner loop: gofmt, go vet, the unit tests with -short (no race detector; no end-to-end package, soaks, browser or process tests)
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -short -count=1 -timeout 10m $$($(GO) list ./... | grep -v /internal/e2e)
+
+test: deps unit fuzz test-helm test-openapi ## unit and component tests (race detector), every fuzz target for FUZZTIME, the Helm chart, a client generated from the OpenAPI document
 
 unit: ## go test -race on every package (needs redis-server; see deps); the end-to-end package alone takes several minutes
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@scripts/fuzz.sh
+
+test-openapi: ## generate a Go client from api/openapi.json with oapi-codegen, compile it, no enum as interface{} (its own module; builds oapi-codegen once)
+	@api/codegen/test.sh
 
 test-helm: ## render, lint and check the Helm chart (its own module; builds Helm once)
 	@deploy/helm/test.sh
@@ -41,7 +53,8 @@ lint: ## gofmt, go vet, staticcheck (pinned), generated docs in sync; with the i
 generate: ## regenerate the README's lifecycle table and diagram from pkg/fsm
 	$(GO) generate ./pkg/fsm
 
-bench: deps ## every benchmark with its same-run baseline (about 30 minutes with the 10-minute retention soak; figures in the README)
+bench: deps ## every benchmark with its same-run baseline, and TestSoak at full length (CORREX_SOAK=full) (about 30 minutes with the 10-minute retention soak; figures in the README)
+	CORREX_SOAK=full $(GO) test -race -count=1 -run='^TestSoak$$' -timeout 30m ./internal/e2e
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s ./pkg/...
 	$(GO) test -run='^$$' -bench=Ingest -benchtime=3000x ./internal/ingest
 	$(GO) test -run='^$$' -bench=SplitJSON -benchtime=200x ./internal/ingest
@@ -50,10 +63,11 @@ bench: deps ## every benchmark with its same-run baseline (about 30 minutes with
 	$(GO) test -run='^$$' -bench=WatchChangeData -benchtime=200000x ./internal/query
 	$(GO) test -run='^$$' -bench='CatchUp|Recovery|Restore|TracingOverhead|FiringLatency' -benchtime=1x -timeout 60m ./internal/projector
 	$(GO) test -run='^$$' -bench=TraceHeaders -benchtime=200000x ./internal/projector
+	$(GO) test -run='^$$' -bench=TombstoneMemory -benchtime=1x ./internal/projector/projstore
 	$(GO) test -run='^$$' -bench='Freshness|ReadsUnderWrites' -benchtime=1x -timeout 30m ./internal/e2e
 	$(GO) test -run='^$$' -bench=RetentionSoak -benchtime=1x -timeout 30m ./internal/e2e
 
-run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it)
+run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it); other ports: ARGS="-ingest-addr 127.0.0.1:9181 -query-addr 127.0.0.1:9182 -projector-addr 127.0.0.1:9183 -kafka-port 9192" (ARGS=-h lists the flags)
 	@$(GO) build -o .devstack/bin/devstack ./cmd/devstack
 	@exec .devstack/bin/devstack $(ARGS)
 
@@ -73,4 +87,4 @@ test-integration: images ## testcontainers-go suites (integration/, pkg/testkit/
 	fi; \
 	echo "TESTCONTAINERS_HOST_OVERRIDE=$${TESTCONTAINERS_HOST_OVERRIDE:-}"; \
 	TESTCONTAINERS_RYUK_DISABLED=$${TESTCONTAINERS_RYUK_DISABLED:-true} \
-		$(GO) test -tags integration -count=1 -timeout 60m -v $(INTEGRATION_FLAGS) ./integration/... ./pkg/testkit/correx
+		$(GO) test -tags integration -count=1 -timeout 60m -parallel $(INTEGRATION_PARALLEL) -v $(INTEGRATION_FLAGS) ./integration/... ./pkg/testkit/correx

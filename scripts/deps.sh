@@ -10,11 +10,13 @@
 set -euo pipefail
 
 # versitygw, from the Go module proxy into $(go env GOPATH)/bin, where
-# internal/s3test looks for it (about 80 s to build).
+# internal/s3test looks for it (about 80 s to build). It is built static
+# (CGO_ENABLED=0, -trimpath), as the versitygw image needs it, so that
+# scripts/images.sh copies this binary instead of building it again.
 versitygw_version=v1.8.0
 if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/versitygw" ]; then
   echo "deps: missing versitygw; go install github.com/versity/versitygw/cmd/versitygw@${versitygw_version}" >&2
-  go install "github.com/versity/versitygw/cmd/versitygw@${versitygw_version}"
+  CGO_ENABLED=0 go install -trimpath -ldflags='-s -w' "github.com/versity/versitygw/cmd/versitygw@${versitygw_version}"
 fi
 
 packages=()

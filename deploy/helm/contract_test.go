@@ -34,7 +34,7 @@ var (
 		"ingest": {"CORREX_PRODUCE_TIMEOUT"},
 		"query":  {"CORREX_INGEST_URL"},
 		"projector": {"CORREX_GROUP", "CORREX_INSTANCE_ID", "CORREX_FLUSH_INTERVAL", "CORREX_CACHE_SIZE", "CORREX_CACHE_BYTES", "CORREX_CHANGE_FEED",
-			"CORREX_REDIS_WAIT_REPLICAS", "CORREX_REDIS_WAIT_TIMEOUT", "CORREX_RETAIN_CLOSED"},
+			"CORREX_REDIS_WAIT_REPLICAS", "CORREX_REDIS_WAIT_TIMEOUT", "CORREX_RETAIN_CLOSED", "CORREX_VERIFY_RATE", "CORREX_VERIFY_REPAIR"},
 	}
 	// topicEnv is what the two services that create the events topic
 	// (ingest, projector) get: its retention.
@@ -54,7 +54,8 @@ var (
 		"CORREX_KAFKA_TLS", "CORREX_KAFKA_TLS_CA_FILE", "CORREX_KAFKA_TLS_CERT_FILE", "CORREX_KAFKA_TLS_KEY_FILE",
 		"CORREX_KAFKA_SASL_MECHANISM", "CORREX_KAFKA_SASL_USERNAME", "CORREX_KAFKA_SASL_PASSWORD_FILE",
 		"CORREX_REDIS_TLS_CA_FILE", "CORREX_REDIS_PASSWORD_FILE",
-		"CORREX_ARCHIVE_URL", // not a secret, but optional too: set with archiveUrl
+		"CORREX_ARCHIVE_URL",     // not a secret, but optional too: set with archiveUrl
+		"CORREX_ARCHIVE_TIMEOUT", // likewise, with archiveUrl
 	}
 	// otelEnv are the standard OpenTelemetry variables the chart may set.
 	otelEnv = []string{
@@ -109,7 +110,7 @@ func TestDocumentedEnvIsConsistent(t *testing.T) {
 			t.Errorf("%s is listed %d times", n, count)
 		}
 	}
-	if got, want := len(documentedEnv()), 7+1+1+9+15+2+5+1; got != want {
+	if got, want := len(documentedEnv()), 7+1+1+11+15+2+5+1+1; got != want {
 		t.Errorf("documented CORREX_ names: got %d, want %d", got, want)
 	}
 }
@@ -143,11 +144,11 @@ func perComponent(all []string, apiOnly ...string) map[string][]string {
 	}
 }
 
-// withArchive adds CORREX_ARCHIVE_URL to the projector and the query
-// service, which archiveUrl gives it.
+// withArchive adds CORREX_ARCHIVE_URL and CORREX_ARCHIVE_TIMEOUT to the
+// projector and the query service, which archiveUrl gives them.
 func withArchive(m map[string][]string) map[string][]string {
-	m["projector"] = append(m["projector"], "CORREX_ARCHIVE_URL")
-	m["query"] = append(m["query"], "CORREX_ARCHIVE_URL")
+	m["projector"] = append(m["projector"], "CORREX_ARCHIVE_URL", "CORREX_ARCHIVE_TIMEOUT")
+	m["query"] = append(m["query"], "CORREX_ARCHIVE_URL", "CORREX_ARCHIVE_TIMEOUT")
 	return m
 }
 

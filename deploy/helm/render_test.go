@@ -41,6 +41,8 @@ func TestConfigChangeRollsPods(t *testing.T) {
 		{"projector cache", "projector.cacheSize=5000", []string{"projector"}},
 		{"projector cache bytes", "projector.cacheBytes=67108864", []string{"projector"}},
 		{"projector change feed", "projector.changeFeed=false", []string{"projector"}},
+		{"projector verifier rate", "projector.verifyRate=5", []string{"projector"}},
+		{"projector verifier repair", "projector.verifyRepair=false", []string{"projector"}},
 		{"ingest produce timeout", "ingest.produceTimeout=3s", []string{"ingest"}},
 		{"replicas are no configuration", "ingest.replicas=5", nil},
 	}

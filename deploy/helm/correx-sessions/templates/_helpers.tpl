@@ -126,6 +126,8 @@ appear here only as file paths. The pod template hashes this output
 {{- $_ = set $d "CORREX_CACHE_SIZE" ($v.cacheSize | int64 | toString) }}
 {{- $_ = set $d "CORREX_CACHE_BYTES" ($v.cacheBytes | int64 | toString) }}
 {{- $_ = set $d "CORREX_CHANGE_FEED" (toString $v.changeFeed) }}
+{{- $_ = set $d "CORREX_VERIFY_RATE" (toString $v.verifyRate) }}
+{{- $_ = set $d "CORREX_VERIFY_REPAIR" (toString $v.verifyRepair) }}
 {{- $_ = set $d "CORREX_REDIS_WAIT_REPLICAS" ($root.Values.redis.waitReplicas | int64 | toString) }}
 {{- $_ = set $d "CORREX_REDIS_WAIT_TIMEOUT" $root.Values.redis.waitTimeout }}
 {{- end }}
@@ -134,9 +136,13 @@ appear here only as file paths. The pod template hashes this output
 {{- end }}
 {{- if eq $c "projector" }}
 {{- $_ = set $d "CORREX_RETAIN_CLOSED" $root.Values.retainClosed }}
+{{- if $root.Values.systemKey.existingSecret }}
+{{- $_ = set $d "CORREX_SYSTEM_KEY_FILE" (printf "%s/system/keys" $dir) }}
+{{- end }}
 {{- end }}
 {{- if and $root.Values.archiveUrl (ne $c "ingest") }}
 {{- $_ = set $d "CORREX_ARCHIVE_URL" $root.Values.archiveUrl }}
+{{- $_ = set $d "CORREX_ARCHIVE_TIMEOUT" $root.Values.archiveTimeout }}
 {{- end }}
 {{- if eq $c "query" }}
 {{- /* The console's actions go to the chart's ingest Service. */}}
@@ -217,6 +223,13 @@ empty when the component needs no secret file. Paths match correx.configData.
 {{- define "correx.secretSources" -}}
 {{- $root := .root }}
 {{- $v := $root.Values }}
+{{- if and (eq .component "projector") $v.systemKey.existingSecret }}
+- secret:
+    name: {{ $v.systemKey.existingSecret }}
+    items:
+      - key: {{ $v.systemKey.key }}
+        path: system/keys
+{{- end }}
 {{- if and (include "correx.hasAuth" .) $v.auth.enabled }}
 - secret:
     name: {{ $v.auth.existingSecret }}
