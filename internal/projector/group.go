@@ -97,10 +97,15 @@ func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 	p.log.Warn("partitions lost", "partitions", ids, "owned", len(p.parts))
 }
 
-// drop forgets partitions: their cached sessions, progress and stalls.
+// drop forgets partitions: their cached sessions, progress, stalls and
+// lag (telemetry).
 func (p *Projector) drop(ids []int32) {
+	left, _ := p.obs.(interface{ partitionLeft(int32) })
 	for _, id := range ids {
 		if p.parts[id] != nil {
+			if left != nil {
+				left.partitionLeft(id)
+			}
 			p.cache.dropPartition(id)
 			p.derived.drop(id)
 			delete(p.parts, id)

@@ -151,6 +151,9 @@ func New(cfg Config, store Store, opts ...Option) *Projector {
 	for _, o := range opts {
 		o(p)
 	}
+	if o, ok := p.obs.(interface{ watchStalls(*stalls) }); ok {
+		o.watchStalls(&p.stalls) // its stalled gauge
+	}
 	p.derived = newDerived(cfg, p.log, &p.crash)
 	return p
 }

@@ -28,6 +28,9 @@ type stalls struct {
 	restoring map[int32]string
 	gaps      map[int32]string
 	msg       atomic.Pointer[string] // nil when none is stalled, rebuilt, restored or gapped
+	// held is len(byPartition), for the correx.projector.stalled gauge,
+	// which reads it without Projector.mu.
+	held atomic.Int64
 }
 
 // restore marks a partition as being restored from the changelog
@@ -104,8 +107,9 @@ func (s *stalls) paused(id int32) bool {
 	return s.stalled(id) || rebuilding || restoring
 }
 
-// publish replaces the snapshot err reads.
+// publish replaces the snapshot err reads, and the count held reads.
 func (s *stalls) publish() {
+	s.held.Store(int64(len(s.byPartition)))
 	n := len(s.byPartition) + len(s.rebuilding) + len(s.restoring) + len(s.gaps)
 	if n == 0 {
 		s.msg.Store(nil)

@@ -113,7 +113,12 @@ type Telemetry struct {
 	verify   verifyMetrics  // telemetry_verify.go
 
 	lagMu sync.Mutex
-	lag   map[int32]int64
+	lag   map[int32]int64 // of the partitions owned, as of their last checkpoint
+
+	// stalls are the projector's (watchStalls), read by the
+	// correx.projector.stalled gauge; nil until a projector is built with
+	// this observer.
+	stalls atomic.Pointer[stalls]
 }
 
 // approvalDecisions are the values of correx.decision on
@@ -325,7 +330,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 	dlq, e6 := m.Int64ObservableCounter("correx.projector.dead_letters", metric.WithUnit("{message}"),
 		metric.WithDescription("Records sent to the dead-letter topic, by reason."))
 	lag, e7 := m.Int64ObservableGauge("correx.projector.lag", metric.WithUnit("{message}"),
-		metric.WithDescription("High watermark minus checkpoint per partition, when the checkpoint was written."))
+		metric.WithDescription("High watermark minus checkpoint per partition this projector owns, when the checkpoint was written."))
 	waits, e8 := m.Int64ObservableCounter("correx.projector.spans.waits", metric.WithUnit("{chunk}"),
 		metric.WithDescription("Chunks of lifecycle spans the fold had to wait to queue, because the exporter was behind."))
 	dropped, e11 := m.Int64ObservableCounter("correx.projector.spans.dropped", metric.WithUnit("{span}"),
@@ -342,7 +347,9 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		metric.WithDescription("Partitions restored from the snapshot changelog instead of folded from the start of the log, after Redis lost their read model."))
 	restoreGaps, e15 := m.Int64ObservableCounter("correx.projector.restore_gaps", metric.WithUnit("{partition}"),
 		metric.WithDescription("Restores from a changelog checkpoint older than the events log's start (finite retention): the events in between are gone, an alert (/readyz names the partition)."))
-	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15)
+	stalled, e16 := m.Int64ObservableGauge("correx.projector.stalled", metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions this projector holds paused until an operator acts (a checkpoint beyond the end of the log, a changelog it cannot restore from): /readyz names each with its reason."))
+	err = errors.Join(err, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, e16)
 	if err != nil {
 		return nil, err
 	}
@@ -354,6 +361,11 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		obs.ObserveInt64(rebuilds, o.rebuilds.Load())
 		obs.ObserveInt64(restores, o.restores.Load())
 		obs.ObserveInt64(restoreGaps, o.restoreGaps.Load())
+		var held int64
+		if s := o.stalls.Load(); s != nil {
+			held = s.held.Load()
+		}
+		obs.ObserveInt64(stalled, held)
 		for i, r := range cascadeReasons {
 			obs.ObserveInt64(propagated, o.propagated[i].Load(), metric.WithAttributes(attribute.String("correx.reason", r)))
 		}
@@ -368,13 +380,12 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 		for r := range fsm.Rejections() {
 			obs.ObserveInt64(events, o.rejected[r].Load(), metric.WithAttributes(outcome("rejected"), attribute.String("correx.reason", r.String())))
 		}
+		// Every reason from the start, at 0 until its first dead letter: a
+		// series that appears at 1 has no earlier sample for increase() or
+		// rate() to compare with, so an alert on them would miss it.
 		for i, reason := range dlqReasons {
-			if n := o.deadLetters[i].Load(); n > 0 {
-				obs.ObserveInt64(dlq, n, metric.WithAttributes(attribute.String("correx.reason", reason)))
-			}
-			if n := o.refusedDLQ[i].Load(); n > 0 {
-				obs.ObserveInt64(refusedDLQ, n, metric.WithAttributes(attribute.String("correx.reason", reason)))
-			}
+			obs.ObserveInt64(dlq, o.deadLetters[i].Load(), metric.WithAttributes(attribute.String("correx.reason", reason)))
+			obs.ObserveInt64(refusedDLQ, o.refusedDLQ[i].Load(), metric.WithAttributes(attribute.String("correx.reason", reason)))
 		}
 		for from := range fsm.NumStates {
 			for to := range fsm.NumStates {
@@ -393,7 +404,7 @@ func NewTelemetry(t *correxotel.Telemetry, topic, group string) (*Telemetry, err
 			obs.ObserveInt64(lag, l, metric.WithAttributes(correxotel.AttrPartition.Int(int(p))))
 		}
 		return nil
-	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, restores, restoreGaps, propagated, failures)
+	}, consumed, events, trans, dlq, lag, waits, dropped, refusedDLQ, rebuilds, restores, restoreGaps, propagated, failures, stalled)
 	if err != nil {
 		return nil, err
 	}
@@ -705,6 +716,20 @@ func (o *Telemetry) Checkpointed(cp snapshot.Checkpoint) {
 	o.lag[cp.Partition] = max(0, cp.HighWatermark-cp.Offset)
 	o.lagMu.Unlock()
 }
+
+// partitionLeft forgets the lag of a partition the projector no longer
+// owns (revoked or lost): its new owner reports it, and the value kept here
+// would stay what it was when the partition left, for as long as this
+// process lives.
+func (o *Telemetry) partitionLeft(id int32) {
+	o.lagMu.Lock()
+	delete(o.lag, id)
+	o.lagMu.Unlock()
+}
+
+// watchStalls gives the correx.projector.stalled gauge the projector's
+// stalls (New).
+func (o *Telemetry) watchStalls(s *stalls) { o.stalls.Store(s) }
 
 // Rebuilt counts a partition rebuilt from the log (recovery.go).
 func (o *Telemetry) Rebuilt(int32) { o.rebuilds.Add(1) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -490,4 +491,103 @@ func TestCloseApprovalAndCascadeMetrics(t *testing.T) {
 		map[string][2]float64{ReasonParentCompleted: {2, 4}, ReasonParentCancelled: {1, 0.25}, ReasonParentClosed: {1, 3}})
 	check("correx.session.cancellations.propagated", counters(&rm, "correx.session.cancellations.propagated", "correx.reason"),
 		map[string]int64{ReasonParentCompleted: 2, ReasonParentCancelled: 1, ReasonParentClosed: 1})
+}
+
+// scrapeSeries reads every series of a counter or gauge family from tel's
+// /metrics, keyed by its labels as the exposition prints them
+// (`name="value",...`, sorted), the otel_scope_* labels left out.
+func scrapeSeries(t *testing.T, tel *correxotel.Telemetry, name string) map[string]float64 {
+	t.Helper()
+	w := httptest.NewRecorder()
+	tel.MetricsHandler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(w.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, m := range fams[name].GetMetric() {
+		var labels []string
+		for _, l := range m.GetLabel() {
+			if !strings.HasPrefix(l.GetName(), "otel_scope_") {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+		}
+		out[strings.Join(labels, ",")] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return out
+}
+
+// TestAlertedMetricsFromTheStart: the series the chart's alerts read are
+// exported by a projector that has done nothing yet, at 0, every reason of
+// the dead-letter counters included (increase() and rate() see nothing of
+// a series whose first sample is already 1); the stalled gauge follows the
+// projector's stalls.
+func TestAlertedMetricsFromTheStart(t *testing.T) {
+	tel, _, _ := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	for _, name := range []string{"correx_projector_dead_letters_total", "correx_projector_dead_letters_refused_total"} {
+		got := scrapeSeries(t, tel, name)
+		if len(got) != len(dlqReasons) {
+			t.Errorf("%s: %d series %v, want one per reason (%d)", name, len(got), got, len(dlqReasons))
+		}
+		for _, r := range dlqReasons {
+			if v, ok := got[fmt.Sprintf("correx_reason=%q", r)]; !ok || v != 0 {
+				t.Errorf("%s{correx_reason=%q}: %v (exported %v), want 0", name, r, v, ok)
+			}
+		}
+	}
+	for _, name := range []string{"correx_projector_restore_gaps_total", "correx_projector_restores_total",
+		"correx_projector_rebuilds_total", "correx_projector_stalled"} {
+		if got := scrapeSeries(t, tel, name); len(got) != 1 || got[""] != 0 {
+			t.Errorf("%s: %v, want one series at 0", name, got)
+		}
+	}
+
+	p := New(Config{}, nil, WithObserver(obs))
+	stalled := func() float64 { return scrapeSeries(t, tel, "correx_projector_stalled")[""] }
+	p.stalls.stall(3, "a checkpoint beyond the end of the log")
+	p.stalls.stall(5, "a checkpoint beyond the end of the log")
+	p.stalls.rebuild(7, "Redis lost the checkpoint") // a rebuild is no stall
+	if got := stalled(); got != 2 {
+		t.Errorf("correx_projector_stalled with partitions 3 and 5 stalled: %v, want 2", got)
+	}
+	p.stalls.clear(3)
+	if got := stalled(); got != 1 {
+		t.Errorf("correx_projector_stalled after partition 3 was cleared: %v, want 1", got)
+	}
+	obs.DeadLettered(&kgo.Record{}, ReasonUndecodable)
+	if got := scrapeSeries(t, tel, "correx_projector_dead_letters_total")[fmt.Sprintf("correx_reason=%q", ReasonUndecodable)]; got != 1 {
+		t.Errorf("correx_projector_dead_letters_total{correx_reason=%q} after one: %v, want 1", ReasonUndecodable, got)
+	}
+}
+
+// TestLagLeavesWithThePartition: a partition the projector no longer owns
+// leaves correx.projector.lag, so that only its owner reports it (a value
+// kept by the previous owner would stay what it was when it left).
+func TestLagLeavesWithThePartition(t *testing.T) {
+	tel, _, _ := correxotel.NewForTest()
+	obs, err := NewTelemetry(tel, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	p := New(Config{}, nil, WithObserver(obs))
+	for _, id := range []int32{1, 2} {
+		p.addPartition(id)
+		obs.Checkpointed(snapshot.Checkpoint{Partition: id, Offset: 10, HighWatermark: 10 + 100*int64(id)})
+	}
+	want := map[string]float64{`messaging_destination_partition_id="1"`: 100, `messaging_destination_partition_id="2"`: 200}
+	if got := scrapeSeries(t, tel, "correx_projector_lag"); !maps.Equal(got, want) {
+		t.Fatalf("correx_projector_lag: %v, want %v", got, want)
+	}
+	p.drop([]int32{1})
+	delete(want, `messaging_destination_partition_id="1"`)
+	if got := scrapeSeries(t, tel, "correx_projector_lag"); !maps.Equal(got, want) {
+		t.Errorf("correx_projector_lag after partition 1 left: %v, want %v", got, want)
+	}
 }
