@@ -68,6 +68,34 @@ func watchArchive(mp metric.MeterProvider, a Archive, log *slog.Logger) {
 	}
 }
 
+// watchWatches registers correx.query.watches, the open watch streams, and
+// correx.query.watches.cut, the watches cut because their queue of changes
+// was full (each resumes from its last id).
+func watchWatches(mp metric.MeterProvider, w *Watcher, log *slog.Logger) {
+	if mp == nil || w == nil {
+		return
+	}
+	m := mp.Meter("github.com/correx/sessions/query")
+	open, e1 := m.Int64ObservableGauge("correx.query.watches", metric.WithUnit("{watch}"),
+		metric.WithDescription("Open watch streams (GET /v1/watch, GET /v1/sessions/{id}/watch), those waiting for their catch-up included."))
+	cut, e2 := m.Int64ObservableCounter("correx.query.watches.cut", metric.WithUnit("{watch}"),
+		metric.WithDescription("Watches cut because their queue of changes was full (a client that does not keep up); each resumes from its last id."))
+	err := errors.Join(e1, e2)
+	if err == nil {
+		_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			o.ObserveInt64(open, int64(w.slots.inUse()))
+			w.mu.Lock()
+			cuts := w.cuts
+			w.mu.Unlock()
+			o.ObserveInt64(cut, cuts)
+			return nil
+		}, open, cut)
+	}
+	if err != nil {
+		log.Warn("query metrics", "err", err)
+	}
+}
+
 func (m *metrics) replayed(ctx context.Context, match bool) {
 	v := "mismatch"
 	if match {

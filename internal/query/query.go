@@ -179,6 +179,7 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 	if o.Archive != nil {
 		watchArchive(o.Meter, o.Archive, o.Log)
 	}
+	watchWatches(o.Meter, o.Watch, o.Log)
 	// Scopes: sessions:read for reads, histories, listings and the counts of
 	// /v1/stats, admin for replays and the partitions' progress in
 	// /v1/stats (admin implies sessions:read). A token bound to a

@@ -40,3 +40,10 @@ func (s *waitSlots) give(key string) {
 		delete(s.byKey, key)
 	}
 }
+
+// inUse is the number of slots taken.
+func (s *waitSlots) inUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,6 +30,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 const watchParts = 3
@@ -810,4 +813,62 @@ func TestWatchWaitsQuietlyForTheFeed(t *testing.T) {
 	if logs.count("INFO watch: reading the change feed") != 1 {
 		t.Fatalf("no record that the watcher reads the feed: %v", logs.seen)
 	}
+}
+
+// TestWatchMetrics: correx.query.watches counts the open streams, and
+// correx.query.watches.cut is exported at 0 before any cut.
+func TestWatchMetrics(t *testing.T) {
+	f := newWatchFixture(t, query.WatchOptions{})
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	srv := httptest.NewServer(query.NewHandler(f.store, topic, nil, query.Options{Watch: f.watcher, Meter: mp}))
+	t.Cleanup(srv.Close)
+	collect := func() (open, cut int64) {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		open, cut = -1, -1
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch d := m.Data.(type) {
+				case metricdata.Gauge[int64]:
+					if m.Name == "correx.query.watches" && len(d.DataPoints) == 1 {
+						open = d.DataPoints[0].Value
+					}
+				case metricdata.Sum[int64]:
+					if m.Name == "correx.query.watches.cut" && len(d.DataPoints) == 1 {
+						cut = d.DataPoints[0].Value
+					}
+				}
+			}
+		}
+		return open, cut
+	}
+	if open, cut := collect(); open != 0 || cut != 0 {
+		t.Fatalf("before any watch: watches %d, cut %d; want both exported at 0", open, cut)
+	}
+	var bodies []io.Closer
+	for _, path := range []string{"/v1/watch", "/v1/watch?state=ACTIVE"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		bodies = append(bodies, resp.Body)
+	}
+	if open, _ := collect(); open != 2 {
+		t.Errorf("two streams open: watches %d, want 2", open)
+	}
+	for _, b := range bodies {
+		b.Close()
+	}
+	testwait.Until(t, "the closed streams leave correx.query.watches", 10*time.Second, func() bool {
+		open, _ := collect()
+		return open == 0
+	})
 }
