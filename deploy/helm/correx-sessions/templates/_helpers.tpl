@@ -34,6 +34,15 @@ label still fits in 63 characters.
 {{- printf "%s-%s" (include "correx.fullname" .root) .component }}
 {{- end }}
 
+{{/*
+Name of a component's Service: <fullname>-<component>, and the projector's
+headless one <fullname>-projector-headless. The ServiceMonitor's scrapes take
+it as their job label.
+*/}}
+{{- define "correx.serviceName" -}}
+{{- include "correx.componentName" . }}{{ if eq .component "projector" }}-headless{{ end }}
+{{- end }}
+
 {{- define "correx.labels" -}}
 helm.sh/chart: {{ include "correx.chart" . }}
 app.kubernetes.io/name: {{ include "correx.name" . }}
