@@ -15,4 +15,9 @@
 // restricted security context, the exact CORREX_* variables of each component,
 // secrets only by reference, projector replicas within the partition count, and
 // the ConfigMap checksum that rolls pods when their configuration changes.
+//
+// The PrometheusRule (also a local struct) is checked with Prometheus'
+// PromQL parser: every expression parses and reads only the release's
+// series, and the metric names it reads are those of chart-metrics.txt,
+// which the main module's end-to-end tests find on the running services.
 package helm

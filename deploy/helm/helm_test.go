@@ -193,6 +193,26 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// prometheusRule is the part of the Prometheus Operator's PrometheusRule
+// (monitoring.coreos.com/v1) that the chart uses, decoded strictly as
+// serviceMonitor is.
+type prometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels,omitempty"`
+				Annotations map[string]string `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
 // manifests holds every rendered document, decoded and indexed by kind and name.
 type manifests struct {
 	configMaps      map[string]*corev1.ConfigMap
@@ -204,6 +224,7 @@ type manifests struct {
 	hpas            map[string]*autoscalingv2.HorizontalPodAutoscaler
 	networkPolicies map[string]*networkingv1.NetworkPolicy
 	serviceMonitors map[string]*serviceMonitor
+	prometheusRules map[string]*prometheusRule
 	// kinds counts documents per kind.
 	kinds map[string]int
 	// objects lists every document's metadata, in rendering order.
@@ -228,6 +249,7 @@ func decodeManifests(out []byte) (*manifests, error) {
 		hpas:            map[string]*autoscalingv2.HorizontalPodAutoscaler{},
 		networkPolicies: map[string]*networkingv1.NetworkPolicy{},
 		serviceMonitors: map[string]*serviceMonitor{},
+		prometheusRules: map[string]*prometheusRule{},
 		kinds:           map[string]int{},
 	}
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
@@ -308,6 +330,8 @@ func (m *manifests) add(tm metav1.TypeMeta, doc []byte) error {
 		return decodeInto(m, m.networkPolicies, tm.Kind, doc, func(o *networkingv1.NetworkPolicy) *metav1.ObjectMeta { return &o.ObjectMeta })
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return decodeInto(m, m.serviceMonitors, tm.Kind, doc, func(o *serviceMonitor) *metav1.ObjectMeta { return &o.ObjectMeta })
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return decodeInto(m, m.prometheusRules, tm.Kind, doc, func(o *prometheusRule) *metav1.ObjectMeta { return &o.ObjectMeta })
 	default:
 		// Includes kind Secret: the chart must never render one.
 		return fmt.Errorf("the chart is not expected to render %s %s", tm.APIVersion, tm.Kind)

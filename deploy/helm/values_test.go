@@ -126,6 +126,20 @@ func TestSchemaRejects(t *testing.T) {
 			[]string{"at '/query/rateLimit/burst'", "minimum"}},
 		{"rate limit not a number", []string{"--set", "query.rateLimit.requestsPerSecond=fast"},
 			[]string{"at '/query/rateLimit/requestsPerSecond'", "does not match pattern"}},
+		{"alert for not a Prometheus duration", []string{"--set-string", "prometheusRule.alerts.partitionLag.for=1.5h"},
+			[]string{"at '/prometheusRule/alerts/partitionLag/for'", "does not match pattern"}},
+		{"alert window of zero", []string{"--set-string", "prometheusRule.alerts.deadLetters.window=0m"},
+			[]string{"at '/prometheusRule/alerts/deadLetters/window'"}},
+		{"alert window without unit", []string{"--set-string", "prometheusRule.alerts.verifyMismatch.window=15"},
+			[]string{"at '/prometheusRule/alerts/verifyMismatch/window'", "does not match pattern"}},
+		{"alert window of two units", []string{"--set-string", "prometheusRule.alerts.restoreGap.window=1h30m"},
+			[]string{"at '/prometheusRule/alerts/restoreGap/window'", "does not match pattern"}},
+		{"negative lag threshold", []string{"--set", "prometheusRule.alerts.partitionLag.threshold=-1"},
+			[]string{"at '/prometheusRule/alerts/partitionLag/threshold'", "minimum"}},
+		{"runbook URL with an anchor", []string{"--set", "prometheusRule.runbookUrl=https://example.com/alerts.md#top"},
+			[]string{"at '/prometheusRule/runbookUrl'", "does not match pattern"}},
+		{"misspelt alert", []string{"--set", "prometheusRule.alerts.partitionLagg.enabled=false"},
+			[]string{"at '/prometheusRule/alerts'", "additional properties 'partitionLagg' not allowed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -37,7 +37,7 @@ label still fits in 63 characters.
 {{/*
 Name of a component's Service: <fullname>-<component>, and the projector's
 headless one <fullname>-projector-headless. The ServiceMonitor's scrapes take
-it as their job label.
+it as their job label, which the PrometheusRule selects by.
 */}}
 {{- define "correx.serviceName" -}}
 {{- include "correx.componentName" . }}{{ if eq .component "projector" }}-headless{{ end }}
@@ -522,4 +522,24 @@ Each failure names the values to change.
 {{- fail (printf "%s.autoscaling.minReplicas (%d) is greater than %s.autoscaling.maxReplicas (%d)." $c ($a.minReplicas | int64) $c ($a.maxReplicas | int64)) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The events a counter counted in the last window, for an alert on them
+(takes dict "metric" "sel" "window"): increase() over the window, or, where
+the process started less than the window ago, the counter's value.
+increase() alone sees nothing of what a process counted before its first
+scrape, and a restore over a gap, or a verifier's first cycle, happens right
+after a projector starts. process_start_time_seconds (Prometheus' process
+collector, on every service's /metrics) tells a young process from a series
+Prometheus itself missed samples of.
+*/}}
+{{- define "correx.counterIncrease" -}}
+(increase({{ .metric }}{ {{- .sel -}} }[{{ .window }}]) > 0 or ({{ .metric }}{ {{- .sel -}} } > 0 and on (namespace, pod) (time() - process_start_time_seconds{ {{- .sel -}} } < {{ include "correx.seconds" .window }})))
+{{- end }}
+
+{{/* The seconds of a window of one unit (values.schema.json's promWindow): 15m is 900. */}}
+{{- define "correx.seconds" -}}
+{{- $units := dict "s" 1 "m" 60 "h" 3600 "d" 86400 "w" 604800 }}
+{{- mul (regexReplaceAll "[a-z]$" . "" | int64) (get $units (regexReplaceAll "^[0-9]+" . "")) }}
 {{- end }}
