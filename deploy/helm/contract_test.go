@@ -197,7 +197,9 @@ var scenarios = []scenario{
 			"CORREX_KAFKA_SASL_MECHANISM", "CORREX_KAFKA_SASL_USERNAME", "CORREX_KAFKA_SASL_PASSWORD_FILE",
 			"CORREX_REDIS_TLS_CA_FILE", "CORREX_REDIS_PASSWORD_FILE",
 		}, "CORREX_AUTH_TOKENS_FILE")),
-		kinds: withKinds(map[string]int{"HorizontalPodAutoscaler": 2, "NetworkPolicy": 3, "ServiceMonitor": 1}),
+		// The dashboard's ConfigMap; no PrometheusRule: `helm template`
+		// serves no monitoring.coreos.com API unless told.
+		kinds: withKinds(map[string]int{"HorizontalPodAutoscaler": 2, "NetworkPolicy": 3, "ServiceMonitor": 1, "ConfigMap": 4}),
 		extraEnv: map[string][]string{
 			"ingest":    {"K8S_POD_NAME"},
 			"query":     {"K8S_POD_NAME"},

@@ -16,8 +16,9 @@
 // secrets only by reference, projector replicas within the partition count, and
 // the ConfigMap checksum that rolls pods when their configuration changes.
 //
-// The PrometheusRule (also a local struct) is checked with Prometheus'
-// PromQL parser: every expression parses and reads only the release's
-// series, and the metric names it reads are those of chart-metrics.txt,
-// which the main module's end-to-end tests find on the running services.
+// The PrometheusRule (also a local struct) and the Grafana dashboard are
+// checked with Prometheus' PromQL parser: every expression parses and reads
+// only the release's series, and the metric names they read are those of
+// chart-metrics.txt, which the main module's end-to-end tests find on the
+// running services.
 package helm

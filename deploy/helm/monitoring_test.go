@@ -2,6 +2,7 @@ package helm
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
@@ -17,12 +18,12 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
-// The chart's alerts: the PrometheusRule. Its expressions are parsed with
-// Prometheus' own parser, every series they read is scoped to the release
-// (its namespace and a job of its Services), every runbook_url names a
-// section of docs/alerts.md, and the metric names they read are those of
-// chart-metrics.txt, which the main module's internal/e2e test finds on the
-// running services' /metrics.
+// The chart's monitoring: the PrometheusRule and the Grafana dashboard.
+// Their expressions are parsed with Prometheus' own parser, every series
+// they read is scoped to the release (its namespace and a job of its
+// Services), every runbook_url names a section of docs/alerts.md, and the
+// metric names they read are those of chart-metrics.txt, which the main
+// module's internal/e2e test finds on the running services' /metrics.
 
 const (
 	ruleAPI     = "monitoring.coreos.com/v1/PrometheusRule"
@@ -40,11 +41,11 @@ var wantAlerts = []string{"CorrexArchiveFailures", "CorrexDeadLetters", "CorrexP
 // promql parses as Prometheus does by default: no experimental syntax.
 var promql = parser.NewParser(parser.Options{})
 
-// renderMonitoring renders minimal.yaml with the PrometheusRule on, on a
-// cluster that serves the PrometheusRule API.
+// renderMonitoring renders minimal.yaml with the PrometheusRule and the
+// dashboard on, on a cluster that serves the PrometheusRule API.
 func renderMonitoring(t *testing.T, extra ...string) *manifests {
 	t.Helper()
-	args := []string{"--set", "prometheusRule.enabled=true", "--api-versions", ruleAPI}
+	args := []string{"--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true", "--api-versions", ruleAPI}
 	return render(t, "minimal.yaml", append(args, extra...)...)
 }
 
@@ -312,8 +313,139 @@ func TestAlertValues(t *testing.T) {
 	}
 }
 
+// dashboard is the part of a Grafana dashboard the tests read.
+type dashboard struct {
+	UID        string `json:"uid"`
+	Title      string `json:"title"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query string `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []dashboardPanel `json:"panels"`
+}
+
+type dashboardPanel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []dashboardPanel `json:"panels"` // of a collapsed row
+}
+
+// renderedDashboard returns the dashboard of m's ConfigMap.
+func renderedDashboard(t *testing.T, m *manifests, fullname string) dashboard {
+	t.Helper()
+	cm := m.configMaps[fullname+"-dashboard"]
+	if cm == nil {
+		t.Fatalf("no ConfigMap %s-dashboard", fullname)
+	}
+	if cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("ConfigMap %s: labels %v, want grafana_dashboard=1 (the sidecar's) among them", cm.Name, cm.Labels)
+	}
+	key := namespace + "-" + fullname + ".json"
+	if len(cm.Data) != 1 || cm.Data[key] == "" {
+		t.Fatalf("ConfigMap %s: keys %v, want %s alone", cm.Name, slices.Sorted(maps.Keys(cm.Data)), key)
+	}
+	var d dashboard
+	if err := json.Unmarshal([]byte(cm.Data[key]), &d); err != nil {
+		t.Fatalf("ConfigMap %s: %v", cm.Name, err)
+	}
+	return d
+}
+
+// grafanaVars are Grafana's own variables, as a query sees them.
+var grafanaVars = map[string]string{"__rate_interval": "2m", "__interval": "30s", "__range": "6h"}
+
+var grafanaVar = regexp.MustCompile(`\$\{?([a-zA-Z_][a-zA-Z0-9_]*)\}?`)
+
+// panelSeries returns what each panel of d reads, by panel title, with
+// Grafana's variables and the dashboard's constants put in.
+func panelSeries(t *testing.T, d dashboard, js map[string]string) map[string][]series {
+	t.Helper()
+	vars := maps.Clone(grafanaVars)
+	for _, v := range d.Templating.List {
+		if v.Type == "constant" {
+			vars[v.Name] = v.Query
+		}
+	}
+	out := map[string][]series{}
+	ids := map[int]bool{}
+	var walk func([]dashboardPanel)
+	walk = func(ps []dashboardPanel) {
+		for _, p := range ps {
+			if ids[p.ID] {
+				t.Errorf("panel %q: id %d used twice", p.Title, p.ID)
+			}
+			ids[p.ID] = true
+			if p.Type == "row" {
+				walk(p.Panels)
+				continue
+			}
+			if p.Datasource.UID != "${datasource}" || len(p.Targets) == 0 {
+				t.Errorf("panel %q: datasource %q and %d targets, want ${datasource} and some", p.Title, p.Datasource.UID, len(p.Targets))
+			}
+			for _, tg := range p.Targets {
+				expr := grafanaVar.ReplaceAllStringFunc(tg.Expr, func(s string) string {
+					if v, ok := vars[grafanaVar.FindStringSubmatch(s)[1]]; ok {
+						return v
+					}
+					t.Errorf("panel %q: %s is no variable of the dashboard or Grafana", p.Title, s)
+					return s
+				})
+				ss, err := readSeries(expr, js)
+				if err != nil {
+					t.Errorf("panel %q: %v\n%s", p.Title, err, expr)
+				}
+				out[p.Title] = append(out[p.Title], ss...)
+			}
+		}
+	}
+	walk(d.Panels)
+	return out
+}
+
+// TestDashboard checks the rendered dashboard: it selects the release's
+// namespace and Services, each release has its own uid, and every panel's
+// queries parse and read only the release's series.
+func TestDashboard(t *testing.T) {
+	t.Parallel()
+	m := renderMonitoring(t)
+	js := jobs(t, m)
+	d := renderedDashboard(t, m, "correx-correx-sessions")
+	want := map[string]string{"namespace": namespace}
+	for job, comp := range js {
+		want[comp+"_job"] = job
+	}
+	got := map[string]string{}
+	for _, v := range d.Templating.List {
+		if v.Type == "constant" {
+			got[v.Name] = v.Query
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the dashboard's constants %v, want %v", got, want)
+	}
+	if len(panelSeries(t, d, js)) < 10 {
+		t.Errorf("fewer than 10 panels with queries")
+	}
+	other := render(t, "minimal.yaml", "--set", "grafanaDashboard.enabled=true", "--set", "fullnameOverride=other")
+	o := renderedDashboard(t, other, "other")
+	if o.UID == d.UID || o.Title == d.Title || len(d.UID) > 40 {
+		t.Errorf("uids %q and %q, titles %q and %q: want each release its own, uids of at most 40 characters", d.UID, o.UID, d.Title, o.Title)
+	}
+}
+
 // TestChartMetricsList keeps chart-metrics.txt equal to the metric names the
-// rule reads, each with the component whose job it selects (go test -run TestChartMetricsList -update rewrites it). The
+// rule and the dashboard read, each with the component whose job it
+// selects (go test -run TestChartMetricsList -update rewrites it). The
 // main module's internal/e2e test requires each on that component's
 // /metrics.
 func TestChartMetricsList(t *testing.T) {
@@ -334,9 +466,14 @@ func TestChartMetricsList(t *testing.T) {
 			}
 		}
 	}
+	for _, ss := range panelSeries(t, renderedDashboard(t, m, "correx-correx-sessions"), js) {
+		for _, s := range ss {
+			used[s.String()] = true
+		}
+	}
 	want := slices.Sorted(maps.Keys(used))
 	if *update {
-		header := "# The metrics the Helm chart's alerts read, each with the\n" +
+		header := "# The metrics the Helm chart's alerts and dashboard read, each with the\n" +
 			"# component whose /metrics exports it. Written by `go test -run\n" +
 			"# TestChartMetricsList -update` in deploy/helm, which fails when it differs\n" +
 			"# from what the templates read; internal/e2e's TestChartMetricsExported\n" +

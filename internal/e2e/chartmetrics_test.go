@@ -25,9 +25,9 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// chartMetrics is the list of the metric names the Helm chart's alerts read,
-// with the component that exports each; deploy/helm's tests keep it equal
-// to what the templates use.
+// chartMetrics is the list of the metric names the Helm chart's alerts and
+// dashboard read, with the component that exports each; deploy/helm's
+// tests keep it equal to what the templates use.
 const chartMetrics = "../../deploy/helm/chart-metrics.txt"
 
 // TestChartMetricsExported runs the three services as their binaries do

@@ -37,7 +37,7 @@ label still fits in 63 characters.
 {{/*
 Name of a component's Service: <fullname>-<component>, and the projector's
 headless one <fullname>-projector-headless. The ServiceMonitor's scrapes take
-it as their job label, which the PrometheusRule selects by.
+it as their job label, which the PrometheusRule and the dashboard select by.
 */}}
 {{- define "correx.serviceName" -}}
 {{- include "correx.componentName" . }}{{ if eq .component "projector" }}-headless{{ end }}
