@@ -579,6 +579,75 @@ func checkBars(t *testing.T, b *browser, want []struct {
 	}
 }
 
+// TestTimelineInstants opens sessions whose intervals last 0 ms: each such
+// bar is a thin mark, a long interval beside them keeps nearly the whole
+// row, the open state takes the rest when every closed interval is an
+// instant, and the bars never add up to more than the row; at 1280 and at
+// 390 px wide.
+func TestTimelineInstants(t *testing.T) {
+	chromiumPath(t)
+	st := startStack(t, nil)
+	send(t, st, "", "",
+		// CREATED 0 ms, ACTIVE 0 ms, then PAUSED, open.
+		ev{id: "acme:instants", typ: "SessionCreated", at: 0}, ev{id: "acme:instants", typ: "SessionStarted", at: 0},
+		ev{id: "acme:instants", typ: "SessionPaused", at: 0},
+		// CREATED 0 ms, ACTIVE 0 ms, PAUSED 10 min, ACTIVE 0 ms, COMPLETED.
+		ev{id: "acme:long", typ: "SessionCreated", at: 0}, ev{id: "acme:long", typ: "SessionStarted", at: 0},
+		ev{id: "acme:long", typ: "SessionPaused", at: 0}, ev{id: "acme:long", typ: "SessionResumed", at: 600},
+		ev{id: "acme:long", typ: "SessionCompleted", at: 600})
+	type bar struct {
+		State string  `json:"state"`
+		Ms    float64 `json:"ms"`
+		Open  bool    `json:"open"`
+		Width float64 `json:"width"`
+	}
+	var row struct {
+		Width float64 `json:"width"`
+		Bars  []bar   `json:"bars"`
+	}
+	const rowJS = `({width: document.getElementById('timeline').clientWidth,
+		bars: Array.from(document.querySelectorAll('#timeline .bar')).map((b) => ({state: b.dataset.state,
+			ms: Number(b.dataset.ms || -1), open: b.classList.contains('open'), width: b.getBoundingClientRect().width}))})`
+	// check reads the row and holds it to the rules: instants at most
+	// maxMark px wide, the widest bar (the long interval, or the open
+	// state) at least most of the row, the sum within the row.
+	const maxMark = 4
+	b := newBrowser(t, 1280, 800)
+	check := func(what string, bars int, most float64) {
+		t.Helper()
+		b.eval(t, rowJS, &row)
+		if len(row.Bars) != bars {
+			t.Fatalf("%s: %d bars, want %d: %+v", what, len(row.Bars), bars, row.Bars)
+		}
+		var sum, widest float64
+		for i, bar := range row.Bars {
+			sum += bar.Width
+			widest = max(widest, bar.Width)
+			if !bar.Open && bar.Ms == 0 && bar.Width > maxMark {
+				t.Errorf("%s: bar %d (%s, 0 ms) is %.1f px wide, want at most %d", what, i, bar.State, bar.Width, maxMark)
+			}
+		}
+		if widest < most*row.Width {
+			t.Errorf("%s: the widest bar is %.1f px of a %.1f px row, want at least %.0f%%: %+v", what, widest, row.Width, most*100, row.Bars)
+		}
+		if sum > row.Width+0.5 {
+			t.Errorf("%s: the bars add up to %.1f px in a %.1f px row", what, sum, row.Width)
+		}
+	}
+	for _, width := range []int{1280, 390} {
+		b.do(t, "resize", chromedp.EmulateViewport(int64(width), 800))
+		b.do(t, "open acme:instants", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:instants"))
+		b.waitJS(t, "its timeline", `document.querySelectorAll('#timeline .bar.closed').length === 2 && document.querySelector('#timeline .bar.open') !== null`)
+		check(fmt.Sprintf("acme:instants at %d px", width), 3, 0.9)
+		b.screenshot(t, fmt.Sprintf("console-timeline-instants-%d", width))
+		b.do(t, "open acme:long", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:long"))
+		b.waitJS(t, "its timeline", `document.querySelectorAll('#timeline .bar.closed').length === 4`)
+		check(fmt.Sprintf("acme:long at %d px", width), 4, 0.9)
+		b.screenshot(t, fmt.Sprintf("console-timeline-long-%d", width))
+	}
+	b.checkClean(t)
+}
+
 // TestHostileText checks that markup in a goal and in failure and
 // cancellation reasons is shown as text: no dialog opens, no element is
 // created from it, and the text is on the page verbatim.

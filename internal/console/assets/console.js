@@ -34,7 +34,7 @@
   const WAITING_READ = 100; // sessions read per waiting state
   const WAITING_SHOWN = 15;
   const PAGE = 50;
-  const OPEN_SHARE = 15; // percent of the timeline the open state takes
+  const OPEN_SHARE = 15; // percent of the timeline the open state takes, when a closed interval has a length
   // The snapshot's top-level members: KNOWN are shown in place, the others
   // generically under "Labels, metadata and links", EXTRAS_FIRST in its
   // order and any member a newer server adds after them. Every member the
@@ -659,28 +659,34 @@
     return { list: out, truncated };
   }
 
+  // renderTimeline draws the closed intervals as flex items that grow in
+  // proportion to their durations from a basis of 0, so the browser shares
+  // the row out exactly; an instant (0 ms) grows by nothing and keeps the
+  // bar's CSS min-width, a thin mark, and the flex algorithm takes that
+  // width from the others in proportion, keeping them to scale among
+  // themselves and the sum within the row. The open state has a fixed
+  // share, or the rest of the row when no closed interval has a length.
   function renderTimeline(s) {
     const ol = $('timeline');
     clear(ol);
     const { list, truncated } = intervals(s);
     const total = list.reduce((a, iv) => a + iv.ms, 0);
     const open = !s.terminal;
-    const closedShare = open ? (list.length ? 100 - OPEN_SHARE : 0) : 100;
     list.forEach((iv, i) => {
-      const w = total > 0 ? (iv.ms / total) * closedShare : closedShare / list.length;
       const li = el('li', {
         class: 'bar closed st-' + iv.state, 'data-state': iv.state, 'data-ms': String(iv.ms), 'data-index': String(i),
         title: iv.state + ' · ' + fmtMs(iv.ms) + ' · ' + fmtTime(iv.start) + ' → ' + fmtTime(iv.end),
       }, el('span', { class: 'bar-state' }, iv.state), el('span', { class: 'bar-dur' }, fmtMs(iv.ms)));
       // CSSOM, not a style attribute: allowed by the page's CSP.
-      li.style.width = w + '%';
+      li.style.flexGrow = String(total > 0 ? iv.ms / total : 0);
       ol.append(li);
     });
     if (open) {
       const so = Math.max(0, Date.now() - ms(s.stateEnteredAt));
       const li = el('li', { class: 'bar open st-' + s.state, 'data-state': s.state, title: s.state + ' since ' + fmtTime(s.stateEnteredAt) + ' (ongoing)' },
         el('span', { class: 'bar-state' }, s.state), el('span', { class: 'bar-dur' }, fmtMs(so) + ' so far'));
-      li.style.width = (list.length ? OPEN_SHARE : 100) + '%';
+      if (total > 0) li.style.flex = '0 0 ' + OPEN_SHARE + '%';
+      else li.style.flexGrow = '1';
       ol.append(li);
     }
     const axis = $('axis');
