@@ -79,8 +79,8 @@ func TestActions(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`[data-action=approve]`)))
 	b.waitJS(t, "ACTIVE through the stream", stateIs("ACTIVE"))
 	var text string
-	b.eval(t, `document.querySelector('#details-body [data-detail=approval]').textContent + ' ' + document.querySelector('#counters').textContent`, &text)
-	if !strings.Contains(text, "approvalsGranted1") && !strings.Contains(text, "approvalsGranted 1") {
+	b.eval(t, `document.querySelector('#decisions tbody').innerText + ' ' + document.querySelector('#counters').textContent`, &text)
+	if !strings.Contains(text, "req-1\tgranted") || (!strings.Contains(text, "approvalsGranted1") && !strings.Contains(text, "approvalsGranted 1")) {
 		t.Errorf("after approving: %q", text)
 	}
 	// Pause, now that it is ACTIVE; approve is gone.

@@ -648,6 +648,62 @@ func TestTimelineInstants(t *testing.T) {
 	b.checkClean(t)
 }
 
+// TestSessionDetails: the cancellation, recovery and failure block shows
+// times as the other sections do, never a raw timestamp of many digits,
+// and does not repeat the approval member, which the Approvals section
+// shows whole (the pending request, the decisions, the total wait).
+func TestSessionDetails(t *testing.T) {
+	chromiumPath(t)
+	st := startStack(t, nil)
+	// Times with nanoseconds, as producers send them.
+	send(t, st, "", "",
+		ev{id: "acme:asked", typ: "SessionCreated", at: 0}, ev{id: "acme:asked", typ: "SessionStarted", at: 1},
+		ev{id: "acme:asked", typ: "ApprovalRequested", at: 2.123456789, payload: map[string]any{"requestId": "req-a", "reason": "spend 5 EUR"}},
+		ev{id: "acme:asked", typ: "ApprovalGranted", at: 3.987654321, payload: map[string]any{"requestId": "req-a", "by": "bob"}},
+		ev{id: "acme:asked", typ: "ApprovalRequested", at: 4.000000007, payload: map[string]any{"requestId": "req-b", "reason": "spend 9 EUR"}},
+		ev{id: "acme:stopping", typ: "SessionCreated", at: 0}, ev{id: "acme:stopping", typ: "SessionStarted", at: 1},
+		ev{id: "acme:stopping", typ: "CancellationRequested", at: 2.123456789, payload: map[string]any{"reason": "operator"}})
+	b := newBrowser(t, 1280, 800)
+	// rawJS lists the texts in the block with a run of seven digits or
+	// more: nanoseconds, whether a fraction of a second or a count.
+	const rawJS = `(() => { const out = []; const w = document.createTreeWalker(document.getElementById('details'), NodeFilter.SHOW_TEXT);
+		for (let n = w.nextNode(); n; n = w.nextNode()) if (/\d{7,}/.test(n.textContent)) out.push(n.textContent); return out; })()`
+	var raw []string
+	var text string
+
+	b.do(t, "open acme:asked", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:asked"))
+	b.waitJS(t, "the pending request", `document.querySelector('#approval-pending [data-request="req-b"]') !== null`)
+	b.eval(t, rawJS, &raw)
+	if len(raw) > 0 {
+		t.Errorf("acme:asked: raw timestamps in the details: %q", raw)
+	}
+	b.eval(t, `document.getElementById('details').innerText`, &text)
+	for _, repeated := range []string{"req-a", "req-b", "spend 9 EUR", "bob"} {
+		if strings.Contains(text, repeated) {
+			t.Errorf("acme:asked: the details repeat the approvals' %q:\n%s", repeated, text)
+		}
+	}
+	b.eval(t, `document.getElementById('approvals').innerText`, &text)
+	for _, want := range []string{"req-b", "spend 9 EUR", "req-a\tgranted\tbob", "Time waited for decisions, in all: 1.86 s"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("acme:asked: the approvals section lacks %q:\n%s", want, text)
+		}
+	}
+	b.screenshot(t, "console-session-details")
+
+	b.do(t, "open acme:stopping", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:stopping"))
+	b.waitJS(t, "the cancellation", `document.querySelector('#details [data-detail=cancellation] time') !== null`)
+	b.eval(t, rawJS, &raw)
+	if len(raw) > 0 {
+		t.Errorf("acme:stopping: raw timestamps in the details: %q", raw)
+	}
+	b.eval(t, `document.querySelector('#details [data-detail=cancellation] time').textContent`, &text)
+	if want := "2026-11-30 08:00:02.123 UTC"; text != want {
+		t.Errorf("acme:stopping: requested at %q, want %q", text, want)
+	}
+	b.checkClean(t)
+}
+
 // TestHostileText checks that markup in a goal and in failure and
 // cancellation reasons is shown as text: no dialog opens, no element is
 // created from it, and the text is on the page verbatim.

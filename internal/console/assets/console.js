@@ -110,6 +110,11 @@
 
   function timeEl(t) { return el('time', { datetime: t || null, title: t || null }, fmtTime(t)); }
 
+  // A time as the API writes it (RFC 3339 in UTC, up to nanoseconds):
+  // value() shows one with timeEl whatever the member's name, so that no
+  // block prints the raw nanoseconds.
+  const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/;
+
   // ---- token and fetch ----
 
   function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } }
@@ -718,7 +723,7 @@
     if (v === null || v === undefined) return el('span', { class: 'muted' }, 'none');
     if (typeof v === 'string') {
       if (LINK_FIELDS.has(key) && v) return sessionLink(v);
-      if (/At$/.test(key || '') || key === 'at') return timeEl(v);
+      if (/At$/.test(key || '') || key === 'at' || RFC3339.test(v)) return timeEl(v);
       return el('span', {}, v);
     }
     if (typeof v !== 'object') return el('span', {}, String(v));
@@ -774,9 +779,11 @@
     dl($('durations'), durs.length ? durs.map(([k, v]) => [k, el('span', { 'data-duration': k }, fmtMs(v))]) : [['none closed yet', null]]);
     dl($('counters'), Object.entries(s.counters || {}).map(([k, v]) => [k, typeof v === 'object' ? value(v, k) : String(v)]));
 
+    // The approval member is not repeated here: the Approvals section
+    // shows all of it (renderApprovals).
     const det = $('details-body');
     clear(det);
-    const blocks = [['approval', s.approval], ['cancellation', s.cancellation], ['recovery', s.recovery], ['failure', s.failure]];
+    const blocks = [['cancellation', s.cancellation], ['recovery', s.recovery], ['failure', s.failure]];
     for (const [name, v] of blocks) {
       const box = el('section', { 'data-detail': name }, el('h3', { class: 'small' }, name));
       if (v === null || v === undefined) box.append(el('p', { class: 'muted small' }, 'none'));
@@ -838,8 +845,9 @@
       f.reason ? ': ' : '', f.reason ? el('q', {}, f.reason) : '');
   }
 
-  // renderApprovals shows the pending request, whoever may act on it, and
-  // the last decisions, newest first (DESIGN 11.7).
+  // renderApprovals shows the approval member whole: the pending request,
+  // the last decisions, newest first, and the total of the finished waits
+  // (DESIGN 11.7).
   function renderApprovals(s) {
     const p = pendingApproval(s);
     const pend = $('approval-pending');
@@ -858,6 +866,7 @@
         el('td', {}, d.decision), el('td', {}, d.by || ''), el('td', { class: 'reason' }, d.reason || ''), el('td', {}, fmtMs(d.waitedMs || 0))));
     }
     if (!ds.length) tb.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'No decision yet.')));
+    $('approval-waited').textContent = ds.length ? 'Time waited for decisions, in all: ' + fmtMs((s.approval || {}).waitedMs || 0) : '';
   }
 
   // renderChain shows the replacement chain as links: the predecessor this
