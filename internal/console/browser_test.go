@@ -358,6 +358,7 @@ func TestBoard(t *testing.T) {
 		t.Errorf("waiting longest first: %s, want %s", got, want)
 	}
 	b.waitJS(t, "the list", `document.querySelectorAll('#list tbody tr[data-session]').length === 8`)
+	checkListOrder(t, b, st)
 	var legend int
 	b.eval(t, `document.querySelectorAll('#legend [data-state]').length`, &legend)
 	if legend != 10 {
@@ -416,6 +417,37 @@ func TestBoard(t *testing.T) {
 	}
 	b.screenshot(t, "console-board-narrow")
 	b.checkClean(t)
+}
+
+// checkListOrder holds the rows of "All sessions" to the order an operator
+// expects, most recently updated first, with each session's updatedAt read
+// from the API (to the millisecond, as the page compares them).
+func checkListOrder(t *testing.T, b *browser, st *devstack.Stack) {
+	t.Helper()
+	status, body := call(t, http.MethodGet, st.QueryURL+"/v1/sessions?limit=1000", "", nil)
+	var page struct {
+		Sessions []struct {
+			SessionID string    `json:"sessionId"`
+			UpdatedAt time.Time `json:"updatedAt"`
+		} `json:"sessions"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || status != http.StatusOK {
+		t.Fatalf("list: %d %v %s", status, err, body)
+	}
+	updated := map[string]time.Time{}
+	for _, s := range page.Sessions {
+		updated[s.SessionID] = s.UpdatedAt.Truncate(time.Millisecond)
+	}
+	var rows []string
+	b.eval(t, `Array.from(document.querySelectorAll('#list tbody tr[data-session]')).map((r) => r.dataset.session)`, &rows)
+	for i, id := range rows {
+		if _, ok := updated[id]; !ok {
+			t.Errorf("row %d: %s is not in the API's listing", i, id)
+		} else if i > 0 && updated[id].After(updated[rows[i-1]]) {
+			t.Errorf("row %d: %s (updated %s) after %s (updated %s): want most recently updated first; rows %v",
+				i, id, updated[id].Format(time.RFC3339Nano), rows[i-1], updated[rows[i-1]].Format(time.RFC3339Nano), rows)
+		}
+	}
 }
 
 // TestSessionPage opens the timeline session: one bar per closed interval,

@@ -530,9 +530,14 @@
         tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'Listing unavailable: ' + e.message)));
         return;
       }
+      // Most recently updated first. GET /v1/sessions has no ordering to
+      // ask for (its order is stable but not meaningful, api/openapi.json),
+      // so the page shown is sorted here: the order holds within a page,
+      // not across pages, and the page info says so.
+      const rows = page.sessions.slice().sort((a, b) => ms(b.updatedAt) - ms(a.updatedAt) || (a.sessionId < b.sessionId ? -1 : 1));
       const now = Date.now();
       clear(tbody);
-      for (const s of page.sessions) {
+      for (const s of rows) {
         tbody.append(el('tr', { 'data-session': s.sessionId },
           el('td', {}, sessionLink(s.sessionId)), el('td', {}, badge(s.state)),
           el('td', { 'data-since': s.terminal ? null : s.stateEnteredAt }, s.terminal ? '–' : fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.updatedAt)),
@@ -544,7 +549,8 @@
       $('page-next').disabled = !next;
       $('page-prev').disabled = cursors.length === 0;
       $('page-first').disabled = cursors.length === 0;
-      $('page-info').textContent = 'page ' + (cursors.length + 1) + ' · ' + page.sessions.length + ' sessions';
+      $('page-info').textContent = 'page ' + (cursors.length + 1) + ' · ' + page.sessions.length + ' sessions' +
+        (page.sessions.length > 1 ? ', most recently updated first' + (next || cursors.length ? ' within the page' : '') : '');
     }
     $('page-next').addEventListener('click', () => { if (next) { cursors.push(cursor); cursor = next; refreshList(); } });
     $('page-prev').addEventListener('click', () => { if (cursors.length) { cursor = cursors.pop(); refreshList(); } });
