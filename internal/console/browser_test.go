@@ -419,6 +419,53 @@ func TestBoard(t *testing.T) {
 	b.checkClean(t)
 }
 
+// TestStatsNarrow: at 390 px wide the board's rates, lag by partition and
+// verifier's badge wrap inside the screen: the page does not scroll
+// sideways, no element of those rows ends past the viewport's right edge,
+// and no text in them breaks across lines (groups wrap as wholes).
+func TestStatsNarrow(t *testing.T) {
+	chromiumPath(t)
+	st := startStack(t, nil)
+	send(t, st, "", "", workload()...)
+	b := newBrowser(t, 390, 800)
+	b.do(t, "open the board", chromedp.Navigate(st.QueryURL+"/ui/"))
+	// Every part of the rows drawn: the lag (an admin's, as every caller's
+	// with authentication off), each partition's, the verifier's badge.
+	b.waitJS(t, "the rows filled", `/^\d+ behind$/.test(document.getElementById('lag-now').textContent) &&
+		document.querySelectorAll('#lag-parts .lag-part').length === 3 && !document.getElementById('verify-badge').hidden`)
+	var got struct {
+		Inner  float64  `json:"inner"`
+		Scroll float64  `json:"scroll"`
+		Past   []string `json:"past"`
+		Broken []string `json:"broken"`
+	}
+	b.eval(t, `(() => { const inner = window.innerWidth, past = [], broken = [];
+		const rows = Array.from(document.querySelectorAll('#rates, #lag-parts, #verify-badge'));
+		for (const row of rows) for (const e of [row, ...row.querySelectorAll('*')]) {
+			const r = e.getBoundingClientRect();
+			if (r.width > 0 && (r.right > inner + 0.5 || r.left < -0.5)) past.push((e.id || e.className.baseVal || e.className || e.tagName) + ' ' + Math.round(r.left) + '..' + Math.round(r.right));
+		}
+		for (const row of rows.slice(0, 2)) {
+			const w = document.createTreeWalker(row, NodeFilter.SHOW_TEXT);
+			for (let n = w.nextNode(); n; n = w.nextNode()) {
+				const rg = document.createRange(); rg.selectNodeContents(n);
+				if (new Set(Array.from(rg.getClientRects()).map((x) => Math.round(x.top))).size > 1) broken.push(n.textContent);
+			}
+		}
+		return {inner, scroll: document.documentElement.scrollWidth, past, broken}; })()`, &got)
+	if got.Scroll > got.Inner {
+		t.Errorf("at 390 px the board is %.0f px wide (viewport %.0f)", got.Scroll, got.Inner)
+	}
+	if len(got.Past) > 0 {
+		t.Errorf("past the viewport's %.0f px: %q", got.Inner, got.Past)
+	}
+	if len(got.Broken) > 0 {
+		t.Errorf("texts broken across lines: %q", got.Broken)
+	}
+	b.screenshot(t, "console-board-stats-390")
+	b.checkClean(t)
+}
+
 // checkListOrder holds the rows of "All sessions" to the order an operator
 // expects, most recently updated first, with each session's updatedAt read
 // from the API (to the millisecond, as the page compares them).

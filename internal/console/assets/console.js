@@ -592,8 +592,10 @@
     let changes = 0;
     const rateSVG = sparkSVG('changes per second over the last minutes');
     const lagSVG = sparkSVG('events the projector is behind over the last minutes');
-    $('rates').append(el('span', { class: 'muted small' }, 'changes/s, last 5 min '), rateSVG, ' ', el('span', { id: 'rate-now', class: 'small' }, '–'),
-      el('span', { class: 'muted small' }, ' · projector lag (events) '), lagSVG, ' ', el('span', { id: 'lag-now', class: 'small' }, '–'));
+    // Each stat is a group (label, sparkline, value) that wraps as a whole.
+    $('rates').append(
+      el('span', { class: 'stat' }, el('span', { class: 'muted' }, 'changes/s, last 5 min'), rateSVG, el('span', { id: 'rate-now' }, '–')),
+      el('span', { class: 'stat' }, el('span', { class: 'muted' }, 'projector lag (events)'), lagSVG, el('span', { id: 'lag-now' }, '–')));
     setInterval(() => {
       // Lag moves without changes (a stalled projector): read the stats
       // when no change made the board read them since the last sample.
