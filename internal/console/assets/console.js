@@ -924,12 +924,24 @@
     const allowed = mayWrite(s.sessionId) ? actionsFor(s) : [];
     box.hidden = allowed.length === 0;
     for (const b of box.querySelectorAll('button[data-action]')) b.hidden = !allowed.includes(b.dataset.action);
+    if (!allowed.includes('force-cancel')) askForce(false);
     const p = pendingApproval(s);
     const pend = $('pending');
     clear(pend);
     if (p && s.state === 'AWAITING_APPROVAL') {
       pend.append('Pending approval', p.requestId ? ' ' : '', p.requestId ? el('span', { class: 'mono', id: 'pending-id' }, p.requestId) : '',
         p.since ? ' since ' : '', p.since ? timeEl(p.since) : '', p.reason ? ': ' : '', p.reason ? el('q', {}, p.reason) : '');
+    }
+  }
+
+  // askForce shows or hides the question that Force cancel asks before it
+  // sends anything. It is part of the page, not window.confirm(): a dialog
+  // stops the page's script, and so its streams, while it is open.
+  function askForce(show) {
+    $('force-confirm').hidden = !show;
+    if (show) {
+      $('action-result').textContent = '';
+      $('force-confirm-no').focus(); // Enter twice does not force anything
     }
   }
 
@@ -1029,9 +1041,19 @@
         $('verify').disabled = false;
       }
     });
+    // Force cancel asks first; any other action goes at once.
     for (const b of $('actions').querySelectorAll('button[data-action]')) {
-      b.addEventListener('click', () => act(b.dataset.action));
+      b.addEventListener('click', () => {
+        if (b.dataset.action === 'force-cancel') { askForce(true); return; }
+        askForce(false);
+        act(b.dataset.action);
+      });
     }
+    $('force-confirm-yes').addEventListener('click', () => { askForce(false); act('force-cancel'); });
+    $('force-confirm-no').addEventListener('click', () => {
+      askForce(false);
+      $('actions').querySelector('[data-action=force-cancel]').focus();
+    });
     // The whole history, read from the log a page at a time on request.
     const hpath = path + '/history';
     $('history-json').href = hpath + '?limit=' + PAGE;
