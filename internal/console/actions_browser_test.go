@@ -79,8 +79,8 @@ func TestActions(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`[data-action=approve]`)))
 	b.waitJS(t, "ACTIVE through the stream", stateIs("ACTIVE"))
 	var text string
-	b.eval(t, `document.querySelector('#details-body [data-detail=approval]').textContent + ' ' + document.querySelector('#counters').textContent`, &text)
-	if !strings.Contains(text, "approvalsGranted1") && !strings.Contains(text, "approvalsGranted 1") {
+	b.eval(t, `document.querySelector('#decisions tbody').innerText + ' ' + document.querySelector('#counters').textContent`, &text)
+	if !strings.Contains(text, "req-1\tgranted") || (!strings.Contains(text, "approvalsGranted1") && !strings.Contains(text, "approvalsGranted 1")) {
 		t.Errorf("after approving: %q", text)
 	}
 	// Pause, now that it is ACTIVE; approve is gone.
@@ -139,6 +139,53 @@ func TestActions(t *testing.T) {
 	b.eval(t, `Array.from(document.querySelectorAll('[data-action]')).filter((x) => x.offsetParent !== null).length`, &buttons)
 	if buttons != 0 {
 		t.Errorf("%d action buttons visible to a token without events:write", buttons)
+	}
+	b.checkClean(t)
+}
+
+// TestForceCancelConfirm: Force cancel asks first, in the page (no
+// dialog): the click alone sends nothing, "No" sends nothing, and only
+// "Yes" sends the forced cancellation, which arrives through the stream.
+func TestForceCancelConfirm(t *testing.T) {
+	chromiumPath(t)
+	f := securitytest.Write(t)
+	st := startStack(t, &auth.Config{TokensFile: f.Env["CORREX_AUTH_TOKENS_FILE"]})
+	acme := f.Tokens["acme"]
+	now := time.Since(t0).Seconds()
+	send(t, st, acme, acme, ev{id: "acme:force", typ: "SessionCreated", at: now}, ev{id: "acme:force", typ: "SessionStarted", at: now})
+
+	b := newBrowser(t, 1280, 900)
+	b.do(t, "open acme:force", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:force"))
+	b.do(t, "enter the token", chromedp.SendKeys(chromedp.ID(`#token-input`), acme),
+		chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
+	b.waitJS(t, "the force cancel button", `!document.querySelector('#actions').hidden && !document.querySelector('[data-action=force-cancel]').hidden && document.querySelector('#session-view').dataset.live === 'live'`)
+	// Count the POSTs the page makes from here on: the console calls the
+	// global fetch at each request.
+	var posts int
+	b.eval(t, `window.__posts = []; { const f = window.fetch; window.fetch = function (u, o) { if (o && o.method === 'POST') window.__posts.push(String(u)); return f.apply(this, arguments); }; } 0`, &posts)
+
+	b.do(t, "force cancel", chromedp.Click(chromedp.CSS(`[data-action=force-cancel]`)))
+	b.eval(t, `window.__posts.length`, &posts)
+	if posts != 0 {
+		t.Fatalf("Force cancel alone sent %d requests, want none before a confirmation", posts)
+	}
+	b.waitJS(t, "the question", `!document.getElementById('force-confirm').hidden && document.getElementById('force-confirm').offsetParent !== null && document.activeElement.id === 'force-confirm-no'`)
+	b.screenshot(t, "console-force-cancel-confirm")
+	b.do(t, "no", chromedp.Click(chromedp.ID(`#force-confirm-no`)))
+	b.waitJS(t, "the question gone", `document.getElementById('force-confirm').hidden && document.getElementById('force-confirm').offsetParent === null`)
+	b.eval(t, `window.__posts.length`, &posts)
+	if posts != 0 {
+		t.Fatalf("Force cancel then No sent %d requests, want none", posts)
+	}
+
+	b.do(t, "force cancel again", chromedp.Click(chromedp.CSS(`[data-action=force-cancel]`)))
+	b.waitJS(t, "the question again", `!document.getElementById('force-confirm').hidden`)
+	b.do(t, "yes", chromedp.Click(chromedp.ID(`#force-confirm-yes`)))
+	b.waitJS(t, "one action sent", `window.__posts.length === 1 && window.__posts[0].endsWith('/v1/sessions/acme%3Aforce/actions') && document.getElementById('action-result').textContent.includes('sent')`)
+	b.waitJS(t, "the forced cancellation through the stream", `(() => { const c = document.querySelector('#details [data-detail=cancellation]'); return c !== null && /mode\s*forced/.test(c.innerText); })()`)
+	status, body := call(t, http.MethodGet, st.QueryURL+"/v1/sessions/acme:force", acme, nil)
+	if status != http.StatusOK || !bytes.Contains(body, []byte(`"mode":"forced"`)) {
+		t.Errorf("after confirming: %d %s", status, body)
 	}
 	b.checkClean(t)
 }

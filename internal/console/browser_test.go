@@ -358,6 +358,7 @@ func TestBoard(t *testing.T) {
 		t.Errorf("waiting longest first: %s, want %s", got, want)
 	}
 	b.waitJS(t, "the list", `document.querySelectorAll('#list tbody tr[data-session]').length === 8`)
+	checkListOrder(t, b, st)
 	var legend int
 	b.eval(t, `document.querySelectorAll('#legend [data-state]').length`, &legend)
 	if legend != 10 {
@@ -416,6 +417,84 @@ func TestBoard(t *testing.T) {
 	}
 	b.screenshot(t, "console-board-narrow")
 	b.checkClean(t)
+}
+
+// TestStatsNarrow: at 390 px wide the board's rates, lag by partition and
+// verifier's badge wrap inside the screen: the page does not scroll
+// sideways, no element of those rows ends past the viewport's right edge,
+// and no text in them breaks across lines (groups wrap as wholes).
+func TestStatsNarrow(t *testing.T) {
+	chromiumPath(t)
+	st := startStack(t, nil)
+	send(t, st, "", "", workload()...)
+	b := newBrowser(t, 390, 800)
+	b.do(t, "open the board", chromedp.Navigate(st.QueryURL+"/ui/"))
+	// Every part of the rows drawn: the lag (an admin's, as every caller's
+	// with authentication off), each partition's, the verifier's badge.
+	b.waitJS(t, "the rows filled", `/^\d+ behind$/.test(document.getElementById('lag-now').textContent) &&
+		document.querySelectorAll('#lag-parts .lag-part').length === 3 && !document.getElementById('verify-badge').hidden`)
+	var got struct {
+		Inner  float64  `json:"inner"`
+		Scroll float64  `json:"scroll"`
+		Past   []string `json:"past"`
+		Broken []string `json:"broken"`
+	}
+	b.eval(t, `(() => { const inner = window.innerWidth, past = [], broken = [];
+		const rows = Array.from(document.querySelectorAll('#rates, #lag-parts, #verify-badge'));
+		for (const row of rows) for (const e of [row, ...row.querySelectorAll('*')]) {
+			const r = e.getBoundingClientRect();
+			if (r.width > 0 && (r.right > inner + 0.5 || r.left < -0.5)) past.push((e.id || e.className.baseVal || e.className || e.tagName) + ' ' + Math.round(r.left) + '..' + Math.round(r.right));
+		}
+		for (const row of rows.slice(0, 2)) {
+			const w = document.createTreeWalker(row, NodeFilter.SHOW_TEXT);
+			for (let n = w.nextNode(); n; n = w.nextNode()) {
+				const rg = document.createRange(); rg.selectNodeContents(n);
+				if (new Set(Array.from(rg.getClientRects()).map((x) => Math.round(x.top))).size > 1) broken.push(n.textContent);
+			}
+		}
+		return {inner, scroll: document.documentElement.scrollWidth, past, broken}; })()`, &got)
+	if got.Scroll > got.Inner {
+		t.Errorf("at 390 px the board is %.0f px wide (viewport %.0f)", got.Scroll, got.Inner)
+	}
+	if len(got.Past) > 0 {
+		t.Errorf("past the viewport's %.0f px: %q", got.Inner, got.Past)
+	}
+	if len(got.Broken) > 0 {
+		t.Errorf("texts broken across lines: %q", got.Broken)
+	}
+	b.screenshot(t, "console-board-stats-390")
+	b.checkClean(t)
+}
+
+// checkListOrder holds the rows of "All sessions" to the order an operator
+// expects, most recently updated first, with each session's updatedAt read
+// from the API (to the millisecond, as the page compares them).
+func checkListOrder(t *testing.T, b *browser, st *devstack.Stack) {
+	t.Helper()
+	status, body := call(t, http.MethodGet, st.QueryURL+"/v1/sessions?limit=1000", "", nil)
+	var page struct {
+		Sessions []struct {
+			SessionID string    `json:"sessionId"`
+			UpdatedAt time.Time `json:"updatedAt"`
+		} `json:"sessions"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || status != http.StatusOK {
+		t.Fatalf("list: %d %v %s", status, err, body)
+	}
+	updated := map[string]time.Time{}
+	for _, s := range page.Sessions {
+		updated[s.SessionID] = s.UpdatedAt.Truncate(time.Millisecond)
+	}
+	var rows []string
+	b.eval(t, `Array.from(document.querySelectorAll('#list tbody tr[data-session]')).map((r) => r.dataset.session)`, &rows)
+	for i, id := range rows {
+		if _, ok := updated[id]; !ok {
+			t.Errorf("row %d: %s is not in the API's listing", i, id)
+		} else if i > 0 && updated[id].After(updated[rows[i-1]]) {
+			t.Errorf("row %d: %s (updated %s) after %s (updated %s): want most recently updated first; rows %v",
+				i, id, updated[id].Format(time.RFC3339Nano), rows[i-1], updated[rows[i-1]].Format(time.RFC3339Nano), rows)
+		}
+	}
 }
 
 // TestSessionPage opens the timeline session: one bar per closed interval,
@@ -577,6 +656,131 @@ func checkBars(t *testing.T, b *browser, want []struct {
 			t.Errorf("bar %d (%s) is %.3f of the closed width (%.1f px), want %.3f", i, bar.State, got, bar.Width, exp)
 		}
 	}
+}
+
+// TestTimelineInstants opens sessions whose intervals last 0 ms: each such
+// bar is a thin mark, a long interval beside them keeps nearly the whole
+// row, the open state takes the rest when every closed interval is an
+// instant, and the bars never add up to more than the row; at 1280 and at
+// 390 px wide.
+func TestTimelineInstants(t *testing.T) {
+	chromiumPath(t)
+	st := startStack(t, nil)
+	send(t, st, "", "",
+		// CREATED 0 ms, ACTIVE 0 ms, then PAUSED, open.
+		ev{id: "acme:instants", typ: "SessionCreated", at: 0}, ev{id: "acme:instants", typ: "SessionStarted", at: 0},
+		ev{id: "acme:instants", typ: "SessionPaused", at: 0},
+		// CREATED 0 ms, ACTIVE 0 ms, PAUSED 10 min, ACTIVE 0 ms, COMPLETED.
+		ev{id: "acme:long", typ: "SessionCreated", at: 0}, ev{id: "acme:long", typ: "SessionStarted", at: 0},
+		ev{id: "acme:long", typ: "SessionPaused", at: 0}, ev{id: "acme:long", typ: "SessionResumed", at: 600},
+		ev{id: "acme:long", typ: "SessionCompleted", at: 600})
+	type bar struct {
+		State string  `json:"state"`
+		Ms    float64 `json:"ms"`
+		Open  bool    `json:"open"`
+		Width float64 `json:"width"`
+	}
+	var row struct {
+		Width float64 `json:"width"`
+		Bars  []bar   `json:"bars"`
+	}
+	const rowJS = `({width: document.getElementById('timeline').clientWidth,
+		bars: Array.from(document.querySelectorAll('#timeline .bar')).map((b) => ({state: b.dataset.state,
+			ms: Number(b.dataset.ms || -1), open: b.classList.contains('open'), width: b.getBoundingClientRect().width}))})`
+	// check reads the row and holds it to the rules: instants at most
+	// maxMark px wide, the widest bar (the long interval, or the open
+	// state) at least most of the row, the sum within the row.
+	const maxMark = 4
+	b := newBrowser(t, 1280, 800)
+	check := func(what string, bars int, most float64) {
+		t.Helper()
+		b.eval(t, rowJS, &row)
+		if len(row.Bars) != bars {
+			t.Fatalf("%s: %d bars, want %d: %+v", what, len(row.Bars), bars, row.Bars)
+		}
+		var sum, widest float64
+		for i, bar := range row.Bars {
+			sum += bar.Width
+			widest = max(widest, bar.Width)
+			if !bar.Open && bar.Ms == 0 && bar.Width > maxMark {
+				t.Errorf("%s: bar %d (%s, 0 ms) is %.1f px wide, want at most %d", what, i, bar.State, bar.Width, maxMark)
+			}
+		}
+		if widest < most*row.Width {
+			t.Errorf("%s: the widest bar is %.1f px of a %.1f px row, want at least %.0f%%: %+v", what, widest, row.Width, most*100, row.Bars)
+		}
+		if sum > row.Width+0.5 {
+			t.Errorf("%s: the bars add up to %.1f px in a %.1f px row", what, sum, row.Width)
+		}
+	}
+	for _, width := range []int{1280, 390} {
+		b.do(t, "resize", chromedp.EmulateViewport(int64(width), 800))
+		b.do(t, "open acme:instants", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:instants"))
+		b.waitJS(t, "its timeline", `document.querySelectorAll('#timeline .bar.closed').length === 2 && document.querySelector('#timeline .bar.open') !== null`)
+		check(fmt.Sprintf("acme:instants at %d px", width), 3, 0.9)
+		b.screenshot(t, fmt.Sprintf("console-timeline-instants-%d", width))
+		b.do(t, "open acme:long", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:long"))
+		b.waitJS(t, "its timeline", `document.querySelectorAll('#timeline .bar.closed').length === 4`)
+		check(fmt.Sprintf("acme:long at %d px", width), 4, 0.9)
+		b.screenshot(t, fmt.Sprintf("console-timeline-long-%d", width))
+	}
+	b.checkClean(t)
+}
+
+// TestSessionDetails: the cancellation, recovery and failure block shows
+// times as the other sections do, never a raw timestamp of many digits,
+// and does not repeat the approval member, which the Approvals section
+// shows whole (the pending request, the decisions, the total wait).
+func TestSessionDetails(t *testing.T) {
+	chromiumPath(t)
+	st := startStack(t, nil)
+	// Times with nanoseconds, as producers send them.
+	send(t, st, "", "",
+		ev{id: "acme:asked", typ: "SessionCreated", at: 0}, ev{id: "acme:asked", typ: "SessionStarted", at: 1},
+		ev{id: "acme:asked", typ: "ApprovalRequested", at: 2.123456789, payload: map[string]any{"requestId": "req-a", "reason": "spend 5 EUR"}},
+		ev{id: "acme:asked", typ: "ApprovalGranted", at: 3.987654321, payload: map[string]any{"requestId": "req-a", "by": "bob"}},
+		ev{id: "acme:asked", typ: "ApprovalRequested", at: 4.000000007, payload: map[string]any{"requestId": "req-b", "reason": "spend 9 EUR"}},
+		ev{id: "acme:stopping", typ: "SessionCreated", at: 0}, ev{id: "acme:stopping", typ: "SessionStarted", at: 1},
+		ev{id: "acme:stopping", typ: "CancellationRequested", at: 2.123456789, payload: map[string]any{"reason": "operator"}})
+	b := newBrowser(t, 1280, 800)
+	// rawJS lists the texts in the block with a run of seven digits or
+	// more: nanoseconds, whether a fraction of a second or a count.
+	const rawJS = `(() => { const out = []; const w = document.createTreeWalker(document.getElementById('details'), NodeFilter.SHOW_TEXT);
+		for (let n = w.nextNode(); n; n = w.nextNode()) if (/\d{7,}/.test(n.textContent)) out.push(n.textContent); return out; })()`
+	var raw []string
+	var text string
+
+	b.do(t, "open acme:asked", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:asked"))
+	b.waitJS(t, "the pending request", `document.querySelector('#approval-pending [data-request="req-b"]') !== null`)
+	b.eval(t, rawJS, &raw)
+	if len(raw) > 0 {
+		t.Errorf("acme:asked: raw timestamps in the details: %q", raw)
+	}
+	b.eval(t, `document.getElementById('details').innerText`, &text)
+	for _, repeated := range []string{"req-a", "req-b", "spend 9 EUR", "bob"} {
+		if strings.Contains(text, repeated) {
+			t.Errorf("acme:asked: the details repeat the approvals' %q:\n%s", repeated, text)
+		}
+	}
+	b.eval(t, `document.getElementById('approvals').innerText`, &text)
+	for _, want := range []string{"req-b", "spend 9 EUR", "req-a\tgranted\tbob", "Time waited for decisions, in all: 1.86 s"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("acme:asked: the approvals section lacks %q:\n%s", want, text)
+		}
+	}
+	b.screenshot(t, "console-session-details")
+
+	b.do(t, "open acme:stopping", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:stopping"))
+	b.waitJS(t, "the cancellation", `document.querySelector('#details [data-detail=cancellation] time') !== null`)
+	b.eval(t, rawJS, &raw)
+	if len(raw) > 0 {
+		t.Errorf("acme:stopping: raw timestamps in the details: %q", raw)
+	}
+	b.eval(t, `document.querySelector('#details [data-detail=cancellation] time').textContent`, &text)
+	if want := "2026-11-30 08:00:02.123 UTC"; text != want {
+		t.Errorf("acme:stopping: requested at %q, want %q", text, want)
+	}
+	b.checkClean(t)
 }
 
 // TestHostileText checks that markup in a goal and in failure and

@@ -34,7 +34,7 @@
   const WAITING_READ = 100; // sessions read per waiting state
   const WAITING_SHOWN = 15;
   const PAGE = 50;
-  const OPEN_SHARE = 15; // percent of the timeline the open state takes
+  const OPEN_SHARE = 15; // percent of the timeline the open state takes, when a closed interval has a length
   // The snapshot's top-level members: KNOWN are shown in place, the others
   // generically under "Labels, metadata and links", EXTRAS_FIRST in its
   // order and any member a newer server adds after them. Every member the
@@ -109,6 +109,11 @@
   }
 
   function timeEl(t) { return el('time', { datetime: t || null, title: t || null }, fmtTime(t)); }
+
+  // A time as the API writes it (RFC 3339 in UTC, up to nanoseconds):
+  // value() shows one with timeEl whatever the member's name, so that no
+  // block prints the raw nanoseconds.
+  const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/;
 
   // ---- token and fetch ----
 
@@ -525,9 +530,14 @@
         tbody.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'Listing unavailable: ' + e.message)));
         return;
       }
+      // Most recently updated first. GET /v1/sessions has no ordering to
+      // ask for (its order is stable but not meaningful, api/openapi.json),
+      // so the page shown is sorted here: the order holds within a page,
+      // not across pages, and the page info says so.
+      const rows = page.sessions.slice().sort((a, b) => ms(b.updatedAt) - ms(a.updatedAt) || (a.sessionId < b.sessionId ? -1 : 1));
       const now = Date.now();
       clear(tbody);
-      for (const s of page.sessions) {
+      for (const s of rows) {
         tbody.append(el('tr', { 'data-session': s.sessionId },
           el('td', {}, sessionLink(s.sessionId)), el('td', {}, badge(s.state)),
           el('td', { 'data-since': s.terminal ? null : s.stateEnteredAt }, s.terminal ? '–' : fmtMs(now - ms(s.stateEnteredAt))), el('td', {}, timeEl(s.updatedAt)),
@@ -539,7 +549,8 @@
       $('page-next').disabled = !next;
       $('page-prev').disabled = cursors.length === 0;
       $('page-first').disabled = cursors.length === 0;
-      $('page-info').textContent = 'page ' + (cursors.length + 1) + ' · ' + page.sessions.length + ' sessions';
+      $('page-info').textContent = 'page ' + (cursors.length + 1) + ' · ' + page.sessions.length + ' sessions' +
+        (page.sessions.length > 1 ? ', most recently updated first' + (next || cursors.length ? ' within the page' : '') : '');
     }
     $('page-next').addEventListener('click', () => { if (next) { cursors.push(cursor); cursor = next; refreshList(); } });
     $('page-prev').addEventListener('click', () => { if (cursors.length) { cursor = cursors.pop(); refreshList(); } });
@@ -581,8 +592,10 @@
     let changes = 0;
     const rateSVG = sparkSVG('changes per second over the last minutes');
     const lagSVG = sparkSVG('events the projector is behind over the last minutes');
-    $('rates').append(el('span', { class: 'muted small' }, 'changes/s, last 5 min '), rateSVG, ' ', el('span', { id: 'rate-now', class: 'small' }, '–'),
-      el('span', { class: 'muted small' }, ' · projector lag (events) '), lagSVG, ' ', el('span', { id: 'lag-now', class: 'small' }, '–'));
+    // Each stat is a group (label, sparkline, value) that wraps as a whole.
+    $('rates').append(
+      el('span', { class: 'stat' }, el('span', { class: 'muted' }, 'changes/s, last 5 min'), rateSVG, el('span', { id: 'rate-now' }, '–')),
+      el('span', { class: 'stat' }, el('span', { class: 'muted' }, 'projector lag (events)'), lagSVG, el('span', { id: 'lag-now' }, '–')));
     setInterval(() => {
       // Lag moves without changes (a stalled projector): read the stats
       // when no change made the board read them since the last sample.
@@ -659,28 +672,34 @@
     return { list: out, truncated };
   }
 
+  // renderTimeline draws the closed intervals as flex items that grow in
+  // proportion to their durations from a basis of 0, so the browser shares
+  // the row out exactly; an instant (0 ms) grows by nothing and keeps the
+  // bar's CSS min-width, a thin mark, and the flex algorithm takes that
+  // width from the others in proportion, keeping them to scale among
+  // themselves and the sum within the row. The open state has a fixed
+  // share, or the rest of the row when no closed interval has a length.
   function renderTimeline(s) {
     const ol = $('timeline');
     clear(ol);
     const { list, truncated } = intervals(s);
     const total = list.reduce((a, iv) => a + iv.ms, 0);
     const open = !s.terminal;
-    const closedShare = open ? (list.length ? 100 - OPEN_SHARE : 0) : 100;
     list.forEach((iv, i) => {
-      const w = total > 0 ? (iv.ms / total) * closedShare : closedShare / list.length;
       const li = el('li', {
         class: 'bar closed st-' + iv.state, 'data-state': iv.state, 'data-ms': String(iv.ms), 'data-index': String(i),
         title: iv.state + ' · ' + fmtMs(iv.ms) + ' · ' + fmtTime(iv.start) + ' → ' + fmtTime(iv.end),
       }, el('span', { class: 'bar-state' }, iv.state), el('span', { class: 'bar-dur' }, fmtMs(iv.ms)));
       // CSSOM, not a style attribute: allowed by the page's CSP.
-      li.style.width = w + '%';
+      li.style.flexGrow = String(total > 0 ? iv.ms / total : 0);
       ol.append(li);
     });
     if (open) {
       const so = Math.max(0, Date.now() - ms(s.stateEnteredAt));
       const li = el('li', { class: 'bar open st-' + s.state, 'data-state': s.state, title: s.state + ' since ' + fmtTime(s.stateEnteredAt) + ' (ongoing)' },
         el('span', { class: 'bar-state' }, s.state), el('span', { class: 'bar-dur' }, fmtMs(so) + ' so far'));
-      li.style.width = (list.length ? OPEN_SHARE : 100) + '%';
+      if (total > 0) li.style.flex = '0 0 ' + OPEN_SHARE + '%';
+      else li.style.flexGrow = '1';
       ol.append(li);
     }
     const axis = $('axis');
@@ -712,7 +731,7 @@
     if (v === null || v === undefined) return el('span', { class: 'muted' }, 'none');
     if (typeof v === 'string') {
       if (LINK_FIELDS.has(key) && v) return sessionLink(v);
-      if (/At$/.test(key || '') || key === 'at') return timeEl(v);
+      if (/At$/.test(key || '') || key === 'at' || RFC3339.test(v)) return timeEl(v);
       return el('span', {}, v);
     }
     if (typeof v !== 'object') return el('span', {}, String(v));
@@ -768,9 +787,11 @@
     dl($('durations'), durs.length ? durs.map(([k, v]) => [k, el('span', { 'data-duration': k }, fmtMs(v))]) : [['none closed yet', null]]);
     dl($('counters'), Object.entries(s.counters || {}).map(([k, v]) => [k, typeof v === 'object' ? value(v, k) : String(v)]));
 
+    // The approval member is not repeated here: the Approvals section
+    // shows all of it (renderApprovals).
     const det = $('details-body');
     clear(det);
-    const blocks = [['approval', s.approval], ['cancellation', s.cancellation], ['recovery', s.recovery], ['failure', s.failure]];
+    const blocks = [['cancellation', s.cancellation], ['recovery', s.recovery], ['failure', s.failure]];
     for (const [name, v] of blocks) {
       const box = el('section', { 'data-detail': name }, el('h3', { class: 'small' }, name));
       if (v === null || v === undefined) box.append(el('p', { class: 'muted small' }, 'none'));
@@ -832,8 +853,9 @@
       f.reason ? ': ' : '', f.reason ? el('q', {}, f.reason) : '');
   }
 
-  // renderApprovals shows the pending request, whoever may act on it, and
-  // the last decisions, newest first (DESIGN 11.7).
+  // renderApprovals shows the approval member whole: the pending request,
+  // the last decisions, newest first, and the total of the finished waits
+  // (DESIGN 11.7).
   function renderApprovals(s) {
     const p = pendingApproval(s);
     const pend = $('approval-pending');
@@ -852,6 +874,7 @@
         el('td', {}, d.decision), el('td', {}, d.by || ''), el('td', { class: 'reason' }, d.reason || ''), el('td', {}, fmtMs(d.waitedMs || 0))));
     }
     if (!ds.length) tb.append(el('tr', { class: 'empty' }, el('td', { colspan: '6' }, 'No decision yet.')));
+    $('approval-waited').textContent = ds.length ? 'Time waited for decisions, in all: ' + fmtMs((s.approval || {}).waitedMs || 0) : '';
   }
 
   // renderChain shows the replacement chain as links: the predecessor this
@@ -901,12 +924,24 @@
     const allowed = mayWrite(s.sessionId) ? actionsFor(s) : [];
     box.hidden = allowed.length === 0;
     for (const b of box.querySelectorAll('button[data-action]')) b.hidden = !allowed.includes(b.dataset.action);
+    if (!allowed.includes('force-cancel')) askForce(false);
     const p = pendingApproval(s);
     const pend = $('pending');
     clear(pend);
     if (p && s.state === 'AWAITING_APPROVAL') {
       pend.append('Pending approval', p.requestId ? ' ' : '', p.requestId ? el('span', { class: 'mono', id: 'pending-id' }, p.requestId) : '',
         p.since ? ' since ' : '', p.since ? timeEl(p.since) : '', p.reason ? ': ' : '', p.reason ? el('q', {}, p.reason) : '');
+    }
+  }
+
+  // askForce shows or hides the question that Force cancel asks before it
+  // sends anything. It is part of the page, not window.confirm(): a dialog
+  // stops the page's script, and so its streams, while it is open.
+  function askForce(show) {
+    $('force-confirm').hidden = !show;
+    if (show) {
+      $('action-result').textContent = '';
+      $('force-confirm-no').focus(); // Enter twice does not force anything
     }
   }
 
@@ -1006,9 +1041,19 @@
         $('verify').disabled = false;
       }
     });
+    // Force cancel asks first; any other action goes at once.
     for (const b of $('actions').querySelectorAll('button[data-action]')) {
-      b.addEventListener('click', () => act(b.dataset.action));
+      b.addEventListener('click', () => {
+        if (b.dataset.action === 'force-cancel') { askForce(true); return; }
+        askForce(false);
+        act(b.dataset.action);
+      });
     }
+    $('force-confirm-yes').addEventListener('click', () => { askForce(false); act('force-cancel'); });
+    $('force-confirm-no').addEventListener('click', () => {
+      askForce(false);
+      $('actions').querySelector('[data-action=force-cancel]').focus();
+    });
     // The whole history, read from the log a page at a time on request.
     const hpath = path + '/history';
     $('history-json').href = hpath + '?limit=' + PAGE;
