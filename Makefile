@@ -25,7 +25,7 @@ build: ## compile every package and binary, and the command line into bin/correx
 	$(GO) build ./...
 	$(GO) build -o bin/correx ./cmd/correx
 
-check: ## the inner loop: gofmt, go vet, the unit tests with -short (no race detector; no end-to-end package, soaks, browser or process tests)
+check: ## the inner loop: gofmt, go vet, the unit tests with -short (no race detector; no end-to-end package, soaks, browser, process or long failover tests)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -short -count=1 -timeout 10m $$($(GO) list ./... | grep -v /internal/e2e)

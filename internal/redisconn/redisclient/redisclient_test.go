@@ -216,6 +216,9 @@ var _ redis.UniversalClient = (*redis.Client)(nil)
 // again once Sentinel has promoted the replica: the client finds the new
 // master by itself, and what was replicated before the failover is there.
 func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make check): three Sentinels and a real failover (about 9 s); make test runs it")
+	}
 	master := redistest.Start(t)
 	redistest.StartReplica(t, master)
 	sentinels := redistest.StartSentinels(t, master, 3)
@@ -269,6 +272,9 @@ func TestSentinelFailover(t *testing.T) {
 // before the failover is there. In "first seed died", the master that dies
 // is the one the URL names first; the other seeds (addr=) must be enough.
 func TestClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make check): a Redis Cluster and two real failovers (about 16 s); make test runs it")
+	}
 	for _, firstSeed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "replica promoted", true: "first seed died"}[firstSeed], func(t *testing.T) {
 			c := redistest.StartClusterWithReplicas(t, 3)
