@@ -181,19 +181,7 @@ func TestSecondStageFields(t *testing.T) {
 	if bin[0] != snapshot.FormatBinary {
 		t.Fatalf("format %d", bin[0])
 	}
-	js, err := snapshot.EncodeJSON(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, enc := range map[string][]byte{"binary": bin, "json": js} {
-		var got snapshot.Snapshot
-		if err := snapshot.Decode(enc, &got); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if !bytes.Equal(got.AppendBinary(nil), bin) {
-			t.Fatalf("%s: round trip differs", name)
-		}
-	}
+	roundTrips(t, s)
 	api, err := s.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
@@ -319,20 +307,7 @@ func TestDecisionSender(t *testing.T) {
 	if d := s.DecisionAt(1); d.By != "bob" || d.SentBy != "" {
 		t.Fatalf("second decision by %q sent by %q, want bob and none", d.By, d.SentBy)
 	}
-	bin := s.AppendBinary(nil)
-	js, err := snapshot.EncodeJSON(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, form := range map[string][]byte{"binary": bin, "JSON": js} {
-		var back snapshot.Snapshot
-		if err := snapshot.Decode(form, &back); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if !bytes.Equal(back.AppendBinary(nil), bin) {
-			t.Fatalf("%s form loses the sender", name)
-		}
-	}
+	roundTrips(t, s)
 	w, err := s.Wire()
 	if err != nil {
 		t.Fatal(err)
@@ -343,5 +318,25 @@ func TestDecisionSender(t *testing.T) {
 	}
 	if !bytes.Contains(api, []byte(`"by":"alice","sentBy":"ops-bot"`)) || bytes.Count(api, []byte(`"sentBy"`)) != 1 {
 		t.Fatalf("API form: %s", api)
+	}
+}
+
+// roundTrips checks that s reads back the same from its binary and its
+// stored JSON forms (the same binary bytes).
+func roundTrips(t *testing.T, s *snapshot.Snapshot) {
+	t.Helper()
+	bin := s.AppendBinary(nil)
+	js, err := snapshot.EncodeJSON(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, enc := range map[string][]byte{"binary": bin, "json": js} {
+		var got snapshot.Snapshot
+		if err := snapshot.Decode(enc, &got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(got.AppendBinary(nil), bin) {
+			t.Fatalf("%s: round trip differs", name)
+		}
 	}
 }
