@@ -403,3 +403,22 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]E
 
 // ErrBadCursor is returned by List for a cursor it did not make.
 var ErrBadCursor = errors.New("archive: the cursor is not one this service made")
+
+// Entries produces a session's history entries, in version order, by
+// calling yield once per entry; it stops at yield's first error and
+// returns it. PutStream takes one, so that a writer never needs a whole
+// history in memory.
+type Entries func(yield func(wire.HistoryEntry) error) error
+
+// PutStream writes the object of a terminal session as Put does, with the
+// history produced by each instead of o.History, which must be nil.
+func (s *Store) PutStream(ctx context.Context, o *Object, each Entries) error {
+	if o.History != nil {
+		return fmt.Errorf("%w: PutStream takes the history from each, not from the object", errFormat)
+	}
+	c := *o
+	if err := each(func(e wire.HistoryEntry) error { c.History = append(c.History, e); return nil }); err != nil {
+		return err
+	}
+	return s.Put(ctx, &c)
+}

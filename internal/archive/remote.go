@@ -240,3 +240,8 @@ func (r *Remote) List(ctx context.Context, prefix, cursor string, limit int) (e 
 func (r *Remote) Put(ctx context.Context, o *Object) error {
 	return r.call(ctx, func(ctx context.Context, s *Store) error { return s.Put(ctx, o) })
 }
+
+// PutStream is Store.PutStream, bounded by the timeout.
+func (r *Remote) PutStream(ctx context.Context, o *Object, each Entries) error {
+	return r.call(ctx, func(ctx context.Context, s *Store) error { return s.PutStream(ctx, o, each) })
+}
