@@ -120,8 +120,12 @@ func (s *Server) start() {
 	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
+	// A client of its own: a test may wrap http.DefaultClient's transport
+	// to check the answers of its own API, which S3's are not.
+	hc := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections()
 	for {
-		resp, err := http.Get(s.Endpoint + "/")
+		resp, err := hc.Get(s.Endpoint + "/")
 		if err == nil {
 			resp.Body.Close()
 			return
