@@ -1,6 +1,40 @@
 package godeps
 
-import "testing"
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/correx/sessions"
+
+// The parts of docs/architecture.md, by import path under the module.
+var (
+	services = []string{"internal/ingest", "internal/projector", "internal/query"}
+	platform = []string{"internal/config", "internal/httpx", "internal/service", "internal/auth", "internal/kafka",
+		"internal/redisconn", "internal/redisconn/redisclient"}
+	dataPackages = []string{"internal/redislayout", "internal/changelog", "internal/systemkey", "internal/sessionlog", "internal/archive"}
+)
+
+// paths are the import paths of the module's packages named relatively.
+func paths(rel ...string) []string {
+	out := make([]string, len(rel))
+	for i, r := range rel {
+		out[i] = module + "/" + r
+	}
+	return out
+}
+
+// listPackages lists the module's packages matching pattern (go list).
+func listPackages(t *testing.T, pattern string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", pattern).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pattern, err)
+	}
+	return strings.Fields(string(out))
+}
 
 // cloudSDKs are the cloud providers' SDKs and the archive's drivers that
 // link them (internal/archive/cloudblob registers those drivers in the
@@ -48,9 +82,51 @@ func TestDependencyRules(t *testing.T) {
 		},
 		{
 			name: "internal/archive", pkg: "github.com/correx/sessions/internal/archive",
-			links: Rules{Deny: cloudSDKs},
+			links: Rules{Deny: append(append([]string{}, cloudSDKs...), paths(services...)...)},
 		},
+		// The contract: the standard library only, and nothing internal.
+		{name: "pkg/fsm", pkg: module + "/pkg/fsm", links: Rules{Allow: paths("pkg/fsm")}},
+		{name: "pkg/wire", pkg: module + "/pkg/wire", links: Rules{Allow: paths("pkg/wire")}},
+		{
+			// The Go client speaks HTTP: no Kafka, no Redis.
+			name: "pkg/client", pkg: module + "/pkg/client",
+			links:   Rules{Deny: []string{"github.com/twmb/franz-go", "github.com/redis/go-redis"}},
+			imports: Rules{Deny: paths("internal")},
+		},
+		{name: "pkg/feed", pkg: module + "/pkg/feed", imports: Rules{Deny: paths("internal")}},
+		// The services share no internals.
+		{name: "internal/ingest", pkg: module + "/internal/ingest", links: Rules{Deny: paths("internal/projector", "internal/query")}},
+		{name: "internal/projector", pkg: module + "/internal/projector", links: Rules{Deny: paths("internal/ingest", "internal/query", "internal/console")}},
+		{name: "internal/query", pkg: module + "/internal/query", links: Rules{Deny: paths("internal/ingest", "internal/projector")}},
 	}
+	// The platform runs a service whatever it serves: no service, and
+	// nothing of the read model or the users' libraries.
+	for _, p := range platform {
+		tests = append(tests, struct {
+			name, pkg string
+			links     Rules
+			imports   Rules
+		}{name: p, pkg: module + "/" + p, links: Rules{Deny: paths(append([]string{"pkg/snapshot", "pkg/client", "pkg/feed"}, services...)...)}})
+	}
+	// The data's formats and layouts serve the services, not the reverse.
+	for _, p := range dataPackages[:len(dataPackages)-1] { // internal/archive has its entry above
+		tests = append(tests, struct {
+			name, pkg string
+			links     Rules
+			imports   Rules
+		}{name: p, pkg: module + "/" + p, links: Rules{Deny: paths(services...)}})
+	}
+	t.Run("pkg/snapshot", func(t *testing.T) {
+		// The read model's store uses the key layout, and nothing else
+		// internal.
+		var deny []string
+		for _, p := range listPackages(t, "../../...") {
+			if strings.HasPrefix(p, module+"/internal/") && p != module+"/internal/redislayout" {
+				deny = append(deny, p)
+			}
+		}
+		CheckImports(t, module+"/pkg/snapshot", Rules{Deny: deny})
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			Check(t, tt.pkg, tt.links)
@@ -68,6 +144,21 @@ func TestServicesLinkTheCloudDrivers(t *testing.T) {
 		Check(r, "github.com/correx/sessions/"+pkg, Rules{Deny: []string{"gocloud.dev/blob/s3blob", "gocloud.dev/blob/gcsblob"}})
 		if len(r.errs) < 2 {
 			t.Errorf("%s links the drivers of s3:// and gs:// no more: %q", pkg, r.errs)
+		}
+	}
+}
+
+// TestArchitectureNamesEveryPackage: docs/architecture.md names every
+// package of the module, so that a new one gets its place on the map.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range listPackages(t, "../../...") {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+		if !strings.Contains(string(doc), "`"+rel+"`") {
+			t.Errorf("docs/architecture.md does not name %s (as `%s`)", p, rel)
 		}
 	}
 }
