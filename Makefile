@@ -13,7 +13,7 @@ INTEGRATION_FLAGS   ?=
 # time on 2 cores).
 INTEGRATION_PARALLEL ?= 3
 
-.PHONY: help deps build check test unit fuzz test-helm test-openapi lint generate bench run loadgen test-integration images
+.PHONY: help deps build check test unit fuzz test-helm test-openapi lint generate bench chaos run loadgen test-integration images
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,6 +66,10 @@ bench: deps ## every benchmark with its same-run baseline, and TestSoak at full 
 	$(GO) test -run='^$$' -bench=TombstoneMemory -benchtime=1x ./internal/projector/projstore
 	$(GO) test -run='^$$' -bench='Freshness|ReadsUnderWrites' -benchtime=1x -timeout 30m ./internal/e2e
 	$(GO) test -run='^$$' -bench=RetentionSoak -benchtime=1x -timeout 30m ./internal/e2e
+
+chaos: deps ## every fault at once on seeded schedules, with the services as processes: CHAOS_RUNS runs (default 5) of CHAOS_FAULTS faults (default 12); CHAOS_SEED replays a run (each logs its seed and schedule)
+	CORREX_LOSS_RUNS=$(or $(CHAOS_RUNS),5) CORREX_CHAOS_FAULTS=$(or $(CHAOS_FAULTS),12) $(if $(CHAOS_SEED),CORREX_LOSS_SEED=$(CHAOS_SEED)) \
+		$(GO) test -race -count=1 -run='^TestChaos$$' -v -timeout 60m ./internal/e2e
 
 run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it); other ports: ARGS="-ingest-addr 127.0.0.1:9181 -query-addr 127.0.0.1:9182 -projector-addr 127.0.0.1:9183 -kafka-port 9192" (ARGS=-h lists the flags)
 	@$(GO) build -o .devstack/bin/devstack ./cmd/devstack

@@ -20,7 +20,7 @@ var serviceNames = []string{"kafkabroker", "ingest", "projector", "query"}
 // processes: TestMain builds the binaries only when -run or -bench selects
 // one of them, so that a run of the other tests does not pay for the build.
 var processTests = []string{"TestHostileInputs", "TestRedisLossAcrossProjectorKills", "TestWatchSoak", "TestEdgesAcrossProcesses",
-	"TestStalledOwnerAcrossProcesses", "TestArchiveOutageAcrossProcesses", "TestChangelogFaultsAcrossProcesses",
+	"TestStalledOwnerAcrossProcesses", "TestArchiveOutageAcrossProcesses", "TestChangelogFaultsAcrossProcesses", "TestHugeSessionAcrossProcesses", "TestChaos",
 	"BenchmarkReadsUnderWrites"}
 
 // binaries is the one build of the services for this test binary: TestMain

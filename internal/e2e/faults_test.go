@@ -46,6 +46,7 @@ type faultStack struct {
 	env       map[string]string
 	ingestURL string
 	queryURL  string
+	query     *process
 	hc        *http.Client
 }
 
@@ -65,7 +66,7 @@ func startFaultStack(t *testing.T, topic string, partitions int, extra ...string
 	}
 	s.hc = apiCheck.Client(&http.Client{Timeout: 30 * time.Second})
 	_, s.ingestURL = startHTTPService(t, "ingest", s.bin["ingest"], s.with())
-	_, s.queryURL = startHTTPService(t, "query", s.bin["query"], s.with())
+	s.query, s.queryURL = startHTTPService(t, "query", s.bin["query"], s.with())
 	waitHTTP(t, s.ingestURL+"/readyz", 60*time.Second)
 	waitHTTP(t, s.queryURL+"/readyz", 60*time.Second)
 	return s

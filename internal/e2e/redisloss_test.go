@@ -111,7 +111,7 @@ func TestRedisLossAcrossProjectorKills(t *testing.T) {
 			exact := 0
 			for i := range runs {
 				s := seed + uint64(i)
-				if t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { lossRun(t, bin, s, tc.replica, tc.faults) }) {
+				if t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { lossRun(t, bin, s, tc.replica, lossSessions, tc.faults) }) {
 					exact++
 				}
 			}
@@ -246,7 +246,7 @@ type lossStack struct {
 
 const lossTopic = "correx.session-events"
 
-func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool, faults func(*testing.T, *lossStack, *rand.Rand) string) {
+func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool, sessions int, faults func(*testing.T, *lossStack, *rand.Rand) string) {
 	rng := rand.New(rand.NewPCG(seed, 0x1055))
 	s := &lossStack{bin: bin, primary: redistest.Start(t, "--repl-diskless-sync-delay", "0")}
 	if withReplica {
@@ -258,7 +258,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := loadgen.Config{IngestURL: s.ingestURL, QueryURL: s.queryURL, Sessions: lossSessions, Concurrency: 6, Batch: 20,
+	cfg := loadgen.Config{IngestURL: s.ingestURL, QueryURL: s.queryURL, Sessions: sessions, Concurrency: 6, Batch: 20,
 		Rate: lossRate, InvalidShare: 0.03, DuplicateShare: 0.03, Seed: seed, Prefix: "pl", KeepWritten: true,
 		Client: apiCheck.Client(nil)}
 	var accepted atomic.Int64
