@@ -13,12 +13,18 @@
 // change-record schemas refuse members they do not list, so a new field
 // without a schema update fails a test.
 //
-// openapi.json is the source: edit it by hand, keep it valid OpenAPI 3.1
+// openapi.json is the source: edit it by hand, except the enumerations it
+// shares with pkg/fsm (components/schemas State, TimeoutKind and
+// FailureCategory), which go generate writes from pkg/fsm
+// (internal/genenums) and every other schema refers to with $ref; keep it
+// valid OpenAPI 3.1
 // (a test checks it), give every enum and const schema its type (a test
 // checks that too: a generator makes an untyped enum an interface{};
 // api/codegen compiles oapi-codegen's output, make test-openapi) and keep
 // it indented with two spaces.
 package api
+
+//go:generate go run ./internal/genenums
 
 import (
 	"bytes"
