@@ -213,6 +213,7 @@ func TestStalledOwnerAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the services and runs them as processes, and waits out a group session timeout")
 	}
+	t.Parallel() // mostly waits (a session timeout, archive sweeps): beside the others
 	const topic, n = "stalled", 3000
 	s := startFaultStack(t, topic, 4, "CORREX_ARCHIVE_URL", "file://"+t.TempDir())
 	common := []string{"CORREX_SESSION_TIMEOUT", "6s", "CORREX_RETAIN_CLOSED", "2s", "OTEL_METRICS_EXPORTER", "none"}
@@ -335,7 +336,8 @@ func TestArchiveOutageAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the services and runs them as processes, and waits out archive sweeps")
 	}
-	s3 := s3test.Start(t)
+	t.Parallel() // mostly waits (a session timeout, archive sweeps): beside the others
+	s3 := s3test.StartServer(t) // the services are given the credentials
 	bucket := s3.Bucket(t, "correx-archive")
 	s3.Kill()
 	s := startFaultStack(t, "outage", 2, "CORREX_ARCHIVE_URL", bucket, "CORREX_ARCHIVE_TIMEOUT", "2s",
@@ -444,6 +446,7 @@ func TestChangelogFaultsAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the services and runs them as processes")
 	}
+	t.Parallel() // mostly waits for processes to start: beside the others
 	const topic, n = "clog", 40
 	s := startFaultStack(t, topic, 1)
 	projEnv := []string{"CORREX_INSTANCE_ID", "clog-1", "OTEL_METRICS_EXPORTER", "prometheus"}

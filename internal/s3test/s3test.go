@@ -76,6 +76,17 @@ func isFile(p string) bool {
 // AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for the test (t.Setenv).
 func Start(t testing.TB) *Server {
 	t.Helper()
+	s := StartServer(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
+	return s
+}
+
+// StartServer is Start without setting the credentials in the test's
+// environment: for a parallel test (t.Setenv refuses one), whose clients
+// are other processes given AccessKey and SecretKey.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
 	bin := find()
 	if bin == "" {
 		if os.Getenv("CORREX_REQUIRE_S3") == "1" {
@@ -100,8 +111,6 @@ func Start(t testing.TB) *Server {
 		_ = out.Close()
 	})
 	s.start()
-	t.Setenv("AWS_ACCESS_KEY_ID", AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", SecretKey)
 	return s
 }
 
