@@ -33,6 +33,7 @@ import (
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -63,20 +64,12 @@ type Handler struct {
 	ProduceTimeout time.Duration
 }
 
-// Accepted is one produced event in a 202 answer.
-type Accepted struct {
-	EventID   string `json:"eventId"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-}
+// Accepted is one produced event in a 202 answer (pkg/wire's, which
+// pkg/client reads).
+type Accepted = wire.Accepted
 
-// Response is the 202 body.
-type Response struct {
-	Accepted []Accepted `json:"accepted"`
-	// Position is "partition:offset" of the request's last event: a query
-	// with minPosition set to it waits until that event is folded.
-	Position string `json:"position"`
-}
+// Response is the 202 body (pkg/wire's).
+type Response = wire.IngestAnswer
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -226,7 +219,7 @@ func (h *Handler) produce(w http.ResponseWriter, ctx context.Context, events []f
 			failed = append(failed, map[string]any{"index": i, "eventId": events[i].ID.String(), "error": res.err.Error()})
 			firstErr = cmpErr(firstErr, res.err)
 		default:
-			resp.Accepted = append(resp.Accepted, Accepted{events[i].ID.String(), res.partition, res.offset})
+			resp.Accepted = append(resp.Accepted, Accepted{EventID: events[i].ID.String(), Partition: res.partition, Offset: res.offset})
 			resp.Position = strconv.Itoa(int(res.partition)) + ":" + strconv.FormatInt(res.offset, 10)
 		}
 	}

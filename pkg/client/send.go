@@ -44,15 +44,9 @@ func ParsePosition(s string) (Position, error) {
 	return p, nil
 }
 
-// Accepted is where ingest wrote one event.
-type Accepted struct {
-	EventID   string `json:"eventId"`
-	Partition int32  `json:"partition"`
-	Offset    int64  `json:"offset"`
-}
-
-// Position returns the event's position.
-func (a Accepted) Position() Position { return Position{Partition: a.Partition, Offset: a.Offset} }
+// Accepted is where ingest wrote one event (pkg/wire's, as ingest writes
+// it); Position returns its position.
+type Accepted = wire.Accepted
 
 // Result is what Send confirmed: Accepted[i] is where events[i] was written,
 // or the zero Accepted (EventID "") when it was not confirmed.
@@ -289,10 +283,8 @@ type problem struct {
 	Accepted []Accepted     `json:"accepted"`
 }
 
-type ingestAnswer struct {
-	Accepted []Accepted `json:"accepted"`
-	Position string     `json:"position"`
-}
+// ingestAnswer is ingest's 202, as ingest writes it.
+type ingestAnswer = wire.IngestAnswer
 
 // maxAnswerBytes bounds what the client reads of an answer: a 202 for 1000
 // events is about 80 KB.
