@@ -20,6 +20,7 @@ import (
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/redisconn"
 	"github.com/correx/sessions/pkg/client"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // Position is where an event sits in the events topic, the client's type:
@@ -371,9 +372,7 @@ func (s *Stack) SendAs(ctx context.Context, token string, events ...any) ([]Posi
 			}
 			return positions, se
 		}
-		var resp struct {
-			Accepted []client.Accepted `json:"accepted"`
-		}
+		var resp wire.IngestAnswer
 		if err := json.Unmarshal(answer, &resp); err != nil || len(resp.Accepted) != n {
 			return positions, fmt.Errorf("testkit: send: unexpected answer (%v): %s", err, answer)
 		}
