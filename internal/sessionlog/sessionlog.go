@@ -94,6 +94,14 @@ func highWatermark(ctx context.Context, cl *kgo.Client, topic string, p int32) (
 	return e.Offset, nil
 }
 
+// FetchBytes bounds each fetch of a read (Read, and so Scan and
+// Histories): a read holds one fetch being folded and at most one fetched
+// ahead, each about this many bytes (as the broker stores them; a single
+// larger record batch still comes whole). Without it a read took the
+// client's defaults, up to 50 MiB a fetch, which a broker that returns all
+// it has (kfake) filled with a whole partition.
+const FetchBytes = 256 << 10
+
 // Read calls fn with every record of partition p from offset from to
 // offset end (both included), in order, decoded as the projector decodes
 // them: a record whose key is not its event's sessionId, or that does not
@@ -105,7 +113,8 @@ func (r *Reader) Read(ctx context.Context, p int32, from, end int64, fn func(e *
 		return nil
 	}
 	opts := append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.Topic: {p: kgo.NewOffset().At(from)}})}, r.Opts...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.Topic: {p: kgo.NewOffset().At(from)}}),
+		kgo.FetchMaxBytes(FetchBytes), kgo.FetchMaxPartitionBytes(FetchBytes), kgo.MaxConcurrentFetches(1)}, r.Opts...)
 	cl, err := kafka.NewClient(r.Kafka, opts...)
 	if err != nil {
 		return err
