@@ -350,8 +350,11 @@
 // same script call as the deadlines). The sweeper (sweeper.go) runs one
 // goroutine per owned partition, started and stopped with ownership like
 // the firer's; every Config.ArchiveSweep it reads the sessions due, their
-// snapshots and, in one read of the partition, their whole histories
-// (internal/sessionlog), writes one object per session, produces each
+// snapshots and their whole histories (internal/sessionlog: one read of
+// the partition per group of sessions whose histories fit in 8 MiB
+// together, a read of its own for a larger one, streamed into its object
+// as it is read, so a session of any length is archived in bounded
+// memory), writes one object per session, produces each
 // one's "archived" record to the snapshot changelog
 // (<topic>.snapshots, changelog.ArchivedRecord; not with the changelog
 // off, when no restore reads it) and waits for its acknowledgement,
