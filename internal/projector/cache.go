@@ -16,9 +16,15 @@ import (
 // carries encoded copies (flushJob.entries), and what became durable is
 // recorded back by the fold goroutine (flusher.finish).
 type cache struct {
-	parts    map[int32]map[string]*entry // by partition, then session id
-	lru      lru
-	dirty    []*entry
+	parts map[int32]map[string]*entry // by partition, then session id
+	lru   lru
+	dirty []*entry
+	// dirtyBytes is the sum of the dirty entries' pending bytes: what
+	// their encodings are expected to take in the next batch.
+	dirtyBytes int
+	// writing is the bytes of the encodings of the batch in flight, which
+	// count against maxBytes until it is written (flusher.build, finish).
+	writing  int
 	maxCount int    // Config.CacheSize
 	maxBytes int    // Config.CacheBytes, or DefaultCacheBytes
 	maxScan  int    // entries evict may look at per call (4*FlushSize)
@@ -26,11 +32,7 @@ type cache struct {
 }
 
 func newCache(cfg Config) cache {
-	limit := cfg.CacheBytes
-	if limit <= 0 {
-		limit = DefaultCacheBytes
-	}
-	return cache{parts: map[int32]map[string]*entry{}, maxCount: cfg.CacheSize, maxBytes: limit, maxScan: 4 * cfg.FlushSize}
+	return cache{parts: map[int32]map[string]*entry{}, maxCount: cfg.CacheSize, maxBytes: cfg.cacheBytes(), maxScan: 4 * cfg.FlushSize}
 }
 
 // entry is a cached snapshot, or the knowledge that a session has none.
@@ -41,7 +43,14 @@ type entry struct {
 	dirty      bool              // changed since it was last encoded for a flush
 	durable    snapshot.Position // the stored version's position, when hasDurable
 	hasDurable bool
-	encoded    int    // the length of the snapshot's encoding when last encoded
+	encoded    int // the length of the snapshot's encoding when last encoded
+	// pending is what the entry counts in cache.dirtyBytes while dirty:
+	// its encoded length when it became dirty, plus the length of every
+	// record folded into it since (a fold adds at most what its record
+	// carries to the snapshot: a new session's goal, labels and metadata
+	// come from its SessionCreated). The encoding's length is known only
+	// once encoded, and encoding at each fold would double its cost.
+	pending    int
 	size       int    // estimate() when last counted in lru.bytes
 	prev, next *entry // LRU links
 	// tomb is the session's tombstone when it has no snapshot because it
@@ -91,17 +100,32 @@ func (c *cache) add(part *partState, id string, stored *snapshot.Snapshot) *entr
 // touch marks en as the most recently used.
 func (c *cache) touch(en *entry) { c.lru.touch(en) }
 
-// markDirty puts en, which a fold changed, in the dirty set. It is counted
-// again when a flush encodes it (encode).
-func (c *cache) markDirty(en *entry) {
+// markDirty puts en, which a fold of a record of folded bytes changed, in
+// the dirty set, and counts it there (entry.pending). It is counted again
+// in the LRU when a flush encodes it (encode).
+func (c *cache) markDirty(en *entry, folded int) {
 	if !en.dirty {
 		en.dirty = true
+		en.pending = en.encoded
+		c.dirtyBytes += en.pending
 		c.dirty = append(c.dirty, en)
 	}
+	en.pending += folded
+	c.dirtyBytes += folded
 }
 
 // dirtyLen is the size of the dirty set.
 func (c *cache) dirtyLen() int { return len(c.dirty) }
+
+// keepDirty makes kept the dirty set and counts its bytes again.
+func (c *cache) keepDirty(kept []*entry) {
+	clear(c.dirty[len(kept):])
+	c.dirty = kept
+	c.dirtyBytes = 0
+	for _, en := range kept {
+		c.dirtyBytes += en.pending
+	}
+}
 
 // takeDirty removes from the dirty set the entries of the given partitions
 // (all when only is nil) and returns them, no longer marked dirty: the
@@ -121,8 +145,7 @@ func (c *cache) takeDirty(only map[int32]bool) []*entry {
 		en.dirty = false
 		taken = append(taken, en)
 	}
-	clear(c.dirty[len(keep):])
-	c.dirty = keep
+	c.keepDirty(keep)
 	return taken
 }
 
@@ -151,8 +174,7 @@ func (c *cache) dropPartition(id int32) {
 			keep = append(keep, en)
 		}
 	}
-	clear(c.dirty[len(keep):])
-	c.dirty = keep
+	c.keepDirty(keep)
 }
 
 // forget drops a session that left Redis at pos (archived), even one a
@@ -165,6 +187,9 @@ func (c *cache) forget(part int32, id string, pos snapshot.Position) {
 		return
 	}
 	c.lru.remove(en)
+	if en.dirty {
+		c.dirtyBytes -= en.pending
+	}
 	en.part, en.dirty = nil, false // takeDirty discards it
 	delete(c.parts[part], id)
 }
@@ -183,11 +208,12 @@ func (c *cache) forgetTombstone(part int32, id string) {
 }
 
 // evict drops least recently used snapshots beyond the cache's count or
-// bytes, only those whose latest state is stored. It looks at maxScan
-// entries at most, so a cache full of unwritten entries costs little.
+// bytes (the batch in flight's encodings counted in), only those whose
+// latest state is stored. It looks at maxScan entries at most, so a cache
+// full of unwritten entries costs little.
 func (c *cache) evict() {
 	steps := 0
-	for e := c.lru.tail; e != nil && (c.lru.n > c.maxCount || c.lru.bytes > c.maxBytes) && steps < c.maxScan; steps++ {
+	for e := c.lru.tail; e != nil && (c.lru.n > c.maxCount || c.lru.bytes+c.writing > c.maxBytes) && steps < c.maxScan; steps++ {
 		prev := e.prev
 		if e.evictable() {
 			c.lru.remove(e)

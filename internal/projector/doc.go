@@ -350,8 +350,11 @@
 // same script call as the deadlines). The sweeper (sweeper.go) runs one
 // goroutine per owned partition, started and stopped with ownership like
 // the firer's; every Config.ArchiveSweep it reads the sessions due, their
-// snapshots and, in one read of the partition, their whole histories
-// (internal/sessionlog), writes one object per session, produces each
+// snapshots and their whole histories (internal/sessionlog: one read of
+// the partition per group of sessions whose histories fit in 8 MiB
+// together, a read of its own for a larger one, streamed into its object
+// as it is read, so a session of any length is archived in bounded
+// memory), writes one object per session, produces each
 // one's "archived" record to the snapshot changelog
 // (<topic>.snapshots, changelog.ArchivedRecord; not with the changelog
 // off, when no restore reads it) and waits for its acknowledgement,
@@ -437,10 +440,26 @@
 // The cache is bounded by Config.CacheSize entries and Config.CacheBytes
 // estimated bytes (entry.estimate: a fixed 768 bytes plus the length of the
 // snapshot's binary encoding when it was last encoded, on loading and at
-// each flush), whichever is reached first. Entries not yet stored (dirty,
-// or written by a batch still in flight) are never evicted, and count at
-// their length before the folds since, so the cache may exceed the bounds
-// by about FlushSize of them until they are written.
+// each flush), whichever is reached first; the encodings of the batch in
+// flight count against CacheBytes too, until it is written. Entries not
+// yet stored (dirty, or written by a batch still in flight) are never
+// evicted, and count at their length before the folds since, so the cache
+// may exceed the bounds by a batch of them until they are written: a
+// batch is at most FlushSize snapshots and Config.FlushBytes of their
+// estimated encodings (entry.pending: the last encoded length plus the
+// records folded since; a fold adds at most its record's payload), a
+// quarter of CacheBytes by default. The fold starts a batch as soon as
+// the dirty bytes reach FlushBytes, in the middle of a poll if need be
+// (the batch's checkpoints stop at the record folded last), and waits for
+// the batch in flight first. Before the byte bound, FlushSize alone let
+// 20,000 dirty 8 KB snapshots make one batch: the snapshots, their
+// encodings, their changelog records and Redis commands, and the fetches
+// they came in, about 16 KB live per snapshot (a heap profile of
+// TestManyLargeDirtySnapshotsAreWrittenInBoundedBatches: the batch's
+// binary encodings, the decoded goals, labels and metadata, the poll's
+// decompressed fetches, the change feed's and changelog's records), which
+// the collector's headroom (GOGC) and fragmentation made about 70 KB of
+// RSS.
 //
 // # Tracing
 //

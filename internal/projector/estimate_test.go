@@ -76,7 +76,7 @@ func TestEstimateCoversEncodedSize(t *testing.T) {
 		stored := c.add(part, "stored", &tt.snap)
 		folded := c.add(part, "folded", nil)
 		folded.snap = tt.snap
-		c.markDirty(folded)
+		c.markDirty(folded, 0)
 		for _, en := range c.takeDirty(nil) {
 			c.encode(en)
 		}
@@ -105,7 +105,7 @@ func TestEstimateIsEncodedLength(t *testing.T) {
 	grown := c.add(part, "grown", nil)
 	before := grown.estimate()
 	grown.snap = full
-	c.markDirty(grown)
+	c.markDirty(grown, 0)
 	if got := grown.estimate(); got != before {
 		t.Errorf("dirty entry: estimate %d before its flush encodes it, want %d", got, before)
 	}

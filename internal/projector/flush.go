@@ -115,9 +115,13 @@ func (job *flushJob) notOwned(ids []int32) {
 // one is in flight waits for it and goes in the next batch, which starts
 // as soon as the poll loop sees the batch in flight done (the poll returns
 // early for that, see Projector.loop). Catching up, batches are large:
-// FlushSize dirty snapshots, or MaxFlushInterval after the previous batch.
-func (f *flusher) due(dirty int, progress, catchingUp bool) bool {
-	if dirty >= f.cfg.FlushSize {
+// FlushSize dirty snapshots, FlushBytes of their estimated encodings
+// (dirtyBytes, cache.markDirty), or MaxFlushInterval after the previous
+// batch. The bytes bound a batch whatever its snapshots' sizes: a batch
+// holds each snapshot's encoding, its changelog record and its share of
+// the Redis commands until it is written, and one in flight besides.
+func (f *flusher) due(dirty, dirtyBytes int, progress, catchingUp bool) bool {
+	if dirty >= f.cfg.FlushSize || dirtyBytes >= f.cfg.flushBytes() {
 		return true
 	}
 	if dirty == 0 && !progress {

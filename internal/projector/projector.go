@@ -357,7 +357,7 @@ func (p *Projector) loop(ctx context.Context) error {
 		if err == nil {
 			err = p.process(ctx, fetches)
 		}
-		if err == nil && p.flush.due(p.cache.dirtyLen(), p.progress, p.catchingUp(fetches)) {
+		if err == nil && p.flush.due(p.cache.dirtyLen(), p.cache.dirtyBytes, p.progress, p.catchingUp(fetches)) {
 			err = p.startFlush()
 		}
 		if err == nil && p.flush.inflight == nil && time.Since(p.lastCheck) >= p.cfg.MaxFlushInterval {
@@ -466,13 +466,25 @@ func (p *Projector) buildJob() *flushJob {
 	return job
 }
 
+// writing counts the encodings of job, handed to the flusher, against the
+// cache's bytes until it is collected: they are held as long as the
+// snapshots (cache.writing, cache.evict).
+func (p *Projector) writing(job *flushJob) {
+	p.cache.writing = 0
+	for _, e := range job.entries {
+		p.cache.writing += len(e.Data)
+	}
+}
+
 // startFlush hands a new batch to the flusher, after waiting for the one in
 // flight (which is what slows folding down when Redis is slow).
 func (p *Projector) startFlush() error {
 	if err := p.collect(true); err != nil {
 		return err
 	}
-	p.flush.start(p.buildJob())
+	job := p.buildJob()
+	p.writing(job)
+	p.flush.start(job)
 	return nil
 }
 
@@ -480,6 +492,9 @@ func (p *Projector) startFlush() error {
 // waits for it, else only if it is done.
 func (p *Projector) collect(wait bool) error {
 	job, err := p.flush.collect(wait)
+	if p.flush.inflight == nil {
+		p.cache.writing = 0
+	}
 	if job != nil {
 		p.finish(job)
 	}
@@ -564,6 +579,17 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		}
 		part.next = r.Offset + 1
 		p.progress = true
+		if p.cache.dirtyBytes >= p.cfg.flushBytes() {
+			// FlushBytes of snapshots are dirty: written now, in the
+			// middle of the poll (a poll of MaxPollRecords large records
+			// would otherwise make one batch of them all). The batch's
+			// checkpoints stop at this record (part.next), and it waits
+			// for the one in flight, which paces the fold.
+			if err := p.startFlush(); err != nil {
+				return err
+			}
+			p.cache.evict()
+		}
 	}
 	clear(events) // drop references to payloads
 	return nil
@@ -590,7 +616,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 		// stored the snapshot may have crashed before its deadlines were
 		// written, so the snapshot goes in the next batch again (its put
 		// is fenced, a no-op), which arms its deadline.
-		p.cache.markDirty(en)
+		p.cache.markDirty(en, 0)
 		p.obs.Skipped(r)
 		p.derived.skipped(r, e, &en.snap)
 		return nil
@@ -603,7 +629,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
-	p.cache.markDirty(en)
+	p.cache.markDirty(en, len(r.Value))
 	p.obs.Folded(r, e, &en.snap, o)
 	p.derived.add(r, e, &en.snap, o)
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/sessionlog"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/correx/sessions/pkg/wire"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -25,10 +26,13 @@ import (
 //
 // Every Config.ArchiveSweep, a partition's goroutine reads the sessions
 // due (in rounds of at most batch), their snapshots, and their whole
-// histories from the events log (one read of the partition per round,
-// sessionlog.Reader.Histories; a session whose first events have left the
-// log is archived saying its history is incomplete, DESIGN 13.2); writes
-// each object (archive.Store.Put);
+// histories from the events log (sessionlog.Reader.Histories: one read of
+// the partition per group of sessions whose histories fit in
+// sessionlog.DefaultHistoryBudget together, and one read of its own for a
+// session too large for it, streamed into its object as it is read; a
+// session whose first events have left the log is archived saying its
+// history is incomplete, DESIGN 13.2); writes each object
+// (archive.Remote.PutStream, its history taken from the read);
 // produces each session's "archived" changelog record and waits for its
 // acknowledgement; and only then removes the sessions from Redis, fenced
 // by the archived position (projstore.Store.Forget): an event folded
@@ -59,9 +63,12 @@ type sweeper struct {
 	log               *slog.Logger
 	obs               archiveObserver
 	batch             int
-	reader            *sessionlog.Reader
-	cl                *kgo.Client
-	ctx               context.Context
+	// budget is the bytes of history entries a round holds at once
+	// (sessionlog.Reader.Histories); larger histories are streamed.
+	budget int64
+	reader *sessionlog.Reader
+	cl     *kgo.Client
+	ctx    context.Context
 	// beforeForget, when set (tests), is called before archived sessions
 	// are removed from Redis.
 	beforeForget func(ids []string)
@@ -106,7 +113,7 @@ func newSweeper(cfg Config, store Store, bucket *archive.Remote, clock Clock, ob
 	}
 	s := &sweeper{store: store, bucket: bucket, topic: cfg.Topic, retain: cfg.RetainClosed, interval: cfg.ArchiveSweep,
 		clock: clock, log: log.With("sweep", "archive"), obs: nopArchiveObserver{}, batch: 500,
-		reader: &sessionlog.Reader{Kafka: cfg.Kafka, Topic: cfg.Topic}, cl: cl, ctx: ctx,
+		budget: sessionlog.DefaultHistoryBudget, reader: &sessionlog.Reader{Kafka: cfg.Kafka, Topic: cfg.Topic}, cl: cl, ctx: ctx,
 		parts: map[int32]*partSweeper{}, failing: map[int32]string{}}
 	if cfg.ChangelogEnabled {
 		s.changelog = changelog.Topic(cfg.Topic)
@@ -277,12 +284,14 @@ func (s *sweeper) run(ctx context.Context, id int32) {
 
 // sweep archives and removes a partition's due sessions, in rounds of at
 // most batch, and returns how many it removed and how many were due. Each
-// round has its deadline (Config.ArchiveRound): a hung archive, Redis or
-// log read ends it with an error, never holds the partition's sweep.
+// round has its deadline (Config.ArchiveRound), counted from its last
+// progress (withStall): a hung archive, Redis or log read ends it with an
+// error, never holds the partition's sweep, and a session of any size is
+// archived as long as its read and write move.
 func (s *sweeper) sweep(ctx context.Context, id int32) (removed int, due int64, err error) {
 	before := s.clock.Now().Add(-s.retain)
 	for round := 0; ; round++ {
-		rctx, cancel := context.WithTimeout(ctx, s.deadline)
+		rctx, progress, cancel := withStall(ctx, s.deadline)
 		closed, n, err := s.store.DueClosed(rctx, s.topic, id, before, s.batch)
 		if round == 0 {
 			due = n
@@ -294,7 +303,8 @@ func (s *sweeper) sweep(ctx context.Context, id int32) (removed int, due int64, 
 			cancel()
 			return removed, due, s.late(rctx, err)
 		}
-		k, err := s.round(rctx, id, closed)
+		progress()
+		k, err := s.round(rctx, id, closed, progress)
 		err = s.late(rctx, err)
 		cancel()
 		removed += k
@@ -326,14 +336,48 @@ func (s *sweeper) expireTombstones(ctx context.Context, id int32) error {
 
 // late names the round's deadline in err when the round ran into it.
 func (s *sweeper) late(rctx context.Context, err error) error {
-	if err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("the round did not complete within %v: %w", s.deadline, err)
+	if err != nil && errors.Is(context.Cause(rctx), errStalled) {
+		return fmt.Errorf("the round made no progress for %v: %w", s.deadline, err)
 	}
 	return err
 }
 
-// round archives one batch of due sessions and removes them from Redis.
-func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.ClosedSession) (int, error) {
+// errStalled is the cause of a round's context ended by withStall.
+var errStalled = errors.New("no progress within the round's deadline")
+
+// withStall returns a context that ends (cause errStalled) once d has
+// passed without a call to progress, and the function that ends it.
+//
+// A sweep round's deadline is a stall bound, not a bound on its total:
+// a session of 400,000 events is read from the log and written to the
+// archive in one streamed call that may take minutes, and any fixed total
+// would fail it on every round for ever (while its session stayed in
+// Redis). What a hung archive, Redis or broker does is stop moving, and
+// that is what ends the round: the round calls progress after each step
+// (the due sessions read, their snapshots, each object) and for each
+// entry of a history as it is yielded to the archive's writer, which
+// takes it only as fast as the bucket does. The check costs an atomic
+// store per call; the timer wakes at most once per d, and ends the
+// context d after the last progress, to the timer's precision.
+func withStall(ctx context.Context, d time.Duration) (context.Context, func(), context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var last atomic.Int64 // monotonic nanoseconds since base
+	base := time.Now()
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		if left := d - (time.Since(base) - time.Duration(last.Load())); left > 0 {
+			t.Reset(left)
+			return
+		}
+		cancel(errStalled)
+	})
+	progress := func() { last.Store(int64(time.Since(base))) }
+	return ctx, progress, func() { t.Stop(); cancel(context.Canceled) }
+}
+
+// round archives one batch of due sessions and removes them from Redis,
+// calling progress as it moves (withStall).
+func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.ClosedSession, progress func()) (int, error) {
 	ids := make([]string, len(closed))
 	for i, c := range closed {
 		ids[i] = c.SessionID
@@ -342,6 +386,7 @@ func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.Closed
 	if err != nil {
 		return 0, fmt.Errorf("reading snapshots: %w", err)
 	}
+	progress()
 	var todo []*snapshot.Snapshot
 	var gone []projstore.Archived // no snapshot: only their closed entries go
 	for i, sn := range snaps {
@@ -363,22 +408,8 @@ func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.Closed
 	if err := s.bucket.Status(); err != nil {
 		return 0, err // at once: no log read for objects that cannot be written
 	}
-	histories, err := s.reader.Histories(ctx, id, todo)
-	if err != nil {
-		return 0, fmt.Errorf("reading the histories from the events log: %w", err)
-	}
-	now := s.clock.Now()
-	for _, sn := range todo {
-		h := histories[sn.ID]
-		o := &archive.Object{Snapshot: sn, History: h.Entries, ArchivedAt: now}
-		if !h.Complete {
-			// The log's start passed the session's first offset (a finite
-			// retention): the object says its history is incomplete.
-			o.Truncated = &archive.Truncation{EarliestOffset: h.EarliestOffset}
-		}
-		if err := s.bucket.Put(ctx, o); err != nil {
-			return 0, err
-		}
+	if err := s.archive(ctx, id, todo, progress); err != nil {
+		return 0, err
 	}
 	ended := make(map[string]time.Time, len(closed))
 	for _, c := range closed {
@@ -398,6 +429,7 @@ func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.Closed
 		if err := s.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return 0, fmt.Errorf("producing the changelog's archived records: %w", err)
 		}
+		progress()
 	}
 	archived := make([]projstore.Archived, len(todo))
 	for i, sn := range todo {
@@ -421,4 +453,46 @@ func (s *sweeper) round(ctx context.Context, id int32, closed []projstore.Closed
 	}
 	s.mu.Unlock()
 	return n, nil
+}
+
+// archive writes the object of each of the terminal sessions todo, all on
+// partition id, its history streamed from the events log into the
+// archive's writer (held in memory up to s.budget bytes of entries for
+// all of them, one at a time beyond), calling progress for each entry.
+func (s *sweeper) archive(ctx context.Context, id int32, todo []*snapshot.Snapshot, progress func()) error {
+	now := s.clock.Now()
+	var failed error // an object's, returned as it is
+	err := s.reader.Histories(ctx, id, todo, s.budget, func(sn *snapshot.Snapshot, h sessionlog.History) error {
+		o := &archive.Object{Snapshot: sn, ArchivedAt: now}
+		if !h.Complete {
+			// The log's start passed the session's first offset (a finite
+			// retention): the object says its history is incomplete.
+			o.Truncated = &archive.Truncation{EarliestOffset: h.EarliestOffset}
+		}
+		var read error
+		err := s.bucket.PutStream(ctx, o, func(yield func(wire.HistoryEntry) error) error {
+			read = h.Each(func(e wire.HistoryEntry) error {
+				progress()
+				return yield(e)
+			})
+			return read
+		})
+		switch {
+		case err == nil:
+			progress()
+			return nil
+		case read != nil && errors.Is(err, read):
+			failed = fmt.Errorf("reading %s's history from the events log: %w", sn.ID, read)
+		default:
+			failed = err
+		}
+		return failed
+	})
+	if failed != nil {
+		return failed
+	}
+	if err != nil {
+		return fmt.Errorf("reading the histories from the events log: %w", err)
+	}
+	return nil
 }

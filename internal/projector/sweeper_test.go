@@ -621,3 +621,30 @@ func TestArchiveSaysAnIncompleteHistory(t *testing.T) {
 		t.Fatalf("tr-1's object: %s (%v)", enc, err)
 	}
 }
+
+// TestRoundDeadlineCountsFromProgress: a sweep round's context lasts as
+// long as it makes progress, well past its deadline, and ends, naming the
+// stall, once the deadline passes without any.
+func TestRoundDeadlineCountsFromProgress(t *testing.T) {
+	const d = 500 * time.Millisecond
+	rctx, progress, cancel := withStall(ctx, d)
+	defer cancel()
+	for end := time.Now().Add(3 * d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		progress()
+		if rctx.Err() != nil {
+			t.Fatalf("the round ended while it made progress: %v", context.Cause(rctx))
+		}
+	}
+	select {
+	case <-rctx.Done():
+	case <-time.After(20 * d):
+		t.Fatalf("the round did not end %v after its last progress", 20*d)
+	}
+	if !errors.Is(context.Cause(rctx), errStalled) {
+		t.Fatalf("cause %v, want errStalled", context.Cause(rctx))
+	}
+	s := &sweeper{deadline: d}
+	if err := s.late(rctx, context.Canceled); err == nil || !strings.Contains(err.Error(), "no progress for 500ms") {
+		t.Fatalf("late: %v", err)
+	}
+}

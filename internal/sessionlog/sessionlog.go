@@ -1,9 +1,3 @@
-// Package sessionlog owns reading sessions' records back from the events
-// log, outside any consumer group: one session's records (the query
-// service's replay and history), every session's records of a partition
-// range in one read (the projector's archive sweep), and the history
-// entry that says what the fold did with each (GET
-// /v1/sessions/{id}/history, and the archive's objects).
 package sessionlog
 
 import (
@@ -94,6 +88,14 @@ func highWatermark(ctx context.Context, cl *kgo.Client, topic string, p int32) (
 	return e.Offset, nil
 }
 
+// FetchBytes bounds each fetch of a read (Read, and so Scan and
+// Histories): a read holds one fetch being folded and at most one fetched
+// ahead, each about this many bytes (as the broker stores them; a single
+// larger record batch still comes whole). Without it a read took the
+// client's defaults, up to 50 MiB a fetch, which a broker that returns all
+// it has (kfake) filled with a whole partition.
+const FetchBytes = 256 << 10
+
 // Read calls fn with every record of partition p from offset from to
 // offset end (both included), in order, decoded as the projector decodes
 // them: a record whose key is not its event's sessionId, or that does not
@@ -105,7 +107,8 @@ func (r *Reader) Read(ctx context.Context, p int32, from, end int64, fn func(e *
 		return nil
 	}
 	opts := append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.Topic: {p: kgo.NewOffset().At(from)}})}, r.Opts...)
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.Topic: {p: kgo.NewOffset().At(from)}}),
+		kgo.FetchMaxBytes(FetchBytes), kgo.FetchMaxPartitionBytes(FetchBytes), kgo.MaxConcurrentFetches(1)}, r.Opts...)
 	cl, err := kafka.NewClient(r.Kafka, opts...)
 	if err != nil {
 		return err
@@ -177,79 +180,4 @@ func Entry(s *snapshot.Snapshot, e *fsm.Event, pos snapshot.Position, o fsm.Outc
 		en.By, en.SentBy = e.Fields.By, e.SentBy
 	}
 	return en
-}
-
-// History is a session's history as the archive keeps it.
-type History struct {
-	Entries []wire.HistoryEntry
-	// Complete is false when the log no longer held the session's first
-	// events (its start had passed the session's first offset: a finite
-	// retention, DESIGN 13.2). Entries is then empty: an event's outcome
-	// depends on every event before it, so the records the log still
-	// holds cannot be folded without those it lost, and a fold of them
-	// alone would take each for an event of an unknown session.
-	Complete bool
-	// EarliestOffset is where the partition's log started when it was
-	// read (set when !Complete).
-	EarliestOffset int64
-}
-
-// Histories returns the whole history of each of the stored sessions, all
-// on partition p, as GET /v1/sessions/{id}/history answers it: each
-// session's records folded from its first offset to its stored position,
-// an entry for each the fold took (Entry). The partition is read once,
-// from the lowest first offset the log still holds to the highest
-// position. A session whose first offset is before the log's start is
-// not folded: its History says it is not Complete.
-func (r *Reader) Histories(ctx context.Context, p int32, stored []*snapshot.Snapshot) (map[string]History, error) {
-	type folding struct {
-		stored *snapshot.Snapshot
-		s      snapshot.Snapshot
-		red    fsm.Reducer
-		out    []wire.HistoryEntry
-	}
-	out := make(map[string]History, len(stored))
-	if len(stored) == 0 {
-		return out, nil
-	}
-	start, _, err := r.Bounds(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	byID := make(map[string]*folding, len(stored))
-	from, end := int64(-1), int64(-1)
-	for _, s := range stored {
-		if s.Position.Partition != p {
-			return nil, fmt.Errorf("sessionlog: session %s is on partition %d, not %d", s.ID, s.Position.Partition, p)
-		}
-		if s.FirstOffset < start {
-			out[s.ID] = History{Entries: []wire.HistoryEntry{}, EarliestOffset: start}
-			continue
-		}
-		byID[s.ID] = &folding{stored: s, out: []wire.HistoryEntry{}}
-		if from < 0 || s.FirstOffset < from {
-			from = s.FirstOffset
-		}
-		end = max(end, s.Position.Offset)
-	}
-	if len(byID) > 0 {
-		err := r.Read(ctx, p, from, end, func(e *fsm.Event, pos snapshot.Position) bool {
-			f := byID[e.SessionID]
-			if f == nil || pos.Offset < f.stored.FirstOffset || pos.Offset > f.stored.Position.Offset {
-				return true
-			}
-			o, folded := f.s.Fold(&f.red, e, pos)
-			if folded && o.Result != fsm.Orphan {
-				f.out = append(f.out, Entry(&f.s, e, pos, o))
-			}
-			return true
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	for id, f := range byID {
-		out[id] = History{Entries: f.out, Complete: true}
-	}
-	return out, nil
 }

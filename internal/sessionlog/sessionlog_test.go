@@ -2,6 +2,8 @@ package sessionlog_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -67,34 +69,121 @@ func TestHistoriesReadsThePartitionOnceAndMatchesEachSessionsScan(t *testing.T) 
 	produce(ev("b", fsm.ModelRequested), false) // after b's stored position: not in its history
 
 	r := &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
-	got, err := r.Histories(ctx, 0, []*snapshot.Snapshot{stored["a"], stored["b"]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 {
-		t.Fatalf("histories of %d sessions, want 2", len(got))
-	}
+	want := map[string][]wire.HistoryEntry{}
 	for _, id := range []string{"a", "b"} {
 		s := stored[id]
-		var want []wire.HistoryEntry
 		var f snapshot.Snapshot
 		var red fsm.Reducer
 		if err := r.Scan(ctx, id, 0, s.FirstOffset, s.Position.Offset, func(e *fsm.Event, pos snapshot.Position) bool {
 			if o, ok := f.Fold(&red, e, pos); ok && o.Result != fsm.Orphan {
-				want = append(want, sessionlog.Entry(&f, e, pos, o))
+				want[id] = append(want[id], sessionlog.Entry(&f, e, pos, o))
 			}
 			return true
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if !got[id].Complete || !reflect.DeepEqual(got[id].Entries, want) {
-			t.Fatalf("%s: history %+v, want complete %+v", id, got[id], want)
-		}
-		if len(want) != int(s.Counters.Events) || want[len(want)-1].Position != s.Position {
-			t.Fatalf("%s: %d entries ending at %v; the stored session folded %d events, at %v", id, len(want), want[len(want)-1].Position, s.Counters.Events, s.Position)
+		if w := want[id]; len(w) != int(s.Counters.Events) || w[len(w)-1].Position != s.Position {
+			t.Fatalf("%s: %d entries ending at %v; the stored session folded %d events, at %v", id, len(w), w[len(w)-1].Position, s.Counters.Events, s.Position)
 		}
 	}
-	if a, b := got["a"].Entries, got["b"].Entries; len(a) != 4 || a[3].Type != "SessionCompleted" || len(b) != 3 {
-		t.Fatalf("histories: a %+v, b %+v", got["a"], got["b"])
+	if a, b := want["a"], want["b"]; len(a) != 4 || a[3].Type != "SessionCompleted" || len(b) != 3 {
+		t.Fatalf("histories: a %+v, b %+v", a, b)
+	}
+	// The budget decides which histories are held and which are read
+	// again alone; what fn is handed is the same either way.
+	for _, tt := range []struct {
+		name     string
+		budget   int64
+		streamed int
+	}{
+		{"both held", 0, 0},
+		{"a streamed, b held", 1000, 1}, // a: 4 entries expected, b: 3, each about 256 bytes
+		{"both streamed", 100, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := map[string][]wire.HistoryEntry{}
+			streamed := 0
+			err := r.Histories(ctx, 0, []*snapshot.Snapshot{stored["a"], stored["b"]}, tt.budget, func(s *snapshot.Snapshot, h sessionlog.History) error {
+				if !h.Complete {
+					t.Errorf("%s: incomplete", s.ID)
+				}
+				if h.Streamed() {
+					streamed++
+				}
+				return h.Each(func(e wire.HistoryEntry) error { got[s.ID] = append(got[s.ID], e); return nil })
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) || streamed != tt.streamed {
+				t.Fatalf("%d streamed, histories %+v; want %d streamed, %+v", streamed, got, tt.streamed, want)
+			}
+		})
+	}
+}
+
+// TestHistoriesNeverCallsAShortenedHistoryComplete (DESIGN 13.2): a
+// session whose first offset the log's start passed is handed over
+// incomplete, without a read; and one whose first record leaves the log
+// between the plan and the read of its history (retention ran meanwhile)
+// is ErrFirstRecordGone, not the records left folded into a shorter
+// history.
+func TestHistoriesNeverCallsAShortenedHistoryComplete(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := kafkatest.Start(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := kafka.EnsureTopic(ctx, adm, topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
+	stored := map[string]*snapshot.Snapshot{"old": {}, "new": {}}
+	reds := map[string]*fsm.Reducer{"old": {}, "new": {}}
+	for i, x := range []struct {
+		id  string
+		typ fsm.EventType
+	}{{"old", fsm.SessionCreated}, {"new", fsm.SessionCreated}, {"old", fsm.SessionCancelled}, {"new", fsm.SessionCancelled}} {
+		e := fsm.NewEvent(fsm.EventID{7, byte(i)}, x.id, x.typ, at.Add(time.Duration(i)*time.Second), fsm.Fields{Goal: "g"})
+		rec := &kgo.Record{Key: []byte(e.SessionID), Value: fsm.AppendRecord(nil, &e)}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		stored[x.id].Fold(reds[x.id], &e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset})
+	}
+	r := &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
+	deleteBelow := func(off int64) {
+		t.Helper()
+		os := kadm.Offsets{}
+		os.Add(kadm.Offset{Topic: topic, Partition: 0, At: off})
+		res, err := adm.DeleteRecords(ctx, os)
+		if err == nil {
+			err = res.Error()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleteBelow(1) // old's creation leaves the log
+	// budget 1: new's history is read alone, when fn consumes it, and
+	// new's creation leaves the log first.
+	var got []string
+	err = r.Histories(ctx, 0, []*snapshot.Snapshot{stored["old"], stored["new"]}, 1, func(s *snapshot.Snapshot, h sessionlog.History) error {
+		got = append(got, fmt.Sprintf("%s complete=%v earliest=%d streamed=%v", s.ID, h.Complete, h.EarliestOffset, h.Streamed()))
+		if s.ID == "new" {
+			deleteBelow(2)
+		}
+		return h.Each(func(wire.HistoryEntry) error { return nil })
+	})
+	if !errors.Is(err, sessionlog.ErrFirstRecordGone) {
+		t.Fatalf("err %v, want ErrFirstRecordGone", err)
+	}
+	want := []string{"old complete=false earliest=1 streamed=false", "new complete=true earliest=0 streamed=true"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("handed\n%q\nwant\n%q", got, want)
 	}
 }
