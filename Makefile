@@ -60,6 +60,7 @@ bench: deps ## every benchmark with its same-run baseline, and TestSoak at full 
 	$(GO) test -run='^$$' -bench=SplitJSON -benchtime=200x ./internal/ingest
 	$(GO) test -run='^$$' -bench=QueryLatency -benchtime=1x ./internal/query
 	$(GO) test -run='^$$' -bench=ArchivedRead -benchtime=1x ./internal/query
+	$(GO) test -run='^$$' -bench=PutHuge -benchtime=3x ./internal/archive
 	$(GO) test -run='^$$' -bench=WatchChangeData -benchtime=200000x ./internal/query
 	$(GO) test -run='^$$' -bench='CatchUp|Recovery|Restore|TracingOverhead|FiringLatency' -benchtime=1x -timeout 60m ./internal/projector
 	$(GO) test -run='^$$' -bench=TraceHeaders -benchtime=200000x ./internal/projector

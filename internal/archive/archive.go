@@ -1,35 +1,9 @@
-// Package archive owns where closed sessions go when they leave Redis
-// (docs/retention.md, DESIGN section 12.4): one object per session in a
-// bucket opened through gocloud.dev/blob (file:// for make run, s3:// for
-// any S3-compatible store, gs://, and mem:// in tests), its format, and
-// the listing of archived sessions by id prefix.
-//
-// This package links the file:// and mem:// drivers only. The s3:// and
-// gs:// drivers, and with them the AWS and Google Cloud SDKs, come from
-// internal/archive/cloudblob, which the service binaries import; a program
-// that does not (pkg/testkit) gets a clear error from Open for those URLs.
-//
-// An object holds the session's final snapshot (the stored JSON form,
-// snapshot.EncodeJSON) and its whole history (wire.HistoryEntry, as GET
-// /v1/sessions/{id}/history answers it), or, when the events log no longer
-// held the session's first events when it was archived, says so
-// ("historyComplete": false, the "firstVersion" it holds and the log's
-// "earliestOffset" then; DESIGN 13.2). Its key carries what a listing
-// shows, so that listing reads no object:
-//
-//	sessions/<sessionId>/<STATE>/<endedAt, Unix nanoseconds>.json
-//
-// A session id never contains '/' (fsm.ValidSessionID), so the keys of one
-// session are exactly those under "sessions/<sessionId>/". Writing the
-// same session again (a sweep retried after a crash) writes the same key
-// with the same bytes when nothing changed.
 package archive
 
 import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -37,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
@@ -48,18 +23,8 @@ import (
 	"gocloud.dev/gcerrors"
 )
 
-// Format is the version of the objects Put writes.
-const Format = 1
-
 // Schemes are the URL schemes Open accepts.
 var Schemes = []string{"file", "s3", "gs", "mem"}
-
-// errFormat wraps what is wrong with an object itself, not with the
-// bucket.
-var errFormat = errors.New("archive: object")
-
-// ErrNotFound is returned by Get for a session that is not archived.
-var ErrNotFound = errors.New("archive: session not archived")
 
 // Object is one archived session.
 type Object struct {
@@ -93,19 +58,6 @@ func (o *Object) FirstVersion() uint64 {
 	return o.Snapshot.Version
 }
 
-// objectJSON is an object's bytes. historyComplete is written always;
-// an object written before it existed reads as complete.
-type objectJSON struct {
-	Format          int                 `json:"format"`
-	SessionID       string              `json:"sessionId"`
-	ArchivedAt      time.Time           `json:"archivedAt"`
-	HistoryComplete *bool               `json:"historyComplete,omitempty"`
-	FirstVersion    uint64              `json:"firstVersion,omitempty"`
-	EarliestOffset  *int64              `json:"earliestOffset,omitempty"`
-	Snapshot        json.RawMessage     `json:"snapshot"`
-	History         []wire.HistoryEntry `json:"history"`
-}
-
 // Entry is a session in a listing: what its key says.
 type Entry struct {
 	SessionID string    `json:"sessionId"`
@@ -123,6 +75,11 @@ type Store struct {
 	// watch it).
 	root  string
 	fsync func(path string) error
+	// chunkBytes is the chunk size of the objects written (ChunkBytes when
+	// 0; tests make it smaller).
+	chunkBytes int
+	// read counts the bytes read from objects (BytesRead).
+	read atomic.Int64
 }
 
 // CheckURL reports a URL Open would refuse without reaching its bucket:
@@ -223,150 +180,6 @@ func parseKey(key string) (Entry, bool) {
 // EndedAt is when a terminal session ended: when it entered its state.
 func EndedAt(s *snapshot.Snapshot) time.Time { return time.Unix(0, s.StateEnteredAt).UTC() }
 
-// Encode returns an object's bytes.
-func Encode(o *Object) ([]byte, error) {
-	snap, err := snapshot.EncodeJSON(o.Snapshot)
-	if err != nil {
-		return nil, err
-	}
-	h := o.History
-	if h == nil {
-		h = []wire.HistoryEntry{}
-	}
-	v := objectJSON{Format: Format, SessionID: o.Snapshot.ID, ArchivedAt: o.ArchivedAt.UTC(), Snapshot: snap, History: h}
-	complete := o.HistoryComplete()
-	v.HistoryComplete = &complete
-	if !complete {
-		v.FirstVersion, v.EarliestOffset = o.FirstVersion(), &o.Truncated.EarliestOffset
-	}
-	return json.Marshal(v)
-}
-
-// Decode reads an object's bytes.
-func Decode(b []byte) (*Object, error) {
-	var v objectJSON
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, fmt.Errorf("%w: %v", errFormat, err)
-	}
-	if v.Format != Format {
-		return nil, fmt.Errorf("%w format %d, this build reads %d", errFormat, v.Format, Format)
-	}
-	var s snapshot.Snapshot
-	if err := s.UnmarshalJSON(v.Snapshot); err != nil {
-		return nil, fmt.Errorf("%w of %s: %v", errFormat, v.SessionID, err)
-	}
-	o := &Object{Snapshot: &s, History: v.History, ArchivedAt: v.ArchivedAt}
-	if v.HistoryComplete != nil && !*v.HistoryComplete {
-		o.Truncated = &Truncation{}
-		if v.EarliestOffset != nil {
-			o.Truncated.EarliestOffset = *v.EarliestOffset
-		}
-	}
-	return o, nil
-}
-
-// Put writes the object of a terminal session. Writing it again is
-// harmless: the key is a function of the snapshot.
-func (s *Store) Put(ctx context.Context, o *Object) error {
-	if o.Snapshot == nil || !o.Snapshot.Terminal() {
-		return fmt.Errorf("%w: only a terminal session is archived", errFormat)
-	}
-	b, err := Encode(o)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errFormat, err)
-	}
-	key := Key(o.Snapshot.ID, o.Snapshot.State.String(), EndedAt(o.Snapshot))
-	if err := s.bucket.WriteAll(ctx, key, b, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
-		return fmt.Errorf("archive %s: writing %s: %v", s.url, key, err)
-	}
-	if s.dir != "" {
-		if err := s.syncFile(ctx, key); err != nil {
-			return fmt.Errorf("archive %s: syncing %s: %v", s.url, key, err)
-		}
-	}
-	return nil
-}
-
-// syncFile makes a file:// write durable before Put returns, and so before
-// the session leaves Redis. The file:// driver writes a temporary file,
-// its attributes sidecar (key.attrs, which a read decodes whole when it
-// exists) and renames the file into place, making the directories it
-// needs, but fsyncs none of it: a crash could then lose an object whose
-// session has already left Redis. So the object, its sidecar and every
-// directory from the object's up to the bucket's (the rename's entry and
-// those of the directories made) are fsynced. The driver escapes some keys
-// into other file names, so the file is the one the driver itself opens
-// for the key.
-func (s *Store) syncFile(ctx context.Context, key string) error {
-	var path string
-	r, err := s.bucket.NewReader(ctx, key, &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
-		var f *os.File
-		if as(&f) {
-			path = f.Name()
-		}
-		return nil
-	}})
-	if err != nil {
-		return err
-	}
-	_ = r.Close()
-	if path == "" {
-		return errors.New("the file:// driver did not name the object's file")
-	}
-	if err := s.fsync(path); err != nil {
-		return err
-	}
-	if err := s.fsync(path + ".attrs"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
-		if err := s.fsync(dir); err != nil {
-			return err
-		}
-		if dir == s.root || !strings.HasPrefix(dir, s.root) || filepath.Dir(dir) == dir {
-			return nil
-		}
-	}
-}
-
-// syncPath fsyncs one file or directory.
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// Get reads the archived object of session id, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, id string) (*Object, error) {
-	if !fsm.ValidSessionID(id) {
-		return nil, ErrNotFound
-	}
-	objs, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 2, &blob.ListOptions{Prefix: root + id + "/"})
-	if err != nil {
-		return nil, fmt.Errorf("archive %s: listing %s: %v", s.url, id, err)
-	}
-	for _, o := range objs {
-		if _, ok := parseKey(o.Key); !ok {
-			continue
-		}
-		b, err := s.bucket.ReadAll(ctx, o.Key)
-		if gcerrors.Code(err) == gcerrors.NotFound {
-			return nil, ErrNotFound
-		}
-		if err != nil {
-			return nil, fmt.Errorf("archive %s: reading %s: %v", s.url, o.Key, err)
-		}
-		return Decode(b)
-	}
-	return nil, ErrNotFound
-}
-
 // List returns up to limit archived sessions whose id starts with prefix,
 // in key order, after cursor (from a previous List; "" for the first
 // page), and the cursor of the next page ("" after the last).
@@ -399,26 +212,4 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]E
 		return out, "", nil
 	}
 	return out, base64.RawURLEncoding.EncodeToString(next), nil
-}
-
-// ErrBadCursor is returned by List for a cursor it did not make.
-var ErrBadCursor = errors.New("archive: the cursor is not one this service made")
-
-// Entries produces a session's history entries, in version order, by
-// calling yield once per entry; it stops at yield's first error and
-// returns it. PutStream takes one, so that a writer never needs a whole
-// history in memory.
-type Entries func(yield func(wire.HistoryEntry) error) error
-
-// PutStream writes the object of a terminal session as Put does, with the
-// history produced by each instead of o.History, which must be nil.
-func (s *Store) PutStream(ctx context.Context, o *Object, each Entries) error {
-	if o.History != nil {
-		return fmt.Errorf("%w: PutStream takes the history from each, not from the object", errFormat)
-	}
-	c := *o
-	if err := each(func(e wire.HistoryEntry) error { c.History = append(c.History, e); return nil }); err != nil {
-		return err
-	}
-	return s.Put(ctx, &c)
 }

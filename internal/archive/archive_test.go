@@ -17,7 +17,7 @@ import (
 
 // terminal returns the corpus's terminal snapshots in their stored JSON
 // form (pkg/snapshot/testdata), decoded.
-func terminal(t *testing.T) []*snapshot.Snapshot {
+func terminal(t testing.TB) []*snapshot.Snapshot {
 	t.Helper()
 	f, err := os.Open("../../pkg/snapshot/testdata/json-v3.jsonl")
 	if err != nil {

@@ -17,16 +17,13 @@ import (
 // archived reads answer 503, and nothing more: the services start, join
 // their group and fold while it is down. Remote is how they hold it: it
 // opens the bucket in the background, bounds every call by a timeout
-// (CORREX_ARCHIVE_TIMEOUT), probes the bucket while it is unreachable, and
+// (CORREX_ARCHIVE_TIMEOUT; a write, by the time each of its steps takes:
+// PutStream), probes the bucket while it is unreachable, and
 // while it is, fails each call at once with ErrUnreachable instead of
 // waiting for the bucket again.
 
 // DefaultTimeout bounds one call to the archive (CORREX_ARCHIVE_TIMEOUT).
 const DefaultTimeout = 5 * time.Second
-
-// ErrUnreachable is returned, wrapped with the reason, by a Remote's calls
-// while its bucket cannot be reached (or is not opened yet).
-var ErrUnreachable = errors.New("archive: unreachable")
 
 // Remote is an archive opened in the background, whose calls are bounded
 // by a timeout and fail at once while the bucket is known unreachable.
@@ -51,8 +48,8 @@ type Remote struct {
 
 // RemoteOptions tune a Remote; the zero value takes the defaults.
 type RemoteOptions struct {
-	// Timeout bounds each call (open, ping, get, list, put); default
-	// DefaultTimeout.
+	// Timeout bounds each call (open, ping, get, head, history page,
+	// list), and each step of a write (PutStream); default DefaultTimeout.
 	Timeout time.Duration
 	// Probe is the interval of the probes while the bucket is
 	// unreachable; default 2 s, and twice it while reachable.
@@ -189,7 +186,8 @@ func (r *Remote) Close() error {
 	return err
 }
 
-// call runs f on the open bucket within the timeout; while the bucket is
+// call runs f on the open bucket within the timeout (every call but the
+// writes, which PutStream bounds by progress); while the bucket is
 // unreachable it returns Status at once. A call that ran out of time
 // marks the bucket unreachable; any other failure of the bucket has it
 // probed at once.
@@ -202,17 +200,22 @@ func (r *Remote) call(ctx context.Context, f func(ctx context.Context, s *Store)
 	defer cancel()
 	err := f(cctx, s)
 	switch {
-	case err == nil, ctx.Err() != nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrBadCursor), errors.Is(err, errFormat):
+	case err == nil, ctx.Err() != nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrBadCursor), errors.Is(err, ErrChanged), errors.Is(err, errFormat):
 		return err
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		r.markDown(fmt.Errorf("a call did not complete within %v (CORREX_ARCHIVE_TIMEOUT): %v", r.timeout, err))
 		return fmt.Errorf("%w: %v", ErrUnreachable, err)
 	default:
-		select {
-		case r.kick <- struct{}{}:
-		default:
-		}
+		r.probeNow()
 		return err
+	}
+}
+
+// probeNow has the bucket probed at once, after a call failed.
+func (r *Remote) probeNow() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -236,12 +239,64 @@ func (r *Remote) List(ctx context.Context, prefix, cursor string, limit int) (e 
 	return e, next, err
 }
 
-// Put is Store.Put, bounded by the timeout.
+// Put is Store.Put, bounded as PutStream is.
 func (r *Remote) Put(ctx context.Context, o *Object) error {
-	return r.call(ctx, func(ctx context.Context, s *Store) error { return s.Put(ctx, o) })
+	c := *o
+	c.History = nil
+	return r.putStream(ctx, &c, historyOf(o.History))
 }
 
-// PutStream is Store.PutStream, bounded by the timeout.
+// PutStream is Store.PutStream, bounded by progress rather than by the
+// timeout: a huge session's object takes as long as its history takes to
+// produce and to upload, and a bound on the whole call would mark a
+// healthy archive unreachable for writing one. So each call that hands the
+// bucket bytes (a chunk of ChunkBytes, which the s3:// driver gathers
+// into parts and uploads, the footer, the close that commits the object)
+// must return within the timeout; one that does not aborts the write,
+// leaves no object, and marks the archive unreachable, as a call past the
+// timeout does. Time spent in each (reading the log) does not count; ctx
+// bounds the whole.
 func (r *Remote) PutStream(ctx context.Context, o *Object, each Entries) error {
-	return r.call(ctx, func(ctx context.Context, s *Store) error { return s.PutStream(ctx, o, each) })
+	if o.History != nil {
+		return fmt.Errorf("%w: PutStream takes the history from each, not from the object", errFormat)
+	}
+	return r.putStream(ctx, o, each)
+}
+
+func (r *Remote) putStream(ctx context.Context, o *Object, each Entries) error {
+	s := r.store.Load()
+	if s == nil || !r.reachable.Load() {
+		return r.Status()
+	}
+	err := s.putStream(ctx, o, each, r.timeout)
+	switch {
+	case err == nil, ctx.Err() != nil, errors.Is(err, errFormat):
+		return err
+	case errors.Is(err, errStalled):
+		r.markDown(fmt.Errorf("a write did not progress within %v (CORREX_ARCHIVE_TIMEOUT): %v", r.timeout, err))
+		return fmt.Errorf("%w: %v", ErrUnreachable, err)
+	default:
+		r.probeNow()
+		return err
+	}
+}
+
+// Head is Store.Head, bounded by the timeout.
+func (r *Remote) Head(ctx context.Context, id string) (h *Head, err error) {
+	err = r.call(ctx, func(ctx context.Context, s *Store) error { h, err = s.Head(ctx, id); return err })
+	return h, err
+}
+
+// HistoryPage is Store.HistoryPage, bounded by the timeout.
+func (r *Remote) HistoryPage(ctx context.Context, h *Head, from int64, limit int) (p Page, err error) {
+	err = r.call(ctx, func(ctx context.Context, s *Store) error { p, err = s.HistoryPage(ctx, h, from, limit); return err })
+	return p, err
+}
+
+// BytesRead is Store.BytesRead of the open bucket (0 before it opens).
+func (r *Remote) BytesRead() int64 {
+	if s := r.store.Load(); s != nil {
+		return s.BytesRead()
+	}
+	return 0
 }

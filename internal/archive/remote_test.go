@@ -8,6 +8,7 @@ import (
 
 	"github.com/correx/sessions/internal/s3test"
 	"github.com/correx/sessions/internal/testwait"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // TestRemoteOutage: a Remote starts while the S3 server refuses
@@ -79,4 +80,91 @@ func TestRemoteOutage(t *testing.T) {
 	srv.Kill()
 	testwait.Until(t, "the probes to find the server gone", 30*time.Second, func() bool { return !r.Reachable() })
 	down()
+}
+
+// TestRemoteWriteBoundedByProgress: a Remote's write of a session whose
+// history takes several times the timeout to produce succeeds and leaves
+// the archive reachable (the timeout bounds the bucket's steps, not the
+// whole write); one whose bucket stops taking parts midway (the S3 server
+// hung with SIGSTOP after the write began) fails with ErrUnreachable about
+// a timeout later, and leaves no object.
+func TestRemoteWriteBoundedByProgress(t *testing.T) {
+	srv := s3test.Start(t)
+	url := srv.Bucket(t, "progress")
+	ctx := context.Background()
+	const timeout = 500 * time.Millisecond
+	r, err := StartRemote(ctx, url, RemoteOptions{Timeout: timeout, Probe: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	testwait.Until(t, "the archive to be opened", 30*time.Second, r.Reachable)
+	snaps := terminal(t)
+	hist := history(4000, 0)
+	slow := func(yield func(wire.HistoryEntry) error) error {
+		for i, e := range hist {
+			if i%100 == 99 {
+				// A slow log read: 40 pauses, 4 timeouts in all.
+				time.Sleep(timeout / 10)
+			}
+			if err := yield(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := r.PutStream(ctx, &Object{Snapshot: snaps[0], ArchivedAt: time.Now()}, slow); err != nil {
+		t.Fatalf("a write slower than the timeout, with the bucket answering: %v", err)
+	}
+	if !r.Reachable() {
+		t.Fatal("a slow write marked the archive unreachable")
+	}
+	if o, err := r.Get(ctx, snaps[0].ID); err != nil || len(o.History) != len(hist) {
+		t.Fatalf("read back: %v", err)
+	}
+
+	// Hung midway: past the writer's 5 MiB buffer, the part upload hangs.
+	var other = snaps[0]
+	for _, sn := range snaps {
+		if sn.ID != snaps[0].ID {
+			other = sn
+			break
+		}
+	}
+	big := history(40000, 0) // about 9 MiB
+	paused := false
+	defer func() {
+		if paused {
+			srv.Resume()
+		}
+	}()
+	hung := func(yield func(wire.HistoryEntry) error) error {
+		for i, e := range big {
+			if i == 100 {
+				srv.Pause()
+				paused = true
+			}
+			if err := yield(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	start := time.Now()
+	err = r.PutStream(ctx, &Object{Snapshot: other, ArchivedAt: time.Now()}, hung)
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a write to a bucket that hung: %v, want ErrUnreachable", err)
+	}
+	if d := time.Since(start); d > timeout+5*time.Second {
+		t.Errorf("the write to a hung bucket failed after %v (timeout %v)", d, timeout)
+	}
+	if r.Reachable() {
+		t.Error("the hung write left the archive reachable")
+	}
+	srv.Resume()
+	paused = false
+	testwait.Until(t, "the archive to be reachable once the server continues", 30*time.Second, r.Reachable)
+	if _, err := r.Get(ctx, other.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after the aborted write, Get: %v, want ErrNotFound", err)
+	}
 }

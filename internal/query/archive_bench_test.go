@@ -2,9 +2,12 @@ package query_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -109,4 +112,89 @@ func BenchmarkArchivedRead(b *testing.B) {
 // (CORREX_REQUIRE_S3=1 fails it instead).
 func benchArchiveURL(b *testing.B) string {
 	return s3test.StartBucket(b)
+}
+
+// BenchmarkArchivedReadHuge reads one huge archived session (150,000
+// events, a 30 MiB object) through the HTTP handler, archived in
+// format 1 (one JSON document, the baseline, as objects were written
+// before) and in format 2 (read by range), in one run, from a bucket of a
+// real S3-compatible server. For each it reports the p50 of a GET
+// /v1/sessions/{id} with no head kept (get-p50-ms), of a history page
+// after a cursor with the head kept as paging keeps it (page-p50-ms), the
+// MiB allocated per read in the process (server and client), and the MiB
+// read from the archive per read.
+func BenchmarkArchivedReadHuge(b *testing.B) {
+	url := benchArchiveURL(b)
+	arch, err := archive.Open(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer arch.Close()
+	srv := redistest.Start(b)
+	gone, err := snapshot.NewStore(srv.Client(b), "bench-huge") // holds neither
+	if err != nil {
+		b.Fatal(err)
+	}
+	const events = 150_000
+	s1, h1 := hugeSession("huge:format1", 0, events)
+	putWhole(b, url, &archive.Object{Snapshot: s1, History: h1, ArchivedAt: time.Now()})
+	s2, h2 := hugeSession("huge:format2", 0, events)
+	if err := arch.Put(ctx, &archive.Object{Snapshot: s2, History: h2, ArchivedAt: time.Now()}); err != nil {
+		b.Fatal(err)
+	}
+	h1, h2 = nil, nil
+	read := func(b *testing.B, id string, reads int) {
+		cold := httptest.NewServer(query.NewHandler(gone, topic, nil, query.Options{Archive: arch, ArchiveHeadCache: -1}))
+		defer cold.Close()
+		warm := httptest.NewServer(query.NewHandler(gone, topic, nil, query.Options{Archive: arch}))
+		defer warm.Close()
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+		get := func(url string) []byte {
+			resp, err := client.Get(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Fatalf("%s: %d %.300s", url, resp.StatusCode, body)
+			}
+			return body
+		}
+		var first wire.HistoryPage
+		if err := json.Unmarshal(get(warm.URL+"/v1/sessions/"+id+"/history"), &first); err != nil || first.Next == nil {
+			b.Fatalf("first page: %v", err)
+		}
+		page := warm.URL + "/v1/sessions/" + id + "/history?after=" + neturl.QueryEscape(*first.Next)
+		measure := func(url string) (p50 time.Duration, allocMiB, readMiB float64) {
+			var lat []time.Duration
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			bytes := arch.BytesRead()
+			for range reads {
+				start := time.Now()
+				get(url)
+				lat = append(lat, time.Since(start))
+			}
+			runtime.ReadMemStats(&after)
+			slices.Sort(lat)
+			return lat[len(lat)/2], float64(after.TotalAlloc-before.TotalAlloc) / float64(reads) / (1 << 20),
+				float64(arch.BytesRead()-bytes) / float64(reads) / (1 << 20)
+		}
+		for b.Loop() {
+			gp, ga, gr := measure(cold.URL + "/v1/sessions/" + id)
+			pp, pa, pr := measure(page)
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+			b.ReportMetric(ms(gp), "get-p50-ms")
+			b.ReportMetric(ga, "get-alloc-MiB")
+			b.ReportMetric(gr, "get-read-MiB")
+			b.ReportMetric(ms(pp), "page-p50-ms")
+			b.ReportMetric(pa, "page-alloc-MiB")
+			b.ReportMetric(pr, "page-read-MiB")
+			b.ReportMetric(0, "ns/op")
+		}
+	}
+	b.Run("format1", func(b *testing.B) { read(b, s1.ID, 5) })
+	b.Run("format2", func(b *testing.B) { read(b, s2.ID, 50) })
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
+	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
@@ -41,10 +42,27 @@ import (
 // cannot be asked (never a 404 that may be wrong, never after a wait);
 // archived histories and the archive's listing answer 503 the same way.
 
+// Archived reads read what they need of an object, never the whole of a
+// format 2 one (internal/archive): GET /v1/sessions/{id} its head (the
+// snapshot and the chunks' index: the object's tail and first line), a
+// history page the chunks that hold its entries. Heads are kept for the
+// next reads, within CORREX_ARCHIVE_HEAD_CACHE bytes (headcache.go), so the
+// pages of one huge history read the head once. An object written before
+// format 2 is read whole, as it always was.
+//
+// Archived reads have slots of their own, CORREX_ARCHIVE_READS in all and
+// CORREX_ARCHIVE_READS_PER_PRINCIPAL for one token (or, without
+// authentication, one client address), apart from the replays' (which the
+// live histories, replays, rebuilds and reads as of a version share): a
+// request that finds none free answers 503 with Retry-After at once, so
+// one tenant paging a huge archived session can neither take every
+// archived read from the others nor hold up their live histories.
+
 // Archive is what the handler reads from the archive: *archive.Remote
 // (Serve) or *archive.Store.
 type Archive interface {
-	Get(ctx context.Context, id string) (*archive.Object, error)
+	Head(ctx context.Context, id string) (*archive.Head, error)
+	HistoryPage(ctx context.Context, h *archive.Head, from int64, limit int) (archive.Page, error)
 	List(ctx context.Context, prefix, cursor string, limit int) ([]archive.Entry, string, error)
 	Ping(ctx context.Context) error
 }
@@ -54,27 +72,55 @@ var (
 	_ Archive = (*archive.Remote)(nil)
 )
 
-// ArchiveTimeout bounds the archive's work of a request (archive.Remote
-// bounds each call by CORREX_ARCHIVE_TIMEOUT too).
+// ArchiveTimeout bounds each of the archive's calls of a request
+// (archive.Remote bounds each call by CORREX_ARCHIVE_TIMEOUT too).
 const ArchiveTimeout = archive.DefaultTimeout
+
+// Archived reads' slots: the defaults of Options.MaxArchiveReads and
+// Options.MaxArchiveReadsPerPrincipal (CORREX_ARCHIVE_READS,
+// CORREX_ARCHIVE_READS_PER_PRINCIPAL). An archived read holds a head and a
+// chunk (about archive.ChunkBytes) at most, for format 2 objects.
+const (
+	DefaultArchiveReads             = 16
+	DefaultArchiveReadsPerPrincipal = 4
+)
 
 // ArchiveList is the body of GET /v1/archive (pkg/wire's, which the
 // client reads too).
 type ArchiveList = wire.ArchivePage
 
-// archived reads session id from the archive: nil, nil when it is not
-// there (or there is no archive).
-func (h *Handler) archived(ctx context.Context, id string) (*archive.Object, error) {
+// archivedHead returns the head of session id's archived object, kept or
+// read: nil, nil when it is not there (or there is no archive).
+func (h *Handler) archivedHead(ctx context.Context, id string) (*archive.Head, error) {
 	if h.archive == nil {
 		return nil, nil
 	}
+	if hd := h.heads.get(id); hd != nil {
+		return hd, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, ArchiveTimeout)
 	defer cancel()
-	o, err := h.archive.Get(ctx, id)
+	hd, err := h.archive.Head(ctx, id)
 	if errors.Is(err, archive.ErrNotFound) {
 		return nil, nil
 	}
-	return o, err
+	if err != nil {
+		return nil, err
+	}
+	h.heads.put(id, hd)
+	return hd, nil
+}
+
+// takeArchiveRead reserves an archived read's slot for the request's
+// principal, and returns its release; when none is free it answers 503
+// itself and reports false.
+func (h *Handler) takeArchiveRead(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	who := auth.PrincipalFrom(r.Context()).Key()
+	if !h.archiveReads.take(who) {
+		httpx.Unavailable(w, time.Second, "too many archived reads are running, for this caller or in all; retry", nil)
+		return nil, false
+	}
+	return func() { h.archiveReads.give(who) }, true
 }
 
 func (h *Handler) archiveError(w http.ResponseWriter, err error) {
@@ -99,10 +145,25 @@ func archivedJSON(s *snapshot.Snapshot) ([]byte, error) {
 	return append(b[:len(b)-1:len(b)-1], `,"archived":true}`...), nil
 }
 
-// findArchived reads session id from the archive, and answers the request
-// itself (404, or the archive's error) when it reports false.
-func (h *Handler) findArchived(w http.ResponseWriter, r *http.Request, id string) (*archive.Object, bool) {
-	o, err := h.archived(r.Context(), id)
+// findArchived reads the head of session id's archived object, in an
+// archived read's slot, and answers the request itself (503 when no slot
+// is free, 404, or the archive's error) when it reports false.
+func (h *Handler) findArchived(w http.ResponseWriter, r *http.Request, id string) (*archive.Head, bool) {
+	if h.archive == nil {
+		notFound(w)
+		return nil, false
+	}
+	release, ok := h.takeArchiveRead(w, r)
+	if !ok {
+		return nil, false
+	}
+	defer release()
+	return h.findArchivedHeld(w, r, id)
+}
+
+// findArchivedHeld is findArchived for a request that holds its slot.
+func (h *Handler) findArchivedHeld(w http.ResponseWriter, r *http.Request, id string) (*archive.Head, bool) {
+	hd, err := h.archivedHead(r.Context(), id)
 	switch {
 	case errors.Is(err, context.Canceled):
 		return nil, false
@@ -114,25 +175,25 @@ func (h *Handler) findArchived(w http.ResponseWriter, r *http.Request, id string
 	case err != nil:
 		h.archiveError(w, err)
 		return nil, false
-	case o == nil:
+	case hd == nil:
 		notFound(w)
 		return nil, false
 	}
-	return o, true
+	return hd, true
 }
 
 // serveArchived answers GET /v1/sessions/{id} from the archive, or 404.
 func (h *Handler) serveArchived(w http.ResponseWriter, r *http.Request, id string) {
-	o, ok := h.findArchived(w, r, id)
+	hd, ok := h.findArchived(w, r, id)
 	if !ok {
 		return
 	}
-	b, err := archivedJSON(o.Snapshot)
+	b, err := archivedJSON(hd.Snapshot)
 	if err != nil {
 		h.archiveError(w, err)
 		return
 	}
-	if notModified(w, r, ETag(o.Snapshot)) {
+	if notModified(w, r, ETag(hd.Snapshot)) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -141,56 +202,79 @@ func (h *Handler) serveArchived(w http.ResponseWriter, r *http.Request, id strin
 }
 
 // archivedHistory answers GET /v1/sessions/{id}/history from the archive,
-// or 404: up to limit entries after the cursor's position.
+// or 404: up to limit entries after the cursor's position, read from the
+// chunks that hold them. A head kept from before the object was written
+// again (archive.ErrChanged) is read again, once.
 func (h *Handler) archivedHistory(w http.ResponseWriter, r *http.Request, id string, after *historyCursor, limit int) {
-	o, ok := h.findArchived(w, r, id)
+	if h.archive == nil {
+		notFound(w)
+		return
+	}
+	release, ok := h.takeArchiveRead(w, r)
 	if !ok {
 		return
 	}
-	s := o.Snapshot
-	if o.Truncated != nil {
-		// Incomplete (DESIGN 13.2): what is missing answers as the live
-		// history of a trimmed log does. The object holds no entry, so
-		// every page is missing.
-		h.archivedTruncated(w, o)
-		return
-	}
-	from := int64(-1)
-	if after != nil {
-		if after.partition != s.Position.Partition || after.first != s.FirstOffset || after.next > s.Position.Offset+1 {
-			badRequest(w, "after", "is a cursor of an earlier session under this id; start again without it")
+	defer release()
+	for attempt := 0; ; attempt++ {
+		hd, ok := h.findArchivedHeld(w, r, id)
+		if !ok {
 			return
 		}
-		from = after.next
+		s := hd.Snapshot
+		if hd.Truncated != nil {
+			// Incomplete (DESIGN 13.2): what is missing answers as the live
+			// history of a trimmed log does. The object holds no entry, so
+			// every page is missing.
+			h.archivedTruncated(w, hd)
+			return
+		}
+		from := int64(-1)
+		if after != nil {
+			if after.partition != s.Position.Partition || after.first != s.FirstOffset || after.next > s.Position.Offset+1 {
+				badRequest(w, "after", "is a cursor of an earlier session under this id; start again without it")
+				return
+			}
+			from = after.next
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), ArchiveTimeout)
+		p, err := h.archive.HistoryPage(ctx, hd, from, limit)
+		cancel()
+		switch {
+		case errors.Is(err, archive.ErrChanged) && attempt == 0:
+			h.heads.drop(id, hd)
+			continue
+		case r.Context().Err() != nil:
+			return
+		case err != nil:
+			h.archiveError(w, err)
+			return
+		}
+		page := &wire.HistoryPage{History: p.Entries}
+		if page.History == nil {
+			page.History = []wire.HistoryEntry{}
+		}
+		if p.More && len(p.Entries) > 0 {
+			last := p.Entries[len(p.Entries)-1].Position
+			c := historyCursor{id: id, partition: s.Position.Partition, first: s.FirstOffset, next: last.Offset + 1, events: uint64(p.Seen)}
+			next := h.histCursors.encodeHistory(c)
+			page.Next = &next
+		}
+		w.Header().Set("Cache-Control", "no-cache")
+		httpx.WriteJSON(w, http.StatusOK, page)
+		return
 	}
-	page := &wire.HistoryPage{History: []wire.HistoryEntry{}}
-	i := 0
-	for i < len(o.History) && o.History[i].Position.Offset < from {
-		i++
-	}
-	for ; i < len(o.History) && len(page.History) < limit; i++ {
-		page.History = append(page.History, o.History[i])
-	}
-	if i < len(o.History) && len(page.History) > 0 {
-		last := page.History[len(page.History)-1].Position
-		c := historyCursor{id: id, partition: s.Position.Partition, first: s.FirstOffset, next: last.Offset + 1, events: uint64(i)}
-		next := h.histCursors.encodeHistory(c)
-		page.Next = &next
-	}
-	w.Header().Set("Cache-Control", "no-cache")
-	httpx.WriteJSON(w, http.StatusOK, page)
 }
 
 // archivedTruncated answers 409 history-truncated for an archived session
 // whose history the log no longer held in full when it was archived.
-func (h *Handler) archivedTruncated(w http.ResponseWriter, o *archive.Object) {
-	s := o.Snapshot
+func (h *Handler) archivedTruncated(w http.ResponseWriter, hd *archive.Head) {
+	s := hd.Snapshot
 	httpx.WriteProblem(w, httpx.Problem{Type: TypeHistoryTruncated, Status: http.StatusConflict,
 		Detail: fmt.Sprintf("the events log no longer held the first events of this session when it was archived: "+
 			"partition %d started at offset %d, the session at %d; the archive holds it from version %d, its final snapshot, and no history",
-			s.Position.Partition, o.Truncated.EarliestOffset, s.FirstOffset, o.FirstVersion()),
+			s.Position.Partition, hd.Truncated.EarliestOffset, s.FirstOffset, hd.FirstVersion()),
 		Extra: map[string]any{"partition": s.Position.Partition, "firstOffset": s.FirstOffset,
-			"earliestOffset": o.Truncated.EarliestOffset, "historyComplete": false, "firstVersion": o.FirstVersion()}})
+			"earliestOffset": hd.Truncated.EarliestOffset, "historyComplete": false, "firstVersion": hd.FirstVersion()}})
 }
 
 // MaxArchiveLimit bounds a page of GET /v1/archive.

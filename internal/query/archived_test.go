@@ -29,12 +29,13 @@ import (
 // (sessions:read, prefix acme:); its client checks every answer against
 // the OpenAPI description.
 type archiveFixture struct {
-	t      *testing.T
-	store  *snapshot.Store
-	arch   *archive.Store
-	srv    *httptest.Server
-	client *http.Client
-	tokens map[string]string
+	t       *testing.T
+	store   *snapshot.Store
+	arch    *archive.Store
+	srv     *httptest.Server
+	handler *query.Handler
+	client  *http.Client
+	tokens  map[string]string
 }
 
 func newArchiveFixture(t *testing.T, withArchive bool) *archiveFixture {
@@ -43,6 +44,13 @@ func newArchiveFixture(t *testing.T, withArchive bool) *archiveFixture {
 }
 
 func newArchiveFixtureAt(t *testing.T, withArchive bool, bucketURL string) *archiveFixture {
+	t.Helper()
+	return newArchiveFixtureWith(t, withArchive, bucketURL, nil)
+}
+
+// newArchiveFixtureWith is newArchiveFixtureAt with options of the
+// handler's set by opts.
+func newArchiveFixtureWith(t *testing.T, withArchive bool, bucketURL string, opts func(*query.Options)) *archiveFixture {
 	t.Helper()
 	r := redistest.Start(t)
 	store, err := snapshot.NewStore(r.Client(t), "arch")
@@ -78,7 +86,11 @@ func newArchiveFixtureAt(t *testing.T, withArchive bool, bucketURL string) *arch
 	if withArchive {
 		o.Archive = arch
 	}
-	f.srv = httptest.NewServer(query.NewHandler(store, topic, nil, o))
+	if opts != nil {
+		opts(&o)
+	}
+	f.handler = query.NewHandler(store, topic, nil, o)
+	f.srv = httptest.NewServer(f.handler)
 	t.Cleanup(f.srv.Close)
 	v, err := apitest.New()
 	if err != nil {

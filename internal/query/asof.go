@@ -102,11 +102,11 @@ func (h *Handler) getAsOf(w http.ResponseWriter, r *http.Request, id string) {
 	archived := false
 	switch {
 	case errors.Is(err, snapshot.ErrNotFound):
-		o, found := h.findArchived(w, r, id)
+		hd, found := h.findArchived(w, r, id)
 		if !found {
 			return
 		}
-		stored, archived = o.Snapshot, true
+		stored, archived = hd.Snapshot, true
 	case err != nil:
 		h.storeError(w, err)
 		return

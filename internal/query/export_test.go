@@ -53,3 +53,9 @@ var SharedCursorKey = sharedCursorKey
 // HistoryRefolds is the number of history pages that did not find the fold
 // state of their cursor kept, and folded the session again from its start.
 func (h *Handler) HistoryRefolds() int64 { return h.folds.refolds.Load() }
+
+// ArchiveReadsRunning is the number of archived reads holding a slot.
+func (h *Handler) ArchiveReadsRunning() int { return h.archiveReads.inUse() }
+
+// ArchiveHeadsHeld is the bytes and the number of archived heads kept.
+func (h *Handler) ArchiveHeadsHeld() (int64, int) { return h.heads.held() }

@@ -49,7 +49,9 @@ import (
 // number of events there, and continues: slower, never different. A page
 // ends early, with a cursor, when the read reaches ReplayLimit after at
 // least one entry; with none, the read is answered 503 as a replay is.
-// Histories share the bound on concurrent replays and rebuilds (MaxReplays).
+// Histories read from the log share the bound on concurrent replays and
+// rebuilds (MaxReplays); archived histories have slots of their own
+// (archived.go).
 
 // History limits.
 const (
@@ -224,15 +226,9 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		httpx.Unavailable(w, 30*time.Second, "the history needs Kafka, and this query service has no brokers configured", nil)
 		return
 	}
-	select {
-	case h.replays <- struct{}{}:
-		defer func() { <-h.replays }()
-	default:
-		httpx.Unavailable(w, 5*time.Second, "too many replays, rebuilds and histories are running; retry", nil)
-		return
-	}
 	stored, err := h.get(r.Context(), id)
 	if errors.Is(err, snapshot.ErrNotFound) {
+		// In an archived read's slot, not a replay's (archived.go).
 		h.archivedHistory(w, r, id, after, limit)
 		return
 	}
@@ -242,6 +238,13 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		httpx.Unavailable(w, 30*time.Second, "the history needs Kafka, and this query service has no brokers configured", nil)
+		return
+	}
+	select {
+	case h.replays <- struct{}{}:
+		defer func() { <-h.replays }()
+	default:
+		httpx.Unavailable(w, 5*time.Second, "too many replays, rebuilds and histories are running; retry", nil)
 		return
 	}
 	if after != nil && (after.partition != stored.Position.Partition || after.first != stored.FirstOffset ||

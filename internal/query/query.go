@@ -83,6 +83,10 @@ type Handler struct {
 	metrics     *metrics
 	logStarts   *logStartCache
 	archive     Archive
+	// archiveReads bounds the archived reads, apart from the replays;
+	// heads keeps archived heads for the next reads (archived.go).
+	archiveReads *waitSlots
+	heads        *headCache
 }
 
 // Options bound the expensive requests.
@@ -138,6 +142,18 @@ type Options struct {
 	// Archive is where closed sessions that left Redis are read back
 	// (archived.go); nil: no archive (GET /v1/archive answers 503).
 	Archive Archive
+	// MaxArchiveReads bounds the archived reads (a session's snapshot or
+	// history page read from the archive) running at once, apart from the
+	// replays' bound; default DefaultArchiveReads.
+	MaxArchiveReads int
+	// MaxArchiveReadsPerPrincipal bounds those of one token (or client
+	// address); default DefaultArchiveReadsPerPrincipal, at most
+	// MaxArchiveReads.
+	MaxArchiveReadsPerPrincipal int
+	// ArchiveHeadCache bounds, in bytes, the archived heads kept for the
+	// next reads (headcache.go); default DefaultArchiveHeadCache; negative
+	// keeps none.
+	ArchiveHeadCache int64
 }
 
 // NewHandler returns the query API over store for topic. replayer may be nil
@@ -170,12 +186,22 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 	if o.HistoryCache == 0 {
 		o.HistoryCache = DefaultHistoryCache
 	}
+	if o.MaxArchiveReads <= 0 {
+		o.MaxArchiveReads = DefaultArchiveReads
+	}
+	if o.MaxArchiveReadsPerPrincipal <= 0 {
+		o.MaxArchiveReadsPerPrincipal = DefaultArchiveReadsPerPrincipal
+	}
+	if o.ArchiveHeadCache == 0 {
+		o.ArchiveHeadCache = DefaultArchiveHeadCache
+	}
 	h := &Handler{store: store, topic: topic, replayer: replayer, log: o.Log, poll: o.PollEvery, replayLimit: o.ReplayLimit,
 		waits:   newWaitSlots(o.MaxWaiting, o.MaxWaitingPerPrincipal),
 		parts:   &partitionCount{src: o.Partitions, every: o.PartitionsEvery},
 		replays: make(chan struct{}, o.MaxReplays), watch: o.Watch, guard: o.Guard,
 		histCursors: newSealer(historyKeyLabel, o.CursorKey), archCursors: newSealer(archiveKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log),
-		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}, archive: o.Archive}
+		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}, archive: o.Archive,
+		archiveReads: newWaitSlots(o.MaxArchiveReads, o.MaxArchiveReadsPerPrincipal), heads: newHeadCache(o.ArchiveHeadCache)}
 	if o.Archive != nil {
 		watchArchive(o.Meter, o.Archive, o.Log)
 	}

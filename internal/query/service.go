@@ -86,6 +86,20 @@ type Config struct {
 	// past it the archive counts as unreachable until a probe answers.
 	// default: 5s
 	ArchiveTimeout time.Duration
+	// ArchiveReads bounds the archived reads (a snapshot or a history page
+	// read from the archive) running at once (CORREX_ARCHIVE_READS), apart
+	// from the replays and live histories; past it they answer 503.
+	// default: 16 (DefaultArchiveReads)
+	ArchiveReads int
+	// ArchiveReadsPerPrincipal bounds those of one token, or one client
+	// address without authentication (CORREX_ARCHIVE_READS_PER_PRINCIPAL).
+	// default: 4 (DefaultArchiveReadsPerPrincipal)
+	ArchiveReadsPerPrincipal int
+	// ArchiveHeadCache bounds, in bytes, the archived sessions' heads
+	// (snapshot and chunk index) kept for the next reads
+	// (CORREX_ARCHIVE_HEAD_CACHE); 0 keeps none.
+	// default: 16777216, 16 MiB (DefaultArchiveHeadCache)
+	ArchiveHeadCache int
 }
 
 // minCursorKey is the shortest secret CORREX_WATCH_CURSOR_KEY_FILE may hold.
@@ -156,6 +170,10 @@ func DefaultConfig() Config {
 
 		WatchMaxLifetime: DefaultWatchMaxLifetime,
 		ArchiveTimeout:   archive.DefaultTimeout,
+
+		ArchiveReads:             DefaultArchiveReads,
+		ArchiveReadsPerPrincipal: DefaultArchiveReadsPerPrincipal,
+		ArchiveHeadCache:         DefaultArchiveHeadCache,
 	}
 }
 
@@ -173,6 +191,12 @@ func (c *Config) Bind(b *config.Binder) {
 	b.Secret(&c.ArchiveURL, "archive-url", "CORREX_ARCHIVE_URL", d.ArchiveURL, "archive of closed sessions that left Redis (file://, s3://, gs://; unset: none)")
 	b.Duration(&c.ArchiveTimeout, "archive-timeout", "CORREX_ARCHIVE_TIMEOUT", d.ArchiveTimeout,
 		"longest call to the archive; past it the archive counts as unreachable, and reads that need it answer 503 at once")
+	b.Int(&c.ArchiveReads, "archive-reads", "CORREX_ARCHIVE_READS", d.ArchiveReads,
+		"archived reads (snapshots and history pages read from the archive) running at once; past it they answer 503")
+	b.Int(&c.ArchiveReadsPerPrincipal, "archive-reads-per-principal", "CORREX_ARCHIVE_READS_PER_PRINCIPAL", d.ArchiveReadsPerPrincipal,
+		"archived reads one token (or client address) may have running at once")
+	b.Int(&c.ArchiveHeadCache, "archive-head-cache", "CORREX_ARCHIVE_HEAD_CACHE", d.ArchiveHeadCache,
+		"bytes of archived sessions' heads kept for the next reads (0: none)")
 	b.Duration(&c.WatchMaxLifetime, "watch-max-lifetime", "CORREX_WATCH_MAX_LIFETIME", d.WatchMaxLifetime, "longest a watch stream lasts before the client must resume")
 	c.Kafka.BindSecurity(b)
 	c.Auth.Bind(b)
@@ -205,6 +229,15 @@ func (c *Config) Validate() error {
 	}
 	if c.ArchiveTimeout <= 0 {
 		p.Addf("CORREX_ARCHIVE_TIMEOUT: %v, must be positive", c.ArchiveTimeout)
+	}
+	if c.ArchiveReads <= 0 {
+		p.Addf("CORREX_ARCHIVE_READS: %d, must be positive", c.ArchiveReads)
+	}
+	if c.ArchiveReadsPerPrincipal <= 0 || c.ArchiveReadsPerPrincipal > c.ArchiveReads {
+		p.Addf("CORREX_ARCHIVE_READS_PER_PRINCIPAL: %d, must be from 1 to CORREX_ARCHIVE_READS (%d)", c.ArchiveReadsPerPrincipal, c.ArchiveReads)
+	}
+	if c.ArchiveHeadCache < 0 {
+		p.Addf("CORREX_ARCHIVE_HEAD_CACHE: %d, must be 0 (none) or a number of bytes", c.ArchiveHeadCache)
 	}
 	if _, err := c.cursorKey(); err != nil {
 		p.Addf("%s", err)
@@ -275,6 +308,11 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 		}
 		defer func() { _ = arch.Close() }()
 		opts.Archive = arch
+		opts.MaxArchiveReads, opts.MaxArchiveReadsPerPrincipal = cfg.ArchiveReads, cfg.ArchiveReadsPerPrincipal
+		opts.ArchiveHeadCache = int64(cfg.ArchiveHeadCache)
+		if cfg.ArchiveHeadCache == 0 {
+			opts.ArchiveHeadCache = -1 // none
+		}
 		degraded = func() []string {
 			if err := arch.Status(); err != nil {
 				return []string{err.Error() + "; archived sessions answer 503 until it answers"}

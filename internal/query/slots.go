@@ -2,9 +2,10 @@ package query
 
 import "sync"
 
-// waitSlots bounds the reads waiting for a position: at most max in all,
-// and at most perKey for one caller, so that one token (or address) holding
-// its share leaves the rest to the others. It is safe for concurrent use;
+// waitSlots bounds requests of one kind running at once (the reads
+// waiting for a position; the archived reads): at most max in all, and at
+// most perKey for one caller, so that one token (or address) holding its
+// share leaves the rest to the others. It is safe for concurrent use;
 // the lock is held only to count.
 type waitSlots struct {
 	max, perKey int
