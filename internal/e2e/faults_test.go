@@ -336,7 +336,7 @@ func TestArchiveOutageAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the services and runs them as processes, and waits out archive sweeps")
 	}
-	t.Parallel() // mostly waits (a session timeout, archive sweeps): beside the others
+	t.Parallel()                // mostly waits (a session timeout, archive sweeps): beside the others
 	s3 := s3test.StartServer(t) // the services are given the credentials
 	bucket := s3.Bucket(t, "correx-archive")
 	s3.Kill()
