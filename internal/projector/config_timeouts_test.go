@@ -108,3 +108,17 @@ func TestRetentionSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushBytesRefusesNegative: a negative CORREX_FLUSH_BYTES is refused,
+// naming the variable; 0 is a quarter of the cache's bytes.
+func TestFlushBytesRefusesNegative(t *testing.T) {
+	c := DefaultConfig()
+	c.FlushBytes = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "CORREX_FLUSH_BYTES") {
+		t.Fatalf("CORREX_FLUSH_BYTES=-1: %v, want it named", err)
+	}
+	c.FlushBytes, c.CacheBytes = 0, 1<<20
+	if got := c.flushBytes(); got != 1<<18 {
+		t.Fatalf("CORREX_FLUSH_BYTES=0 with a 1 MiB cache: %d, want a quarter of it", got)
+	}
+}
