@@ -6,15 +6,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/correx/sessions/internal/config"
-	"github.com/correx/sessions/internal/testwait"
 )
 
 func TestReadSecretFile(t *testing.T) {
@@ -90,39 +92,63 @@ func (s *syncBuffer) String() string {
 }
 
 // TestFileWatchPolls: a changed file is reloaded without a signal; a failed
-// reload is logged and retried only when the content changes again.
+// reload is logged and retried only when the content changes again. It runs
+// in a synctest bubble: the watcher's ticker is on the bubble's clock, so
+// "six polls found nothing" is exact, not a hope about a real sleep.
 func TestFileWatchPolls(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(p, []byte("v1"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var reloads atomic.Int32
-	var fail atomic.Bool
-	logs := &syncBuffer{}
-	config.FileWatch{What: "things", Files: []string{p}, Interval: 5 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(logs, nil)),
-		Reload: func() error {
-			reloads.Add(1)
-			if fail.Load() {
-				return os.ErrInvalid
+	// The runtime starts its signal-mask goroutine on the process's first
+	// signal.Notify; started inside the bubble, that goroutine would select
+	// on the bubble's channels from outside it. Start it here, outside.
+	outside := make(chan os.Signal, 1)
+	signal.Notify(outside, syscall.SIGHUP)
+	defer signal.Stop(outside)
+	synctest.Test(t, func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(p, []byte("v1"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var reloads, polls atomic.Int32
+		var fail atomic.Bool
+		logs := &syncBuffer{}
+		const interval = 5 * time.Millisecond
+		config.FileWatch{What: "things", Files: []string{p}, Interval: interval,
+			Log: slog.New(slog.NewTextHandler(logs, nil)),
+			Reload: func() error {
+				reloads.Add(1)
+				if fail.Load() {
+					return os.ErrInvalid
+				}
+				return nil
+			}}.Start(t.Context())
+		// poll lets the bubble's clock pass n intervals and waits until the
+		// watcher has handled each tick and is blocked again.
+		poll := func(n int) {
+			for range n {
+				time.Sleep(interval)
+				synctest.Wait()
+				polls.Add(1)
 			}
-			return nil
-		}}.Start(t.Context())
-	// Nothing to wait for: the watcher must do nothing, so let it poll
-	// several times (every 5 ms) before checking that it did not reload.
-	time.Sleep(30 * time.Millisecond) // the scenario: polls that must find nothing to do
-	if n := reloads.Load(); n != 0 {
-		t.Fatalf("%d reloads of an unchanged file", n)
-	}
-	replaceFile(t, p, "v2")
-	testwait.Until(t, "the changed file reloaded", 5*time.Second, func() bool { return reloads.Load() == 1 })
-	fail.Store(true)
-	replaceFile(t, p, "v3")
-	testwait.Until(t, "the failed reload logged", 5*time.Second, func() bool { return strings.Contains(logs.String(), "reload failed; keeping the previous things") })
-	time.Sleep(30 * time.Millisecond) // the scenario: several polls that must not retry the failed reload
-	if n := reloads.Load(); n != 2 {
-		t.Fatalf("%d reloads, want 2 (a failed reload is not retried until the file changes)", n)
-	}
+		}
+		poll(6) // polls that must find nothing to do
+		if n := reloads.Load(); n != 0 {
+			t.Fatalf("%d reloads of an unchanged file after %d polls", n, polls.Load())
+		}
+		replaceFile(t, p, "v2")
+		poll(1)
+		if n := reloads.Load(); n != 1 {
+			t.Fatalf("%d reloads one poll after the file changed, want 1", n)
+		}
+		fail.Store(true)
+		replaceFile(t, p, "v3")
+		poll(1)
+		if !strings.Contains(logs.String(), "reload failed; keeping the previous things") {
+			t.Fatalf("the failed reload was not logged: %s", logs.String())
+		}
+		poll(6) // polls that must not retry the failed reload
+		if n := reloads.Load(); n != 2 {
+			t.Fatalf("%d reloads, want 2 (a failed reload is not retried until the file changes)", n)
+		}
+	})
 }
 
 // replaceFile replaces the file at p in one step (a new file renamed over
