@@ -49,6 +49,13 @@
 // The OTLP default is grpc, as this project chose, although the
 // specification suggests http/protobuf.
 //
+// The OTLP exporters themselves (gRPC and HTTP, which both link gRPC) are
+// registered by the subpackage otlpexport, which the service binaries
+// import; a program that does not import it links the console and
+// Prometheus exporters only, and an otlp selection fails at Setup (and
+// Config.Validate) with an *EnvError naming the package to import. The
+// default protocol stays grpc either way: see otlpexport's documentation.
+//
 // Read from the real process environment by the SDK and the exporters, not
 // through Getenv: OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT, _HEADERS,
 // _TIMEOUT, _COMPRESSION, _CERTIFICATE and the rest of the OTLP exporter
