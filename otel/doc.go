@@ -25,7 +25,7 @@
 //   - NewForTest, recording spans and metrics in memory for other packages'
 //     tests.
 //
-// The package lives in the directory otel/ (DESIGN.md's layout) but is named
+// The package lives in the directory otel/ but is named
 // correxotel, so that a file importing it and go.opentelemetry.io/otel
 // renames neither, as franz-go's kotel and go-redis's redisotel do.
 //
