@@ -365,7 +365,7 @@ func (s *stack) addr(n *node) string {
 
 func (s *stack) url(n *node) string { return "http://" + s.addr(n) }
 
-// serviceEnv is the environment every service gets (DESIGN §6).
+// serviceEnv is the environment every service gets (README, "Configuration").
 func serviceEnv(extra map[string]string) map[string]string {
 	env := map[string]string{
 		"CORREX_KAFKA_BROKERS": kafkaAlias + ":9092",

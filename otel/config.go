@@ -122,11 +122,15 @@ func (c Config) selection() (selection, error) {
 	if slices.Contains(s.traces, exporterOTLP) {
 		if s.tracesProtocol, err = c.protocol(envTracesProtocol); err != nil {
 			errs = append(errs, err)
+		} else if !otlpLinked() {
+			errs = append(errs, &EnvError{Var: envTracesExporter, Value: c.getenv(envTracesExporter), Reason: otlpNotLinked})
 		}
 	}
 	if slices.Contains(s.metrics, exporterOTLP) {
 		if s.metricProtocol, err = c.protocol(envMetricsProtocol); err != nil {
 			errs = append(errs, err)
+		} else if !otlpLinked() {
+			errs = append(errs, &EnvError{Var: envMetricsExporter, Value: c.getenv(envMetricsExporter), Reason: otlpNotLinked})
 		}
 	}
 	if s.resourceAttrs, err = parseResourceAttributes(c.getenv(envResourceAttributes)); err != nil {

@@ -25,7 +25,7 @@
 //   - NewForTest, recording spans and metrics in memory for other packages'
 //     tests.
 //
-// The package lives in the directory otel/ (DESIGN.md's layout) but is named
+// The package lives in the directory otel/ but is named
 // correxotel, so that a file importing it and go.opentelemetry.io/otel
 // renames neither, as franz-go's kotel and go-redis's redisotel do.
 //
@@ -48,6 +48,13 @@
 //
 // The OTLP default is grpc, as this project chose, although the
 // specification suggests http/protobuf.
+//
+// The OTLP exporters themselves (gRPC and HTTP, which both link gRPC) are
+// registered by the subpackage otlpexport, which the service binaries
+// import; a program that does not import it links the console and
+// Prometheus exporters only, and an otlp selection fails at Setup (and
+// Config.Validate) with an *EnvError naming the package to import. The
+// default protocol stays grpc either way: see otlpexport's documentation.
 //
 // Read from the real process environment by the SDK and the exporters, not
 // through Getenv: OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT, _HEADERS,

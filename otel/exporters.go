@@ -7,10 +7,6 @@ import (
 	"os"
 	"sync"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -18,10 +14,49 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
+// OTLPSpanExporter and OTLPMetricExporter build an OTLP exporter for a
+// protocol, "grpc" or "http/protobuf", with no options: the endpoint,
+// headers, TLS, compression and timeout come from the OTEL_EXPORTER_OTLP_*
+// variables, read by the exporters themselves.
+type (
+	OTLPSpanExporter   func(ctx context.Context, protocol string) (sdktrace.SpanExporter, error)
+	OTLPMetricExporter func(ctx context.Context, protocol string) (sdkmetric.Exporter, error)
+)
+
+// otlpExporters are the OTLP exporters a program links, nil until
+// RegisterOTLP.
+var otlpExporters struct {
+	sync.RWMutex
+	span   OTLPSpanExporter
+	metric OTLPMetricExporter
+}
+
+// RegisterOTLP makes the otlp exporter of OTEL_TRACES_EXPORTER and
+// OTEL_METRICS_EXPORTER available to Setup. The package otel/otlpexport
+// calls it when it is imported; a program imports that package rather than
+// calling RegisterOTLP itself. See the package documentation.
+func RegisterOTLP(span OTLPSpanExporter, metric OTLPMetricExporter) {
+	otlpExporters.Lock()
+	defer otlpExporters.Unlock()
+	otlpExporters.span, otlpExporters.metric = span, metric
+}
+
+// otlpLinked reports whether RegisterOTLP was called.
+func otlpLinked() bool {
+	otlpExporters.RLock()
+	defer otlpExporters.RUnlock()
+	return otlpExporters.span != nil && otlpExporters.metric != nil
+}
+
+// otlpNotLinked is the reason Config.Validate gives for an otlp exporter
+// in a program that does not link one.
+const otlpNotLinked = "this program does not link the OTLP exporters (a blank import of " + otlpPackage + " registers them)"
+
+// otlpPackage is the package that registers the OTLP exporters.
+const otlpPackage = "github.com/correx/sessions/otel/otlpexport"
+
 // newSpanExporter builds the span exporter called name (already validated)
-// and returns it with a label for Telemetry.exporters. The OTLP exporters
-// get no options: their endpoint, headers, TLS, compression and timeout come
-// from the OTEL_EXPORTER_OTLP_* variables, read by the exporters themselves.
+// and returns it with a label for Telemetry.exporters.
 func newSpanExporter(ctx context.Context, name, protocol string, console io.Writer) (sdktrace.SpanExporter, string, error) {
 	var (
 		exp sdktrace.SpanExporter
@@ -31,10 +66,14 @@ func newSpanExporter(ctx context.Context, name, protocol string, console io.Writ
 	switch name {
 	case exporterOTLP:
 		label += "/" + protocol
-		if protocol == protocolHTTPProtobuf {
-			exp, err = otlptracehttp.New(ctx)
+		otlpExporters.RLock()
+		build := otlpExporters.span
+		otlpExporters.RUnlock()
+		if build == nil {
+			// Unreachable: selection() refuses otlp when nothing is registered.
+			err = fmt.Errorf("%w: %s", ErrInvalidConfig, otlpNotLinked)
 		} else {
-			exp, err = otlptracegrpc.New(ctx)
+			exp, err = build(ctx, protocol)
 		}
 	case exporterConsole:
 		exp, err = stdouttrace.New(stdouttrace.WithWriter(console))
@@ -60,10 +99,13 @@ func newMetricExporter(ctx context.Context, name, protocol string, console io.Wr
 	switch name {
 	case exporterOTLP:
 		label += "/" + protocol
-		if protocol == protocolHTTPProtobuf {
-			exp, err = otlpmetrichttp.New(ctx)
+		otlpExporters.RLock()
+		build := otlpExporters.metric
+		otlpExporters.RUnlock()
+		if build == nil {
+			err = fmt.Errorf("%w: %s", ErrInvalidConfig, otlpNotLinked)
 		} else {
-			exp, err = otlpmetricgrpc.New(ctx)
+			exp, err = build(ctx, protocol)
 		}
 	case exporterConsole:
 		exp, err = stdoutmetric.New(stdoutmetric.WithWriter(console))

@@ -172,7 +172,7 @@ func TestWithSpanIDIgnoresUnusableIDs(t *testing.T) {
 	}
 }
 
-// TestReplayEmitsTheSameSpan is the property DESIGN.md asks for: two
+// TestReplayEmitsTheSameSpan is the property README's "Telemetry" states: two
 // processes (a crash and a restart) emitting the lifecycle span for the same
 // transition produce the same span, not two.
 func TestReplayEmitsTheSameSpan(t *testing.T) {

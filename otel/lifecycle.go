@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Attribute keys of lifecycle spans (DESIGN §7).
+// Attribute keys of lifecycle spans (README, "Telemetry").
 const (
 	AttrSessionID     = attribute.Key("session.id")
 	AttrStateFrom     = attribute.Key("session.state.from")

@@ -1,4 +1,4 @@
-package correxotel
+package correxotel_test
 
 import (
 	"context"
@@ -11,10 +11,23 @@ import (
 	"testing"
 	"time"
 
+	correxotel "github.com/correx/sessions/otel"
+	_ "github.com/correx/sessions/otel/otlpexport"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+)
+
+// The variables and values the cases set, as correxotel names them.
+const (
+	envTracesExporter    = "OTEL_TRACES_EXPORTER"
+	envMetricsExporter   = "OTEL_METRICS_EXPORTER"
+	envProtocol          = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	envTracesProtocol    = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	envMetricsProtocol   = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+	protocolGRPC         = "grpc"
+	protocolHTTPProtobuf = "http/protobuf"
 )
 
 // received is what a fake collector was sent.
@@ -189,16 +202,16 @@ func TestOTLPExporters(t *testing.T) {
 			for k, v := range tc.env {
 				env[k] = v
 			}
-			tel, err := Setup(context.Background(), Config{ServiceName: "projector", Getenv: envMap(env)})
+			tel, err := correxotel.Setup(context.Background(), correxotel.Config{ServiceName: "projector", Getenv: correxotel.EnvMap(env)})
 			if err != nil {
 				t.Fatalf("Setup: %v", err)
 			}
-			if !slices.Equal(tel.exporters, tc.wantLabels) {
-				t.Errorf("exporters = %q, want %q", tel.exporters, tc.wantLabels)
+			if !slices.Equal(correxotel.Exporters(tel), tc.wantLabels) {
+				t.Errorf("exporters = %q, want %q", correxotel.Exporters(tel), tc.wantLabels)
 			}
 			_, span := tel.Tracer("correxotel.test").Start(context.Background(), "otlp.span")
 			span.End()
-			countEvents(t, tel, 1)
+			correxotel.CountEvents(t, tel, 1)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -228,15 +241,15 @@ func TestOTLPUnreachableDoesNotBlock(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 			t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "")
 			t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200")
-			tel, err := Setup(context.Background(), Config{ServiceName: "ingest", Getenv: envMap(map[string]string{
+			tel, err := correxotel.Setup(context.Background(), correxotel.Config{ServiceName: "ingest", Getenv: correxotel.EnvMap(map[string]string{
 				envTracesExporter: "otlp", envMetricsExporter: "otlp", envProtocol: protocol,
 			})})
 			if err != nil {
 				t.Fatalf("Setup with no collector: %v", err)
 			}
 			want := []string{"traces:otlp/" + protocol, "metrics:prometheus", "metrics:otlp/" + protocol}
-			if !slices.Equal(tel.exporters, want) {
-				t.Errorf("exporters = %q, want %q", tel.exporters, want)
+			if !slices.Equal(correxotel.Exporters(tel), want) {
+				t.Errorf("exporters = %q, want %q", correxotel.Exporters(tel), want)
 			}
 			_, span := tel.Tracer("correxotel.test").Start(context.Background(), "lost")
 			span.End()

@@ -23,6 +23,7 @@ import (
 	"github.com/correx/sessions/internal/config"
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/service"
+	_ "github.com/correx/sessions/otel/otlpexport" // the otlp exporters of OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER
 )
 
 func main() {

@@ -32,7 +32,8 @@ type Object struct {
 	History    []wire.HistoryEntry
 	ArchivedAt time.Time
 	// Truncated, when set, says that the events log no longer held the
-	// session's first events when it was archived (DESIGN 13.2): History
+	// session's first events when it was archived (docs/retention.md, "The
+	// object"): History
 	// is then empty, and the archive holds the session from its final
 	// snapshot's version only (FirstVersion).
 	Truncated *Truncation

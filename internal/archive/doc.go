@@ -1,5 +1,5 @@
 // Package archive owns where closed sessions go when they leave Redis
-// (docs/retention.md, DESIGN section 12.4): one object per session in a
+// (docs/retention.md): one object per session in a
 // bucket opened through gocloud.dev/blob (file:// for make run, s3:// for
 // any S3-compatible store, gs://, and mem:// in tests), its format, and
 // the listing of archived sessions by id prefix.
@@ -14,7 +14,7 @@
 // /v1/sessions/{id}/history answers it), or, when the events log no longer
 // held the session's first events when it was archived, says so
 // ("historyComplete": false, the "firstVersion" it holds and the log's
-// "earliestOffset" then; DESIGN 13.2). Its key carries what a listing
+// "earliestOffset" then; docs/retention.md, "The object"). Its key carries what a listing
 // shows, so that listing reads no object:
 //
 //	sessions/<sessionId>/<STATE>/<endedAt, Unix nanoseconds>.json

@@ -1,9 +1,9 @@
 // Package changelog owns the record format of the snapshot changelog
-// (DESIGN 12.1): the compacted topic "<events topic>.snapshots" the
+// (docs/exactly-once.md, "The snapshot changelog"): the compacted topic "<events topic>.snapshots" the
 // projector produces each flushed snapshot to, with one checkpoint record
 // per partition after the snapshots it covers are acknowledged, and in
 // which an archived session's last record says so. A restore reads it back
-// (DESIGN 12.2). The topic has the events topic's partition count, and a
+// (the projector's restore). The topic has the events topic's partition count, and a
 // record goes to its session's events partition.
 //
 // Every record carries the header correx-changelog naming its kind:
@@ -71,7 +71,8 @@ type Archived struct {
 }
 
 // Final is what an archived record says of the session's end, for its
-// tombstone (DESIGN 13.1); records from before tombstones have none.
+// tombstone (docs/retention.md, "An archived id stays archived");
+// records from before tombstones have none.
 type Final struct {
 	State   string `json:"state,omitempty"`   // the final state's name
 	Version uint64 `json:"version,omitempty"` // the final version

@@ -61,8 +61,9 @@ func TestActions(t *testing.T) {
 	// Approve the pending request.
 	b.do(t, "open acme:ask", chromedp.Navigate(st.QueryURL+"/ui/sessions/acme:ask"))
 	b.waitJS(t, "the approve button", `!document.querySelector('#actions').hidden && !document.querySelector('[data-action=approve]').hidden && document.querySelector('#session-view').dataset.live === 'live'`)
-	// The request's id and reason, when the snapshot has them (DESIGN
-	// 11.7's approval.pending); the time it waits since in any case.
+	// The request's id and reason, when the snapshot has them
+	// (approval.pending, docs/lifecycle.md, "Approvals that match their
+	// request"); the time it waits since in any case.
 	var pending string
 	var shaped bool
 	b.eval(t, `document.querySelector('#pending').textContent`, &pending)

@@ -20,17 +20,20 @@ import (
 
 // TestEdgesAcrossProcesses runs the broker, ingest, the projector (closed
 // sessions leave Redis 1 s after they end, into a file:// archive) and the
-// query service as processes, and checks at the edges (DESIGN 13):
+// query service as processes, and checks at the edges:
 //
-//   - 13.1: an archived id created again is rejected, and the archived
-//     session reads exactly as before;
-//   - 13.4: a child created after its parent was archived is cancelled at
-//     creation, parent_closed;
-//   - 13.5: a TimeoutExpired produced straight to the topic with the
-//     system's origin header and no MAC is dead-lettered
-//     forged_system_event, and the session is untouched.
+//   - an archived id created again is rejected, and the archived session
+//     reads exactly as before (docs/retention.md, "An archived id stays
+//     archived");
+//   - a child created after its parent was archived is cancelled at
+//     creation, parent_closed (docs/lifecycle.md, "Replacements and
+//     children");
+//   - a TimeoutExpired produced straight to the topic with the system's
+//     origin header and no MAC is dead-lettered forged_system_event, and
+//     the session is untouched (docs/security.md, "System records").
 //
-// 13.2 (an archived history that the log no longer held in full) needs
+// An archived history that the log no longer held in full
+// (docs/retention.md, "The object") needs
 // the broker to apply a retention, which the broker process does not
 // expose: TestArchiveSaysAnIncompleteHistory (internal/projector) and
 // TestArchivedIncompleteHistory (internal/query) cover it with kfake.
@@ -124,14 +127,14 @@ func TestEdgesAcrossProcesses(t *testing.T) {
 		return status == http.StatusOK && bytes.Contains(body, []byte(`"archived":true`)), string(body)
 	})
 
-	// 13.1: created again, it is rejected; the archived session is as it was.
+	// An archived id created again is rejected; the archived session is as it was.
 	pos := send(`{"sessionId":"edge:parent","type":"SessionCreated","payload":{"goal":"second"}}`,
 		`{"sessionId":"edge:parent","type":"SessionStarted"}`)
 	if _, body := read("/v1/sessions/edge:parent?minPosition=" + pos + "&wait=10s"); !bytes.Equal(body, archived) {
 		t.Fatalf("the archived session after its id was created again:\n%s\nwas\n%s", body, archived)
 	}
 
-	// 13.4: a child created after its parent was archived is cancelled.
+	// A child created after its parent was archived is cancelled.
 	send(`{"sessionId":"edge:kid","type":"SessionCreated","payload":{"parentSessionId":"edge:parent"}}`,
 		`{"sessionId":"edge:kid","type":"SessionStarted"}`)
 	testwait.UntilSeen(t, "edge:kid cancelled by its archived parent", 30*time.Second, func() (bool, string) {
@@ -142,7 +145,7 @@ func TestEdgesAcrossProcesses(t *testing.T) {
 		return ok, string(body)
 	})
 
-	// 13.5: a TimeoutExpired straight to the topic, claiming to be the
+	// A TimeoutExpired straight to the topic, claiming to be the
 	// system's, without the MAC, is dead-lettered and changes nothing.
 	pos = send(`{"sessionId":"edge:live","type":"SessionCreated"}`, `{"sessionId":"edge:live","type":"SessionStarted"}`)
 	live, _ := read("/v1/sessions/edge:live?minPosition=" + pos + "&wait=10s")

@@ -58,6 +58,16 @@ var cloudSDKs = []string{
 	"github.com/correx/sessions/internal/archive/cloudblob",
 }
 
+// otlpExporters are the OTLP exporters and the collector's generated
+// services, which link gRPC (the HTTP exporters too, through their
+// configuration): otel/otlpexport registers them in the service binaries
+// only.
+var otlpExporters = []string{
+	"go.opentelemetry.io/otel/exporters/otlp",
+	"go.opentelemetry.io/proto/otlp/collector",
+	"github.com/correx/sessions/otel/otlpexport",
+}
+
 // TestDependencyRules holds the repository's rules on what a package
 // links (links) and what it imports itself (imports).
 func TestDependencyRules(t *testing.T) {
@@ -73,12 +83,18 @@ func TestDependencyRules(t *testing.T) {
 			// stack through internal/devstack, not the projector's own
 			// configuration.
 			name: "pkg/testkit", pkg: "github.com/correx/sessions/pkg/testkit",
-			links:   Rules{Deny: cloudSDKs},
+			links:   Rules{Deny: append(append([]string{}, cloudSDKs...), otlpExporters...)},
 			imports: Rules{Deny: []string{"github.com/correx/sessions/internal/projector"}},
 		},
 		{
 			name: "pkg/testkit/correx", pkg: "github.com/correx/sessions/pkg/testkit/correx",
 			links: Rules{Deny: cloudSDKs},
+		},
+		{
+			// The telemetry library exports to the console and Prometheus
+			// by itself; OTLP, and gRPC with it, is a program's choice.
+			name: "otel", pkg: module + "/otel",
+			links: Rules{Deny: append([]string{"google.golang.org/grpc"}, otlpExporters...)},
 		},
 		{
 			name: "internal/archive", pkg: "github.com/correx/sessions/internal/archive",
@@ -145,6 +161,45 @@ func TestServicesLinkTheCloudDrivers(t *testing.T) {
 		if len(r.errs) < 2 {
 			t.Errorf("%s links the drivers of s3:// and gs:// no more: %q", pkg, r.errs)
 		}
+	}
+}
+
+// TestServicesLinkTheOTLPExporters: the binaries that set telemetry up
+// link the OTLP exporters of both protocols, so that moving them out of
+// correxotel took nothing from the services.
+func TestServicesLinkTheOTLPExporters(t *testing.T) {
+	exporters := []string{
+		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc",
+		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp",
+		"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc",
+		"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp",
+	}
+	for _, pkg := range []string{"cmd/ingest", "cmd/projector", "cmd/query", "cmd/devstack"} {
+		r := &recorder{TB: t}
+		Check(r, module+"/"+pkg, Rules{Deny: exporters})
+		if len(r.errs) < len(exporters) {
+			t.Errorf("%s links the OTLP exporters no more: %q", pkg, r.errs)
+		}
+	}
+}
+
+// maxTestkitDeps bounds the packages pkg/testkit links, the standard
+// library's included (go list -deps ./pkg/testkit | wc -l): a user's test
+// compiles and links every one. It was 595 with the OTLP exporters in
+// correxotel, 541 since otel/otlpexport. Most of what remains is the
+// services themselves; the largest share a test does not use comes with
+// gocloud.dev/blob, which links gRPC (through gax-go, for its errors and
+// retries) even with the file:// and mem:// drivers alone: 109 packages.
+const maxTestkitDeps = 545
+
+// TestTestkitDependencyCount holds pkg/testkit to maxTestkitDeps packages.
+func TestTestkitDependencyCount(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"/pkg/testkit").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	if n := len(strings.Fields(string(out))); n > maxTestkitDeps {
+		t.Errorf("pkg/testkit links %d packages, more than %d: look for the dependency that brought them (go list -deps)", n, maxTestkitDeps)
 	}
 }
 

@@ -36,7 +36,7 @@ type Config struct {
 	// it (CORREX_EVENTS_RETENTION): a positive Go duration, or unlimited
 	// (also -1), held as 0. Records older than it leave the log; the
 	// histories, replays and rebuilds of sessions whose first events left
-	// answer 409 history-truncated (DESIGN 12.3).
+	// answer 409 history-truncated (docs/guarantees.md, "Settings").
 	// default: unlimited
 	EventsRetention time.Duration
 	// HTTPAddr is the listen address (CORREX_HTTP_ADDR).

@@ -520,7 +520,7 @@ func (c *encodingClient) UploadTraces(_ context.Context, spans []*tracepb.Resour
 // in one process (after an untimed warm-up), each run under its own
 // prefix and group, and their
 // ratio (verify-on/off, off time over on time; target at least 0.95,
-// DESIGN 13.7). Run it once: go test -run='^$' -bench=CatchUpVerifier
+// docs/verification.md, "Rate and cost"). Run it once: go test -run='^$' -bench=CatchUpVerifier
 // -benchtime=1x.
 func BenchmarkCatchUpVerifier(b *testing.B) {
 	sessions := 50000

@@ -54,7 +54,7 @@ type entry struct {
 	size       int    // estimate() when last counted in lru.bytes
 	prev, next *entry // LRU links
 	// tomb is the session's tombstone when it has no snapshot because it
-	// was archived (DESIGN 13.1): events for it are rejected, as for a
+	// was archived (docs/retention.md): events for it are rejected, as for a
 	// terminal session (Projector.foldTombstoned).
 	tomb *projstore.Tombstone
 }

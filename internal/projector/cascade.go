@@ -16,7 +16,8 @@ import (
 // closes: ReasonParentCompleted when the parent completed,
 // ReasonParentCancelled when it was cancelled (entered CANCELLING) or
 // failed. A child created after its parent had closed is cancelled at its
-// creation with ReasonParentClosed (DESIGN 13.4), whether the parent is
+// creation with ReasonParentClosed (docs/lifecycle.md, "Replacements and
+// children"), whether the parent is
 // still in Redis ("after" by the events' occurredAt, childReason) or
 // archived (its tombstone).
 const (
@@ -211,7 +212,7 @@ func (d *derived) cascade(ctx context.Context, store Store, job *flushJob, emit 
 		for i, p := range snaps {
 			if p == nil {
 				if t := tombs[i]; t != nil {
-					// An archived parent (DESIGN 13.4): it closed, so the
+					// An archived parent (docs/lifecycle.md): it closed, so the
 					// child is cancelled as by a parent still in Redis,
 					// parent_closed whatever its occurredAt says: its
 					// creation is folded after the parent left Redis, and

@@ -90,7 +90,7 @@ func TestCascadingCancellation(t *testing.T) {
 		// Forced, with the default grace of 0s: the firer ends them at once.
 		{"c1", fsm.StateCancelled, fsm.CancelForced, "root"},
 		{"g1", fsm.StateCancelled, fsm.CancelForced, "c1"},
-		// Created after their parents closed: parent_closed (DESIGN 13.4).
+		// Created after their parents closed: parent_closed (docs/lifecycle.md).
 		{"late", fsm.StateCancelled, fsm.CancelForced, "root"},
 		{"fc", fsm.StateCancelling, fsm.CancelGraceful, "fp"},
 		{"c2", fsm.StateActive, 0, ""},
@@ -265,7 +265,7 @@ func TestCompletedParentCancelsChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.closedByParent("completed", []string{"ca", "cb"}, ReasonParentCompleted)
-	e.closedByParent("completed", []string{"cl"}, ReasonParentClosed) // created after cp completed (DESIGN 13.4)
+	e.closedByParent("completed", []string{"cl"}, ReasonParentClosed) // created after cp completed (docs/lifecycle.md)
 	e.closedByParent("completed", []string{"cg"}, ReasonParentCancelled)
 	st := e.store("completed")
 	for id, want := range map[string]fsm.State{"cp": fsm.StateCompleted, "cx": fsm.StateActive, "cd": fsm.StateCompleted} {

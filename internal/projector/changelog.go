@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The snapshot changelog (DESIGN 12.1, docs/exactly-once.md): each batch's
+// The snapshot changelog (docs/exactly-once.md): each batch's
 // snapshots are produced to changelog.Topic(Topic) on their events
 // partition, after every record of the batch is acknowledged and before
 // its checkpoints, and each partition's checkpoint record after its

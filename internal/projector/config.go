@@ -35,7 +35,7 @@ type Config struct {
 	// it (CORREX_EVENTS_RETENTION): a positive Go duration, or unlimited
 	// (also -1), held as 0. Records older than it leave the log; the
 	// histories, replays and rebuilds of sessions whose first events left
-	// answer 409 history-truncated (DESIGN 12.3).
+	// answer 409 history-truncated (docs/guarantees.md, "Settings").
 	// default: unlimited
 	EventsRetention time.Duration
 	// Group is the consumer group (CORREX_GROUP).
@@ -163,7 +163,7 @@ type Config struct {
 	// default: 0 (keep for ever)
 	RetainClosed time.Duration
 	// TombstoneRetention is how long an archived session's tombstone
-	// (DESIGN 13.1) is kept after the session ended; the archive sweep
+	// (docs/retention.md) is kept after the session ended; the archive sweep
 	// removes older ones, and their ids may then be used again by a new
 	// session. Zero keeps tombstones for ever: an id is used once
 	// (CORREX_TOMBSTONE_RETENTION).
@@ -194,7 +194,7 @@ type Config struct {
 	// SystemKeyFile holds the keys that sign the records the system
 	// derives (timeouts, cascaded cancellations, replacement events) and
 	// the snapshot changelog's records, one per line: the first signs,
-	// every one verifies (internal/systemkey, DESIGN 13.5)
+	// every one verifies (internal/systemkey, docs/security.md)
 	// (CORREX_SYSTEM_KEY_FILE).
 	// default: unset (a key kept in the compacted "<Topic>.system", created once)
 	SystemKeyFile string

@@ -31,7 +31,7 @@ const (
 	// ReasonForgedSystemEvent: the record claims to be the system's (an
 	// eventId in the reserved space, or the system's origin header) at or
 	// above the line without a correx-mac that verifies under the system
-	// key (systemkey.Keys.DecodeEvent, DESIGN 13.5).
+	// key (systemkey.Keys.DecodeEvent, docs/security.md, "System records").
 	ReasonForgedSystemEvent = "forged_system_event"
 )
 

@@ -126,8 +126,8 @@
 //     bounded, since the pass reads the same bounded pages, over an index
 //     that holds no ended child, so memory does not grow with retries and
 //     an interrupted cascade cannot turn into a crash loop.
-//   - The snapshot changelog (Config.ChangelogEnabled, DESIGN 12.1 and
-//     12.2) makes a lost read model cost its sessions, not its history.
+//   - The snapshot changelog (Config.ChangelogEnabled, docs/exactly-once.md)
+//     makes a lost read model cost its sessions, not its history.
 //     A write produces its snapshots to the compacted
 //     "<topic>.snapshots" (internal/changelog owns the record format),
 //     each on its session's events partition, after the acknowledged step
@@ -254,7 +254,7 @@
 // (docs/lifecycle.md, "Event ids").
 //
 // The header is a constant anyone who writes to the topic can set, so the
-// system's records are also signed (DESIGN 13.5, internal/systemkey): the
+// system's records are also signed (docs/security.md, internal/systemkey): the
 // firer, the derived events' and the cascade's produce steps and every
 // changelog produce set correx-mac, the HMAC-SHA256 under the system key
 // of the record's key and value. Run loads the key (startAuth, sysauth.go)
@@ -369,8 +369,7 @@
 //
 // # The read model proves itself
 //
-// The background verifier (verifier.go, docs/verification.md, DESIGN
-// 13.7) compares every stored snapshot of the owned partitions with the
+// The background verifier (verifier.go, docs/verification.md) compares every stored snapshot of the owned partitions with the
 // fold of its session's events from the log, Config.VerifyRate sessions a
 // second, each once per cycle, and repairs a missing, stale or corrupt one
 // through the fenced write POST /v1/sessions/{id}/rebuild uses. It starts

@@ -648,7 +648,8 @@ func (p *Projector) dropArchived() {
 	}
 }
 
-// foldTombstoned folds an event of an archived session (DESIGN 13.1): its
+// foldTombstoned folds an event of an archived session (docs/retention.md,
+// "An archived id stays archived"): its
 // tombstone says it ended, so the event is rejected as for a terminal
 // session, SessionCreated duplicate_create and any other event
 // after_terminal, with the same change record, metric and span; nothing

@@ -19,7 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Restoring a lost partition from the snapshot changelog (DESIGN 12.2):
+// Restoring a lost partition from the snapshot changelog
+// (docs/exactly-once.md, "The snapshot changelog"):
 // wherever the projector would fold a partition from offset 0 (rebuild,
 // a partition with no checkpoint, a rebuild resumed at 0), it reads the
 // partition's changelog to its end instead, keeps the latest record of
@@ -80,7 +81,7 @@ type restorePlan struct {
 	entries []snapshot.Entry
 	armed   []projstore.ArmedDeadline
 	links   []projstore.ChildLink
-	// tombs are the archived sessions' tombstones (DESIGN 13.1), from the
+	// tombs are the archived sessions' tombstones (docs/retention.md), from the
 	// changelog's archived records.
 	tombs []projstore.Tombstone
 }
@@ -99,8 +100,8 @@ func (pl *restorePlan) markBad(r *kgo.Record, err error) {
 	pl.bad[string(r.Key)] = unusable{offset: r.Offset, err: err}
 }
 
-// decide settles the plan's unusable records (DESIGN 12.2, docs/exactly-once.md,
-// "An unreadable changelog record"): a restore must never be lossy
+// decide settles the plan's unusable records (docs/exactly-once.md, "The
+// snapshot changelog"): a restore must never be lossy
 // because of one. It returns whether the plan is to be dropped for a fold
 // from the log's start, and sets pl.stall when neither is exact:
 //
@@ -154,7 +155,8 @@ func cut(s string) string {
 }
 
 // usableRecord decodes a changelog record read at r's place, and checks
-// that it is the system's and holds what its place says (DESIGN 13.5):
+// that it is the system's and holds what its place says
+// (docs/security.md, "System records"):
 // at or above the line it carries a MAC that verifies under the system
 // key (a nil keys checks none); a snapshot's or an archived record's
 // position is on the record's own partition, which is its key's (of the

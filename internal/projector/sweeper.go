@@ -31,7 +31,7 @@ import (
 // sessionlog.DefaultHistoryBudget together, and one read of its own for a
 // session too large for it, streamed into its object as it is read; a
 // session whose first events have left the log is archived saying its
-// history is incomplete, DESIGN 13.2); writes each object
+// history is incomplete, docs/retention.md); writes each object
 // (archive.Remote.PutStream, its history taken from the read);
 // produces each session's "archived" changelog record and waits for its
 // acknowledgement; and only then removes the sessions from Redis, fenced
@@ -315,7 +315,7 @@ func (s *sweeper) sweep(ctx context.Context, id int32) (removed int, due int64, 
 }
 
 // expireTombstones removes the partition's tombstones older than the
-// tombstone retention (DESIGN 13.1): their ids may be used again. Fenced
+// tombstone retention (CORREX_TOMBSTONE_RETENTION, docs/retention.md): their ids may be used again. Fenced
 // like the sweep (projstore.Store.ExpireTombstones).
 func (s *sweeper) expireTombstones(ctx context.Context, id int32) error {
 	rctx, cancel := context.WithTimeout(ctx, s.deadline)

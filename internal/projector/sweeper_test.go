@@ -525,7 +525,7 @@ func TestArchiveHungEndsRounds(t *testing.T) {
 	})
 }
 
-// TestArchiveSaysAnIncompleteHistory (DESIGN 13.2): a session whose first
+// TestArchiveSaysAnIncompleteHistory (docs/retention.md, "The object"): a session whose first
 // events have left the log (retention) when the sweep archives it is
 // archived with its history marked incomplete, the log's start and the
 // first version the archive holds (its final snapshot's), never with an

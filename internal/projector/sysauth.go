@@ -9,7 +9,7 @@ import (
 	"github.com/correx/sessions/internal/systemkey"
 )
 
-// systemAuth holds the system key (internal/systemkey, DESIGN 13.5) once
+// systemAuth holds the system key (internal/systemkey, docs/security.md) once
 // Run has loaded it (ensureTopics, before any partition is folded): every
 // record the projector derives and every changelog record is signed with
 // it, and the fold and the restore check the records that claim to be the

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// timeoutMetrics are the firer's instruments (DESIGN §10.2):
+// timeoutMetrics are the firer's instruments:
 // correx.timeouts.fired by kind, correx.timeouts.superseded (stale
 // timeouts the fold set aside), and correx.timeouts.lag, how long after its
 // deadline each fired.

@@ -13,7 +13,8 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
-// TestArchivedIDStaysArchived (DESIGN 13.1, 13.4): a session archived
+// TestArchivedIDStaysArchived (docs/retention.md, "An archived id stays
+// archived"; docs/lifecycle.md for parent_closed): a session archived
 // leaves a tombstone; SessionCreated and SessionStarted for its id again
 // are rejected duplicate_create and after_terminal (change feed), no
 // snapshot reappears, the archive object is not rewritten, a child created
@@ -100,7 +101,7 @@ func TestArchivedIDStaysArchived(t *testing.T) {
 	}
 }
 
-// TestTombstoneRetention (DESIGN 13.1, CORREX_TOMBSTONE_RETENTION): the
+// TestTombstoneRetention (docs/retention.md, CORREX_TOMBSTONE_RETENTION): the
 // archive sweep removes the tombstones of sessions that ended longer ago
 // than the retention, and keeps the younger ones; the id of a removed one
 // may be used again by a new session, while a kept one still refuses its

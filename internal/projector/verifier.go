@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The kinds of mismatch the verifier reports (DESIGN 13.7).
+// The kinds of mismatch the verifier reports (docs/verification.md, "Kinds").
 const (
 	// MismatchMissing: the log holds the session's events (below the
 	// checkpoint), Redis holds no snapshot and no tombstone.
@@ -84,7 +84,7 @@ type VerifyStats struct {
 	Cycles       int64
 }
 
-// verifier is the background verifier (DESIGN 13.7, docs/verification.md):
+// verifier is the background verifier (docs/verification.md):
 // it compares every stored snapshot of the partitions this projector owns
 // with the fold of the session's events from the log, Config.VerifyRate
 // sessions a second, each once per cycle, and repairs what differs

@@ -50,7 +50,8 @@ var Actions = map[string]fsm.EventType{
 
 const actionList = "approve, deny, cancel, pause or resume"
 
-// requestIDRule is the form of an approval's requestId (DESIGN 11.7).
+// requestIDRule is the form of an approval's requestId (docs/lifecycle.md,
+// "Approvals that match their request").
 var requestIDRule = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // actionRequest is the body of POST /v1/sessions/{id}/actions.

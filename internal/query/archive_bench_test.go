@@ -28,7 +28,8 @@ import (
 // the archive (the same sessions absent from Redis, each an object holding
 // its snapshot and whole history, in a bucket of a real S3-compatible
 // server), and reports each one's p50 and p99 in
-// milliseconds. Target (DESIGN 12.4): an archived read's p99 within 50 ms.
+// milliseconds. Target (docs/guarantees.md, CORREX_ARCHIVE_URL): an
+// archived read's p99 within 50 ms.
 func BenchmarkArchivedRead(b *testing.B) {
 	srv := redistest.Start(b)
 	live, err := snapshot.NewStore(srv.Client(b), "bench-live")

@@ -15,7 +15,7 @@ import (
 	"github.com/correx/sessions/pkg/wire"
 )
 
-// Archived reads (DESIGN 12.4). A closed session leaves Redis after
+// Archived reads (docs/retention.md, "Reading archived sessions"). A closed session leaves Redis after
 // CORREX_RETAIN_CLOSED, into the archive (internal/archive); with
 // CORREX_ARCHIVE_URL set, the query service reads it back there:
 //
@@ -27,7 +27,7 @@ import (
 //     names a position, so a page of the live history continues in the
 //     archived one after the session moved); a session archived when the
 //     log no longer held its first events ("historyComplete": false,
-//     DESIGN 13.2) answers 409 history-truncated, as the live history of a
+//     docs/retention.md) answers 409 history-truncated, as the live history of a
 //     trimmed log does, naming the first version the archive holds;
 //   - GET /v1/archive?prefix=&limit=&cursor= lists archived sessions by id
 //     prefix within the token's own prefix, read from the objects' keys
@@ -222,7 +222,7 @@ func (h *Handler) archivedHistory(w http.ResponseWriter, r *http.Request, id str
 		}
 		s := hd.Snapshot
 		if hd.Truncated != nil {
-			// Incomplete (DESIGN 13.2): what is missing answers as the live
+			// Incomplete (docs/retention.md, "The object"): what is missing answers as the live
 			// history of a trimmed log does. The object holds no entry, so
 			// every page is missing.
 			h.archivedTruncated(w, hd)

@@ -323,7 +323,7 @@ func TestArchivedReadsS3(t *testing.T) {
 	}
 }
 
-// TestArchivedIncompleteHistory (DESIGN 13.2): the history of a session
+// TestArchivedIncompleteHistory (docs/retention.md, "The object"): the history of a session
 // archived when the log no longer held its first events answers 409
 // history-truncated, as the live history of a trimmed log does, with
 // historyComplete false, the first version the archive holds and where the

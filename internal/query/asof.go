@@ -14,7 +14,7 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
-// Reads as of a version or a time (DESIGN 13.8). GET
+// Reads as of a version or a time (README, "HTTP API"). GET
 // /v1/sessions/{id}?asOf=<version> answers the snapshot as it was right
 // after the event that made that version; ?asOf=<RFC 3339 time>, right
 // after the last event applied (in the log's order) whose occurredAt is at

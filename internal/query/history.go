@@ -19,7 +19,7 @@ import (
 	"github.com/correx/sessions/pkg/wire"
 )
 
-// The history (DESIGN 11.8): GET /v1/sessions/{id}/history lists every
+// The history (README, "HTTP API"): GET /v1/sessions/{id}/history lists every
 // event of a session, in the log's order, with what the fold did with it.
 // It is read from the events topic, from the session's first offset to the
 // stored snapshot's position, and folded with snapshot.Fold, the rule of the

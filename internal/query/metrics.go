@@ -10,8 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// metrics are the query service's counters (DESIGN 11.9, replay
-// reconstruction): correx.query.replays by outcome, match when the replay
+// metrics are the query service's counters (README, "Telemetry"): correx.query.replays by outcome, match when the replay
 // equals the stored snapshot and mismatch otherwise, and
 // correx.query.rebuilds by outcome, match when the stored snapshot equalled
 // the log, replaced when it did not and the rebuilt one was stored, kept

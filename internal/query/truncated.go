@@ -11,7 +11,7 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
-// A finite events log (DESIGN 12.3, CORREX_EVENTS_RETENTION): once Kafka
+// A finite events log (CORREX_EVENTS_RETENTION, docs/guarantees.md): once Kafka
 // has deleted a session's first events (retention, or DeleteRecords),
 // folding it again from its first offset is impossible. The history, the
 // replay and the rebuild of such a session answer 409 history-truncated,

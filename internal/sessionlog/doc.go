@@ -34,7 +34,7 @@
 //
 // # Exactness
 //
-// A history is whole or says it is not (DESIGN 13.2). A session whose
+// A history is whole or says it is not (docs/retention.md, "The object"). A session whose
 // first offset is before the log's start when Histories begins is handed
 // over incomplete, without a read. A read that does not find a session's
 // first record at its first offset (the start moved past it during the

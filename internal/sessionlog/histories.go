@@ -33,7 +33,7 @@ type History struct {
 	Entries []wire.HistoryEntry
 	// Complete is false when the log no longer held the session's first
 	// events (its start had passed the session's first offset: a finite
-	// retention, DESIGN 13.2). The history is then empty: an event's
+	// retention, docs/retention.md). The history is then empty: an event's
 	// outcome depends on every event before it, so the records the log
 	// still holds cannot be folded without those it lost, and a fold of
 	// them alone would take each for an event of an unknown session.

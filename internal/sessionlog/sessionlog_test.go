@@ -122,7 +122,7 @@ func TestHistoriesReadsThePartitionOnceAndMatchesEachSessionsScan(t *testing.T) 
 	}
 }
 
-// TestHistoriesNeverCallsAShortenedHistoryComplete (DESIGN 13.2): a
+// TestHistoriesNeverCallsAShortenedHistoryComplete (docs/retention.md, "The object"): a
 // session whose first offset the log's start passed is handed over
 // incomplete, without a read; and one whose first record leaves the log
 // between the plan and the read of its history (retention ran meanwhile)

@@ -1,5 +1,5 @@
-// Package systemkey authenticates the records the system derives (DESIGN
-// 13.5): the firer's TimeoutExpired, the projector's cascaded
+// Package systemkey authenticates the records the system derives
+// (docs/security.md, "System records"): the firer's TimeoutExpired, the projector's cascaded
 // CancellationRequested (escalations included) and replacement events on
 // the events topic, and every record of the snapshot changelog. Each
 // carries the header correx-mac (Header), the hex HMAC-SHA256 under the

@@ -35,7 +35,8 @@ type Options struct {
 	// with about 15% transitions.
 	ExecutionWeight int
 	// Structured gives approvals a request id, who decided and why, and
-	// failures a category and a code (DESIGN 11.1, 11.7), as cmd/loadgen
+	// failures a category and a code (docs/lifecycle.md, "Structured
+	// failures" and "Approvals that match their request"), as cmd/loadgen
 	// and the demo send them. Off, those payloads stay as they were before
 	// those rules, so that stored fixtures keep their digests.
 	Structured bool

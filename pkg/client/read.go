@@ -55,7 +55,7 @@ type getSettings struct {
 func MinPosition(p Position) GetOption { return func(g *getSettings) { g.min = &p } }
 
 // AsOfVersion makes Get answer the session as it was right after version v
-// (DESIGN 13.8), folded again from the log; Snapshot.AsOf says so. A
+// (README, "HTTP API"), folded again from the log; Snapshot.AsOf says so. A
 // version beyond the session's is a *StatusError 400; a session whose
 // first events left the log, a *StatusError 409. It cannot be combined
 // with MinPosition.

@@ -171,7 +171,7 @@ type PutResult struct {
 	Written int // snapshots that replaced an older one or were new
 	Fenced  int // snapshots that lost to a stored one at an equal or later position
 	// Tombstoned counts snapshots of archived sessions, which are never
-	// written again (a session's tombstone, DESIGN 13.1).
+	// written again (a session's tombstone, docs/retention.md).
 	Tombstoned int
 	// NotOwned lists the partitions, in order of first appearance, whose
 	// entries were not written because a newer owner took the partition

@@ -53,11 +53,13 @@ type Snapshot struct {
 	// the same applied events in the same order.
 	Digest string `json:"digest"`
 	// Archived is true for a closed session read back from the archive
-	// after it left the read model (GET /v1/sessions/{id}, DESIGN 12.4);
+	// after it left the read model (GET /v1/sessions/{id},
+	// docs/retention.md, "Reading archived sessions");
 	// absent otherwise, so stored snapshots are unchanged.
 	Archived bool `json:"archived,omitempty"`
 	// AsOf is the version or time (RFC 3339, UTC) a read as of one asked
-	// for (GET /v1/sessions/{id}?asOf=, DESIGN 13.8); absent otherwise.
+	// for (GET /v1/sessions/{id}?asOf=, README, "HTTP API"); absent
+	// otherwise.
 	AsOf string `json:"asOf,omitempty"`
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Tombstones (DESIGN 13.1) are what the read model keeps of an archived
+// Tombstones (docs/retention.md, "An archived id stays archived") are what the read model keeps of an archived
 // session, so that its id is never used by a new session: the archive
 // sweep's Forget writes one in the same script that deletes the snapshot,
 // fenced like it, and a restore writes them again from the changelog's
