@@ -548,6 +548,7 @@ func (e *env) appliedOnce(prefix string, ids []string) uint64 {
 // once, in pages, and correx.session.cancellations.propagated counts them
 // all.
 func TestCompletedParentReachesEveryChild(t *testing.T) {
+	t.Parallel() // its own broker and redis-server
 	e := newEnv(t, 4)
 	ev := eventsOf(0xd1)
 	events, kids := bigFamilyEvents(ev, "bp")
@@ -601,6 +602,7 @@ func TestCompletedParentReachesEveryChild(t *testing.T) {
 // event each: a child whose cancellation was sent before the crash gets
 // the same event again at most, which its fold counts as a duplicate.
 func TestCompletedParentCascadeAcrossACrash(t *testing.T) {
+	t.Parallel() // its own broker and redis-server
 	e := newEnv(t, 4)
 	ev := eventsOf(0xd2)
 	events, kids := bigFamilyEvents(ev, "kp")

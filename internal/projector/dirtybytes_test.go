@@ -103,6 +103,7 @@ func (b *batchBytes) PutBatch(ctx context.Context, entries []snapshot.Entry) (sn
 // started is logged (kfake's copy of the changelog and the poll's fetches
 // are in it: the batch's bytes are what the test bounds).
 func TestManyLargeDirtySnapshotsAreWrittenInBoundedBatches(t *testing.T) {
+	t.Parallel() // its own broker and redis-server
 	e := newEnv(t, 4)
 	ev := eventsOf(0xd1)
 	const n = 6000

@@ -407,6 +407,7 @@ func TestRebalanceAndZombie(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short (make check): a member frozen past the rebalance timeout, three rebalances (about 20 s); make test runs it")
 	}
+	t.Parallel() // its own broker and redis-server; mostly waits out the group's timeouts
 	e := newEnv(t, 4)
 	events := workloadEvents(3, 600)
 	third := len(events) / 3

@@ -31,6 +31,7 @@ import (
 // the read model equals what a projector that does not wait folds from the
 // same log.
 func TestWaitReplicasOnCluster(t *testing.T) {
+	t.Parallel() // its own cluster and broker; mostly waits on replication
 	c := redistest.StartClusterWithReplicas(t, 3)
 	broker := kafkatest.Start(t)
 	// The env's redis-server is only named in the configurations: the

@@ -21,6 +21,7 @@ func TestShutdownDuringRedisOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short (make check): a graceful stop waiting out ShutdownTimeout against a hung Redis (about 20 s); make test runs it")
 	}
+	t.Parallel() // its own broker and redis-server; mostly waits out ShutdownTimeout
 	for _, tc := range []struct {
 		name string
 		sig  syscall.Signal
