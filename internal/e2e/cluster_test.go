@@ -42,12 +42,16 @@ func TestClusterMasterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster failover")
 	}
+	t.Parallel() // its own clusters and stacks; mostly waits out the failovers
 	for _, tc := range []struct {
 		name      string
 		firstSeed bool // the master that dies is the URL's first seed
 		wait      bool // CORREX_REDIS_WAIT_REPLICAS=1
 	}{{"replica promoted", false, false}, {"first seed died", true, false}, {"waiting for replicas", false, true}} {
-		t.Run(tc.name, func(t *testing.T) { clusterFailover(t, tc.firstSeed, tc.wait) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case its own cluster: the node timeouts overlap
+			clusterFailover(t, tc.firstSeed, tc.wait)
+		})
 	}
 }
 

@@ -12,14 +12,19 @@ import (
 	"github.com/correx/sessions/internal/testwait"
 )
 
-// Memory bounds of TestHugeSessionAcrossProcesses: the peak resident set
-// (VmHWM) of each process over the whole run, its start included.
+// Bounds of TestHugeSessionAcrossProcesses. Memory: the peak resident set
+// (VmHWM) of each process over the whole run, its start included. The live
+// reads' p99 beside the archived ones was 337-482 ms on a quiet 2-core
+// machine and 1.56 s with a load average of 12 (another test run beside
+// it); the release before archived reads had slots of their own took
+// 3.3 s on a quiet machine. 2.5 s keeps headroom for a busy machine and
+// still fails that release.
 const (
 	hugeEvents           = 150_000
 	hugeProjectorRSS     = 256 << 20
 	hugeQueryRSS         = 160 << 20
 	hugeConcurrentReads  = 48
-	hugeLiveReadP99Bound = time.Second
+	hugeLiveReadP99Bound = 2500 * time.Millisecond
 )
 
 // TestHugeSessionAcrossProcesses: one session of 150,000 events (a 40 MB

@@ -31,6 +31,7 @@ func TestBrokerLeaderMoves(t *testing.T) {
 	if testing.Short() {
 		t.Skip("leader moves")
 	}
+	t.Parallel() // its own broker, redis-server and stack; mostly waits on leader moves
 	const partitions = 6
 	broker := kafkatest.Start(t, kfake.NumBrokers(3), kfake.DefaultNumPartitions(partitions))
 	srv := redistest.Start(t)

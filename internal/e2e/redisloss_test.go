@@ -97,6 +97,7 @@ func TestRedisLossAcrossProjectorKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the services and runs them as processes")
 	}
+	t.Parallel() // its own processes and redis-servers: beside the other process tests
 	runs, seed := lossRuns(t), lossSeed(t)
 	bin := buildServices(t, "kafkabroker", "ingest", "projector", "query")
 	for _, tc := range []struct {

@@ -28,17 +28,17 @@ import (
 	"github.com/correx/sessions/internal/testwait"
 )
 
-// soakRequests is how many hostile requests TestSoak sends: 20,000 in an
+// soakRequests is how many hostile requests TestSoak sends: 10,000 in an
 // ordinary run (make test), the full 100,000 with CORREX_SOAK=full (make
 // bench runs it so).
 var soakRequests = func() int64 {
 	if os.Getenv("CORREX_SOAK") == "full" {
 		return 100_000
 	}
-	return 20_000
+	return 10_000
 }()
 
-// TestSoak sends 100,000 (CORREX_SOAK=full; 20,000 otherwise) malformed or hostile requests to running services
+// TestSoak sends 100,000 (CORREX_SOAK=full; 10,000 otherwise) malformed or hostile requests to running services
 // (in process, with kfake and a real redis-server): bad and missing
 // tokens, bad JSON, wrong media types, bodies over 1 MiB, headers over
 // 64 KiB, half-sent requests that stall and disconnect, path traversal,
