@@ -244,7 +244,7 @@ func onlyGET(w http.ResponseWriter, r *http.Request) bool {
 
 func badRequest(w http.ResponseWriter, field, msg string) {
 	httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: field + ": " + msg,
-		Errors: []fsm.FieldError{{Field: field, Message: msg}}})
+		Errors: []httpx.FieldError{{Field: field, Message: msg}}})
 }
 
 // notFound answers 404 for a session that does not exist or that the
