@@ -16,8 +16,9 @@
 // The files, by what they own:
 //
 //   - query.go: Handler, its Options and the route table (NewHandler);
-//     route.go: what the routes share: the method check, the 400, 404 and
-//     503 answers, the limit parameter;
+//     route.go: what the routes share: sessionRoute, the checks every
+//     route of one session makes first (method, id), the 400, 404, 429
+//     and 503 answers with their Retry-After values, the limit parameter;
 //   - session.go: GET /v1/sessions/{id} and its read-your-writes wait;
 //     asof.go: the same read as of a version or a time;
 //   - list.go: GET /v1/sessions; filter.go: the filter that listings and

@@ -188,12 +188,12 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 	// /v1/stats (admin implies sessions:read). A token bound to a
 	// session-id prefix sees only the sessions under it.
 	mux := http.NewServeMux()
-	mux.Handle("/v1/sessions/{id}", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.getSession)))
-	mux.Handle("/v1/sessions/{id}/replay", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.replay)))
-	mux.Handle("/v1/sessions/{id}/history", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.history)))
+	mux.Handle("/v1/sessions/{id}", auth.Require(auth.ScopeSessionsRead, sessionRoute(http.MethodGet, h.getSession)))
+	mux.Handle("/v1/sessions/{id}/replay", auth.Require(auth.ScopeAdmin, sessionRoute(http.MethodGet, h.replay)))
+	mux.Handle("/v1/sessions/{id}/history", auth.Require(auth.ScopeSessionsRead, sessionRoute(http.MethodGet, h.history)))
 	mux.Handle("/v1/sessions/{id}/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchSession)))
 	mux.Handle("/v1/watch", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.watchAll)))
-	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, http.HandlerFunc(h.rebuild)))
+	mux.Handle("/v1/sessions/{id}/rebuild", auth.Require(auth.ScopeAdmin, sessionRoute(http.MethodPost, h.rebuild)))
 	mux.Handle("/v1/sessions", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.list)))
 	mux.Handle("/v1/archive", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.listArchive)))
 	mux.Handle("/v1/stats", auth.Require(auth.ScopeSessionsRead, http.HandlerFunc(h.stats)))

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/kafka"
@@ -64,17 +63,9 @@ type ReplayResponse struct {
 	Stored        snapshot.Position  `json:"storedPosition"`
 }
 
-func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
-	if !onlyGET(w, r) {
-		return
-	}
-	id := r.PathValue("id")
-	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be "+fsm.SessionIDRule)
-		return
-	}
-	if !visible(r, id) {
-		notFound(w)
+// replay serves GET /v1/sessions/{id}/replay (sessionRoute).
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, id string) {
+	if !canSee(w, r, id) {
 		return
 	}
 	stored, rebuilt, ok := h.fromLog(w, r, id, "replay")
@@ -92,14 +83,14 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 // it answers the request itself and returns ok false.
 func (h *Handler) fromLog(w http.ResponseWriter, r *http.Request, id, what string) (stored, rebuilt *snapshot.Snapshot, ok bool) {
 	if h.replayer == nil {
-		httpx.Unavailable(w, 30*time.Second, what+" needs Kafka, and this query service has no brokers configured", nil)
+		httpx.Unavailable(w, retryUnconfigured, what+" needs Kafka, and this query service has no brokers configured", nil)
 		return nil, nil, false
 	}
 	select {
 	case h.replays <- struct{}{}:
 		defer func() { <-h.replays }()
 	default:
-		httpx.Unavailable(w, 5*time.Second, "too many replays and rebuilds are running; retry", nil)
+		httpx.Unavailable(w, retryBusy, "too many replays and rebuilds are running; retry", nil)
 		return nil, nil, false
 	}
 	stored, err := h.get(r.Context(), id)
@@ -119,7 +110,7 @@ func (h *Handler) fromLog(w http.ResponseWriter, r *http.Request, id, what strin
 	rebuilt, err = h.replayer.Replay(ctx, stored)
 	if err != nil {
 		h.log.Warn(what, "session", id, "err", err)
-		httpx.Unavailable(w, 5*time.Second, what+" from Kafka failed: "+err.Error(), nil)
+		httpx.Unavailable(w, retryBusy, what+" from Kafka failed: "+err.Error(), nil)
 		return nil, nil, false
 	}
 	// The service's timeout defaults, as the store set them on stored (the

@@ -10,7 +10,6 @@ import (
 
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
-	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
@@ -21,15 +20,8 @@ func ETag(s *snapshot.Snapshot) string {
 	return `"` + strconv.FormatUint(s.Version, 10) + "." + strconv.FormatUint(s.Counters.Events, 10) + `"`
 }
 
-func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
-	if !onlyGET(w, r) {
-		return
-	}
-	id := r.PathValue("id")
-	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be "+fsm.SessionIDRule)
-		return
-	}
+// getSession serves GET /v1/sessions/{id} (sessionRoute).
+func (h *Handler) getSession(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
 	if q.Has("asOf") {
 		h.getAsOf(w, r, id)
@@ -60,8 +52,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "wait", "needs minPosition: the position to wait for")
 		return
 	}
-	if !visible(r, id) {
-		notFound(w)
+	if !canSee(w, r, id) {
 		return
 	}
 	snap, err := h.read(r.Context(), auth.PrincipalFrom(r.Context()).Key(), id, minPos, wait)
@@ -71,7 +62,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("the projector has not folded up to %s within %v", minPos, wait)})
 		return
 	case errors.Is(err, errBusy):
-		httpx.Unavailable(w, time.Second, "too many reads are waiting; retry", nil)
+		httpx.Unavailable(w, retrySoon, "too many reads are waiting; retry", nil)
 		return
 	case errors.Is(err, snapshot.ErrNotFound):
 		h.serveArchived(w, r, id)

@@ -150,15 +150,16 @@ func (h *Handler) watchAll(w http.ResponseWriter, r *http.Request) {
 	h.serveWatch(w, r, watchFilter{sessionFilter: f})
 }
 
-// watchSession serves GET /v1/sessions/{id}/watch.
+// watchSession serves GET /v1/sessions/{id}/watch. It is no sessionRoute:
+// it reads the id before the method, which serveWatch checks for both
+// watches, and a stream takes GET alone (no HEAD).
 func (h *Handler) watchSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !fsm.ValidSessionID(id) {
 		badRequest(w, "id", "must be "+fsm.SessionIDRule)
 		return
 	}
-	if !visible(r, id) {
-		notFound(w)
+	if !canSee(w, r, id) {
 		return
 	}
 	h.serveWatch(w, r, watchFilter{sessionFilter: sessionFilter{prefix: id}, session: id})
@@ -180,7 +181,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, f watchFilt
 	}
 	wt := h.watch
 	if wt == nil {
-		httpx.Unavailable(w, 30*time.Second, "watching needs Kafka, and this query service has no brokers configured", nil)
+		httpx.Unavailable(w, retryUnconfigured, "watching needs Kafka, and this query service has no brokers configured", nil)
 		return
 	}
 	var from []int64
@@ -204,9 +205,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, f watchFilt
 	p := auth.PrincipalFrom(r.Context())
 	who := p.Key()
 	if !wt.slots.take(who) {
-		w.Header().Set("Retry-After", "5")
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeRateLimited, Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("too many open watches: at most %d per token and %d per process; close one or retry", wt.o.MaxWatchesPerPrincipal, wt.o.MaxWatches)})
+		tooMany(w, fmt.Sprintf("too many open watches: at most %d per token and %d per process; close one or retry", wt.o.MaxWatchesPerPrincipal, wt.o.MaxWatches))
 		return
 	}
 	defer wt.slots.give(who)
@@ -239,7 +238,7 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, f watchFilt
 	sub, live, err := wt.subscribe(ctx, f)
 	if err != nil {
 		if ctx.Err() == nil {
-			httpx.Unavailable(w, time.Second, "the change feed is not being read yet; retry", nil)
+			httpx.Unavailable(w, retrySoon, "the change feed is not being read yet; retry", nil)
 		}
 		return
 	}
@@ -288,11 +287,11 @@ func (h *Handler) resume(ctx context.Context, w http.ResponseWriter, r *http.Req
 	starts, err := wt.startOffsets(ctx)
 	switch {
 	case errors.Is(err, errFeedAbsent):
-		httpx.Unavailable(w, time.Second, "the change feed does not exist yet, so no cursor can be resumed; watch without it", nil)
+		httpx.Unavailable(w, retrySoon, "the change feed does not exist yet, so no cursor can be resumed; watch without it", nil)
 		return
 	case err != nil:
 		h.log.Warn("watch: reading the change feed's start offsets", "err", err)
-		httpx.Unavailable(w, time.Second, "the change feed is unavailable; retry", nil)
+		httpx.Unavailable(w, retrySoon, "the change feed is unavailable; retry", nil)
 		return
 	}
 	if len(from) > len(starts) {
@@ -306,9 +305,7 @@ func (h *Handler) resume(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	if !wt.queueCatchUp() {
-		w.Header().Set("Retry-After", "5")
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeRateLimited, Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("too many resumed watches wait to catch up (at most %d); retry", wt.o.CatchUpQueue)})
+		tooMany(w, fmt.Sprintf("too many resumed watches wait to catch up (at most %d); retry", wt.o.CatchUpQueue))
 		return
 	}
 	st.start()
