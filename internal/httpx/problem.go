@@ -11,17 +11,25 @@ import (
 	"time"
 
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 )
 
-// Problem is an RFC 9457 problem details document. Errors lists validation
-// problems as {index, field, message}; Extra holds extension members.
-type Problem struct {
-	Type   string           `json:"type"`
-	Title  string           `json:"title"`
-	Status int              `json:"status"`
-	Detail string           `json:"detail,omitempty"`
-	Errors []fsm.FieldError `json:"errors,omitempty"`
-	Extra  map[string]any   `json:"-"`
+// Problem is an RFC 9457 problem details document: pkg/wire's, which
+// pkg/client reads. Errors lists validation problems as {index, field,
+// message}; Extra holds extension members.
+type Problem = wire.Problem
+
+// FieldError is one validation problem of a Problem.
+type FieldError = wire.FieldError
+
+// FieldErrors returns the validation problems of a fold's ValidationError
+// as a Problem lists them.
+func FieldErrors(errs []fsm.FieldError) []FieldError {
+	out := make([]FieldError, len(errs))
+	for i, e := range errs {
+		out[i] = FieldError(e)
+	}
+	return out
 }
 
 // Problem types: stable URIs that clients can switch on.
@@ -41,25 +49,6 @@ const (
 	TypeForbidden        = "https://correx.dev/problems/forbidden"
 	TypeRateLimited      = "https://correx.dev/problems/rate-limited"
 )
-
-// MarshalJSON writes the standard members and the extension members.
-func (p Problem) MarshalJSON() ([]byte, error) {
-	type plain Problem
-	b, err := Marshal(plain(p))
-	if err != nil || len(p.Extra) == 0 {
-		return b, err
-	}
-	m := map[string]any{}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	for k, v := range p.Extra {
-		if _, taken := m[k]; !taken {
-			m[k] = v
-		}
-	}
-	return Marshal(m)
-}
 
 // Marshal is json.Marshal without HTML escaping: API JSON is not embedded in
 // HTML, and escaping would turn each "<", ">" and "&" of a stored text into

@@ -139,7 +139,7 @@ func checkNamespace(prefix string, events []fsm.Event) *httpx.Problem {
 	if len(outside) == 0 {
 		return nil
 	}
-	return &httpx.Problem{Type: httpx.TypeForbidden, Status: http.StatusForbidden, Errors: outside,
+	return &httpx.Problem{Type: httpx.TypeForbidden, Status: http.StatusForbidden, Errors: httpx.FieldErrors(outside),
 		Detail: fmt.Sprintf("%s outside this token's namespace; nothing was produced", count(len(outside), "event names a session", "events name sessions"))}
 }
 
@@ -293,7 +293,7 @@ func decodeBody(mt string, body []byte) ([]fsm.Event, *httpx.Problem) {
 	}
 	if len(raws) == 0 {
 		return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: "no events in the request",
-			Errors: []fsm.FieldError{{Field: "events", Message: "must hold at least one event"}}}
+			Errors: []httpx.FieldError{{Field: "events", Message: "must hold at least one event"}}}
 	}
 	if len(raws) > MaxEvents {
 		return nil, &httpx.Problem{Type: httpx.TypeTooLarge, Status: http.StatusRequestEntityTooLarge,
@@ -313,7 +313,7 @@ func decodeBody(mt string, body []byte) ([]fsm.Event, *httpx.Problem) {
 	}
 	if len(problems) > 0 {
 		return nil, &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest,
-			Detail: fmt.Sprintf("%s in %s; nothing was produced", count(len(problems), "problem"), count(len(raws), "event")), Errors: problems}
+			Detail: fmt.Sprintf("%s in %s; nothing was produced", count(len(problems), "problem"), count(len(raws), "event")), Errors: httpx.FieldErrors(problems)}
 	}
 	return events, nil
 }
@@ -366,7 +366,7 @@ func trimJSONSpace(b []byte) []byte {
 func splitJSON(body []byte) ([][]byte, *httpx.Problem) {
 	bad := func(field, msg string) *httpx.Problem {
 		return &httpx.Problem{Type: httpx.TypeValidation, Status: http.StatusBadRequest, Detail: msg,
-			Errors: []fsm.FieldError{{Field: field, Message: msg}}}
+			Errors: []httpx.FieldError{{Field: field, Message: msg}}}
 	}
 	malformed := func(what string) *httpx.Problem { return bad("", "malformed JSON: "+what) }
 	i := skipJSONSpace(body, 0)

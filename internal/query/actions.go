@@ -94,7 +94,7 @@ func registerConsoleRoutes(mux *http.ServeMux, ingestURL string, log *slog.Logge
 	// Any valid token may ask who it is; the guard in front answers 401
 	// without one.
 	mux.HandleFunc("/v1/whoami", f.whoami)
-	mux.HandleFunc("/v1/sessions/{id}/actions", f.action)
+	mux.Handle("/v1/sessions/{id}/actions", sessionRoute(http.MethodPost, f.action))
 }
 
 // ValidateIngestURL checks CORREX_INGEST_URL: empty, or an absolute http or
@@ -128,19 +128,9 @@ func (f *forwarder) whoami(w http.ResponseWriter, r *http.Request) {
 }
 
 // action validates an action, turns it into its event and forwards it to
-// ingest, passing ingest's answer back as it is.
-func (f *forwarder) action(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeMethod, Status: http.StatusMethodNotAllowed,
-			Detail: r.Method + " is not allowed here; use POST"})
-		return
-	}
-	id := r.PathValue("id")
-	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be "+fsm.SessionIDRule)
-		return
-	}
+// ingest, passing ingest's answer back as it is (sessionRoute; the token's
+// prefix is ingest's to check, as for any event).
+func (f *forwarder) action(w http.ResponseWriter, r *http.Request, id string) {
 	// JSON only: a cross-origin page can then not send one without a CORS
 	// preflight, which this service never grants.
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/auth"
@@ -117,7 +116,7 @@ func (h *Handler) archivedHead(ctx context.Context, id string) (*archive.Head, e
 func (h *Handler) takeArchiveRead(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	who := auth.PrincipalFrom(r.Context()).Key()
 	if !h.archiveReads.take(who) {
-		httpx.Unavailable(w, time.Second, "too many archived reads are running, for this caller or in all; retry", nil)
+		httpx.Unavailable(w, retrySoon, "too many archived reads are running, for this caller or in all; retry", nil)
 		return nil, false
 	}
 	return func() { h.archiveReads.give(who) }, true
@@ -125,11 +124,11 @@ func (h *Handler) takeArchiveRead(w http.ResponseWriter, r *http.Request) (func(
 
 func (h *Handler) archiveError(w http.ResponseWriter, err error) {
 	if errors.Is(err, archive.ErrUnreachable) {
-		httpx.Unavailable(w, 5*time.Second, "the archive is unreachable; retry later ("+err.Error()+")", nil)
+		httpx.Unavailable(w, retryBusy, "the archive is unreachable; retry later ("+err.Error()+")", nil)
 		return
 	}
 	h.log.Error("archive", "err", err)
-	httpx.Unavailable(w, time.Second, "the archive is unavailable", nil)
+	httpx.Unavailable(w, retrySoon, "the archive is unavailable", nil)
 }
 
 // archivedJSON is the API form of an archived snapshot: its own, with
@@ -168,7 +167,7 @@ func (h *Handler) findArchivedHeld(w http.ResponseWriter, r *http.Request, id st
 	case errors.Is(err, context.Canceled):
 		return nil, false
 	case errors.Is(err, archive.ErrUnreachable):
-		httpx.Unavailable(w, 5*time.Second, fmt.Sprintf(
+		httpx.Unavailable(w, retryBusy, fmt.Sprintf(
 			"session %s is not in the read model, and the archive, which holds the closed sessions that left it, is unreachable: it may be there; retry later (%v)",
 			id, err), nil)
 		return nil, false
@@ -301,7 +300,7 @@ func (h *Handler) listArchive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.archive == nil {
-		httpx.Unavailable(w, 30*time.Second, "this query service has no archive configured (CORREX_ARCHIVE_URL)", nil)
+		httpx.Unavailable(w, retryUnconfigured, "this query service has no archive configured (CORREX_ARCHIVE_URL)", nil)
 		return
 	}
 	if f.none {

@@ -82,20 +82,19 @@ func (h *Handler) getAsOf(w http.ResponseWriter, r *http.Request, id string) {
 	if !ok {
 		return
 	}
-	if !visible(r, id) {
-		notFound(w)
+	if !canSee(w, r, id) {
 		return
 	}
 	lr, ok := h.replayer.(LogReader)
 	if !ok {
-		httpx.Unavailable(w, 30*time.Second, "a read as of a version or a time folds the log, and this query service has no brokers configured", nil)
+		httpx.Unavailable(w, retryUnconfigured, "a read as of a version or a time folds the log, and this query service has no brokers configured", nil)
 		return
 	}
 	select {
 	case h.replays <- struct{}{}:
 		defer func() { <-h.replays }()
 	default:
-		httpx.Unavailable(w, 5*time.Second, "too many replays, rebuilds, histories and reads as of a version are running; retry", nil)
+		httpx.Unavailable(w, retryBusy, "too many replays, rebuilds, histories and reads as of a version are running; retry", nil)
 		return
 	}
 	stored, err := h.get(r.Context(), id)
@@ -130,7 +129,7 @@ func (h *Handler) getAsOf(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	case err != nil:
 		h.log.Warn("as of", "session", id, "err", err)
-		httpx.Unavailable(w, 5*time.Second, "folding the session from Kafka failed: "+err.Error(), nil)
+		httpx.Unavailable(w, retryBusy, "folding the session from Kafka failed: "+err.Error(), nil)
 		return
 	}
 	s.TimeoutDefaults = stored.TimeoutDefaults

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/internal/sessionlog"
@@ -182,15 +181,8 @@ func (c *foldCache) Len() int {
 	return c.order.Len()
 }
 
-func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
-	if !onlyGET(w, r) {
-		return
-	}
-	id := r.PathValue("id")
-	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be "+fsm.SessionIDRule)
-		return
-	}
+// history serves GET /v1/sessions/{id}/history (sessionRoute).
+func (h *Handler) history(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
 	limit := DefaultHistoryLimit
 	if q.Has("limit") {
@@ -217,13 +209,12 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &c
 	}
-	if !visible(r, id) {
-		notFound(w)
+	if !canSee(w, r, id) {
 		return
 	}
 	lr, ok := h.replayer.(LogReader)
 	if !ok && h.archive == nil {
-		httpx.Unavailable(w, 30*time.Second, "the history needs Kafka, and this query service has no brokers configured", nil)
+		httpx.Unavailable(w, retryUnconfigured, "the history needs Kafka, and this query service has no brokers configured", nil)
 		return
 	}
 	stored, err := h.get(r.Context(), id)
@@ -237,14 +228,14 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		httpx.Unavailable(w, 30*time.Second, "the history needs Kafka, and this query service has no brokers configured", nil)
+		httpx.Unavailable(w, retryUnconfigured, "the history needs Kafka, and this query service has no brokers configured", nil)
 		return
 	}
 	select {
 	case h.replays <- struct{}{}:
 		defer func() { <-h.replays }()
 	default:
-		httpx.Unavailable(w, 5*time.Second, "too many replays, rebuilds and histories are running; retry", nil)
+		httpx.Unavailable(w, retryBusy, "too many replays, rebuilds and histories are running; retry", nil)
 		return
 	}
 	if after != nil && (after.partition != stored.Position.Partition || after.first != stored.FirstOffset ||
@@ -266,7 +257,7 @@ func (h *Handler) history(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		h.log.Warn("history", "session", id, "err", err)
-		httpx.Unavailable(w, 5*time.Second, "history from Kafka failed: "+err.Error(), nil)
+		httpx.Unavailable(w, retryBusy, "history from Kafka failed: "+err.Error(), nil)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-cache")

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/correx/sessions/internal/httpx"
-	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
@@ -38,20 +37,8 @@ type RebuildResponse struct {
 // on whatever it holds. What the projector holds in memory is not changed:
 // a projector that read the damaged snapshot before the repair folds on from
 // it, and a rebuild after its next write repairs that one too.
-func (h *Handler) rebuild(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeMethod, Status: http.StatusMethodNotAllowed,
-			Detail: r.Method + " is not allowed here; use POST"})
-		return
-	}
-	id := r.PathValue("id")
-	if !fsm.ValidSessionID(id) {
-		badRequest(w, "id", "must be "+fsm.SessionIDRule)
-		return
-	}
-	if !visible(r, id) {
-		notFound(w)
+func (h *Handler) rebuild(w http.ResponseWriter, r *http.Request, id string) {
+	if !canSee(w, r, id) {
 		return
 	}
 	stored, rebuilt, ok := h.fromLog(w, r, id, "rebuild")

@@ -73,7 +73,7 @@ func (h *Handler) truncated(w http.ResponseWriter, r *http.Request, stored *snap
 	start, err := h.logStarts.start(r.Context(), p)
 	if err != nil {
 		h.log.Warn(what, "session", stored.ID, "err", err)
-		httpx.Unavailable(w, 5*time.Second, what+": reading where the log starts failed: "+err.Error(), nil)
+		httpx.Unavailable(w, retryBusy, what+": reading where the log starts failed: "+err.Error(), nil)
 		return true
 	}
 	if stored.FirstOffset >= start {

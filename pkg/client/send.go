@@ -273,14 +273,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// problem is the members of a problem+json answer the client reads.
+// problem is a problem+json answer as the client reads it: pkg/wire's
+// document, which the services write, with the extension member of
+// ingest's 503, the events Kafka confirmed.
 type problem struct {
-	Type     string         `json:"type"`
-	Title    string         `json:"title"`
-	Status   int            `json:"status"`
-	Detail   string         `json:"detail"`
-	Errors   []FieldProblem `json:"errors"`
-	Accepted []Accepted     `json:"accepted"`
+	wire.Problem
+	Accepted []Accepted `json:"accepted"`
+}
+
+// fieldProblems returns a 400's validation problems as the client names
+// them (EventID is the caller's to fill).
+func fieldProblems(errs []wire.FieldError) []FieldProblem {
+	out := make([]FieldProblem, len(errs))
+	for i, e := range errs {
+		out[i] = FieldProblem{Index: e.Index, Field: e.Field, Message: e.Message}
+	}
+	return out
 }
 
 // ingestAnswer is ingest's 202, as ingest writes it.
@@ -337,7 +345,7 @@ func (c *Client) post(ctx context.Context, buf *bytes.Buffer, items []item) ([]A
 	}
 	p, se := statusError("send", resp, body)
 	if resp.StatusCode == http.StatusBadRequest && len(p.Errors) > 0 {
-		return nil, &ValidationError{Op: "send", Detail: p.Detail, Problems: p.Errors}
+		return nil, &ValidationError{Op: "send", Detail: p.Detail, Problems: fieldProblems(p.Errors)}
 	}
 	return p.Accepted, se
 }

@@ -7,8 +7,10 @@
 // builds one to encode its snapshots (Snapshot.Wire, MarshalJSON) and
 // reads its JSON form through it, pkg/client decodes the service's answers
 // into it; HistoryPage and HistoryEntry, a page of a session's history as
-// the query service answers it; and Position, where an event sits in the
-// events topic, with the "P:O" form the HTTP API writes and reads.
+// the query service answers it; Problem, the RFC 9457 problem document of
+// every error answer, which internal/httpx writes and pkg/client reads;
+// and Position, where an event sits in the events topic, with the "P:O"
+// form the HTTP API writes and reads.
 //
 // It imports nothing but the standard library, so that a program that only
 // reads those shapes (pkg/client, which speaks HTTP) links no Kafka or
