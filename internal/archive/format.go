@@ -170,7 +170,11 @@ func decodeFooter(b []byte, t trailer) ([]chunkJSON, int64, error) {
 	}
 	at, n := t.head, int64(0)
 	for i, c := range f.Chunks {
-		if c.At != at || c.Len <= 0 || c.Len > t.footer-at || c.Entries <= 0 || c.LastOffset < c.FirstOffset ||
+		// An entry is a JSON object on a line of its own, "{}\n" at the
+		// least (the last one's newline may be missing): a chunk claiming
+		// more than its bytes can hold would have the readers reserve room
+		// for entries that are not there.
+		if c.At != at || c.Len <= 0 || c.Len > t.footer-at || c.Entries <= 0 || c.Entries > (c.Len+1)/3 || c.LastOffset < c.FirstOffset ||
 			(i > 0 && c.FirstOffset < f.Chunks[i-1].LastOffset) {
 			return nil, 0, fmt.Errorf("%w footer: chunk %d (%+v) does not follow the one before", errFormat, i, c)
 		}

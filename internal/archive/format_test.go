@@ -2,11 +2,13 @@ package archive
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -362,4 +364,49 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded: %v", err)
 		}
 	})
+}
+
+// TestDecodeBoundsEntriesByBytes: a footer that claims more entries than
+// its chunks' bytes can hold is a format error, found before anything is
+// allocated for them, not gigabytes of memory reserved for a history the
+// object cannot contain.
+func TestDecodeBoundsEntriesByBytes(t *testing.T) {
+	s := openStore(t, "mem://")
+	snap := terminal(t)[0]
+	o := &Object{Snapshot: snap, History: history(1, 3), ArchivedAt: time.Unix(3, 0)}
+	if err := s.Put(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.bucket.ReadAll(context.Background(), Key(snap.ID, snap.State.String(), EndedAt(snap)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, ok, err := parseTrailer(b, int64(len(b)))
+	if !ok || err != nil {
+		t.Fatalf("parseTrailer: %v %v", ok, err)
+	}
+	var f footerJSON
+	if err := json.Unmarshal(b[tr.footer:tr.footer+tr.footerLen], &f); err != nil || len(f.Chunks) != 1 {
+		t.Fatalf("footer: %v, %d chunks", err, len(f.Chunks))
+	}
+	const claimed = 1 << 24 // about 3 GB of entries, in a chunk of a few hundred bytes
+	f.Entries, f.Chunks[0].Entries = claimed, claimed
+	footer, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	footer = append(footer, '\n')
+	forged := append(append([]byte{}, b[:tr.footer]...), footer...)
+	forged = trailer{head: tr.head, footer: tr.footer, footerLen: int64(len(footer))}.append(forged)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = Decode(forged)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errFormat) {
+		t.Errorf("Decode of a footer claiming %d entries in %d bytes: %v, want a format error", claimed, f.Chunks[0].Len, err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+		t.Errorf("Decode allocated %d MiB for an object of %d bytes", got>>20, len(forged))
+	}
 }
