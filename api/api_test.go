@@ -79,7 +79,8 @@ func httptestETag(t *testing.T) string {
 
 // Every problem type URI written in the services' code is one the
 // description lists, and the description lists no other: a new problem
-// type fails here until the description names it.
+// type fails here until the description names it. The URIs are written in
+// pkg/wire's problem.go only, which the services and pkg/client both use.
 func TestProblemTypesAreDescribed(t *testing.T) {
 	var doc struct {
 		Components struct {
@@ -104,6 +105,9 @@ func TestProblemTypesAreDescribed(t *testing.T) {
 			b, err := os.ReadFile(path)
 			for _, m := range uri.FindAllSubmatch(b, -1) {
 				used[string(m[1])] = path
+				if filepath.ToSlash(path) != "../pkg/wire/problem.go" {
+					t.Errorf("%s writes the problem type %s: use pkg/wire's constant", path, m[1])
+				}
 			}
 			return err
 		})

@@ -32,22 +32,20 @@ func FieldErrors(errs []fsm.FieldError) []FieldError {
 	return out
 }
 
-// Problem types: stable URIs that clients can switch on.
+// Problem types: pkg/wire's, which clients switch on.
 const (
-	TypeValidation  = "https://correx.dev/problems/validation"
-	TypeTooLarge    = "https://correx.dev/problems/too-large"
-	TypeMediaType   = "https://correx.dev/problems/unsupported-media-type"
-	TypeUnavailable = "https://correx.dev/problems/unavailable"
-	TypeNotFound    = "https://correx.dev/problems/not-found"
-	// TypeEndpointNotFound is the 404 of a path no route serves (a wrong
-	// URL, or the other service's): not a missing session.
-	TypeEndpointNotFound = "https://correx.dev/problems/endpoint-not-found"
-	TypeTimeout          = "https://correx.dev/problems/timeout"
-	TypeMethod           = "https://correx.dev/problems/method-not-allowed"
-	TypeInternal         = "https://correx.dev/problems/internal"
-	TypeUnauthenticated  = "https://correx.dev/problems/unauthenticated"
-	TypeForbidden        = "https://correx.dev/problems/forbidden"
-	TypeRateLimited      = "https://correx.dev/problems/rate-limited"
+	TypeValidation       = wire.ProblemValidation
+	TypeTooLarge         = wire.ProblemTooLarge
+	TypeMediaType        = wire.ProblemMediaType
+	TypeUnavailable      = wire.ProblemUnavailable
+	TypeNotFound         = wire.ProblemNotFound
+	TypeEndpointNotFound = wire.ProblemEndpointNotFound
+	TypeTimeout          = wire.ProblemTimeout
+	TypeMethod           = wire.ProblemMethod
+	TypeInternal         = wire.ProblemInternal
+	TypeUnauthenticated  = wire.ProblemUnauthenticated
+	TypeForbidden        = wire.ProblemForbidden
+	TypeRateLimited      = wire.ProblemRateLimited
 )
 
 // Marshal is json.Marshal without HTML escaping: API JSON is not embedded in

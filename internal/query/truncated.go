@@ -9,6 +9,7 @@ import (
 
 	"github.com/correx/sessions/internal/httpx"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // A finite events log (CORREX_EVENTS_RETENTION, docs/guarantees.md): once Kafka
@@ -22,8 +23,8 @@ import (
 // which this service does not read.
 
 // TypeHistoryTruncated is the problem type of a session whose first events
-// have left the log (409).
-const TypeHistoryTruncated = "https://correx.dev/problems/history-truncated"
+// have left the log (409): pkg/wire's.
+const TypeHistoryTruncated = wire.ProblemHistoryTruncated
 
 // LogStarts tells where each partition of the events topic starts now: the
 // log start offsets (KafkaPartitions).

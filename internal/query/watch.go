@@ -13,6 +13,7 @@ import (
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
+	"github.com/correx/sessions/pkg/wire"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -58,8 +59,8 @@ const (
 const listOffsetsTimeout = 2 * time.Second
 
 // TypeCursorExpired is the problem type of a cursor older than the change
-// feed's retention (410).
-const TypeCursorExpired = "https://correx.dev/problems/cursor-expired"
+// feed's retention (410): pkg/wire's.
+const TypeCursorExpired = wire.ProblemCursorExpired
 
 // WatchOptions configure a Watcher; the zero value takes every default.
 type WatchOptions struct {

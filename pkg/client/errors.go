@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // Sentinel errors. Match them with errors.Is; the errors returned wrap them
@@ -88,10 +90,6 @@ func (e *ValidationError) Error() string {
 	return b.String()
 }
 
-// problemEndpointNotFound is the problem type of a 404 for a path no route
-// of the service serves.
-const problemEndpointNotFound = "https://correx.dev/problems/endpoint-not-found"
-
 // StatusError is an answer other than success from a service, with its
 // problem+json members when the body had them.
 type StatusError struct {
@@ -136,7 +134,7 @@ func (e *StatusError) reason() string {
 func (e *StatusError) Unwrap() error {
 	switch e.Status {
 	case http.StatusNotFound:
-		if e.Type == problemEndpointNotFound {
+		if e.Type == wire.ProblemEndpointNotFound {
 			return nil
 		}
 		return ErrNotFound

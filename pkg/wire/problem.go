@@ -19,6 +19,32 @@ type Problem struct {
 	Extra  map[string]any `json:"-"`
 }
 
+// Problem types: the stable URIs of Problem.Type, which clients can switch
+// on. They are written here only; api/openapi.json lists the same set
+// (components/schemas/ProblemType, checked by api's tests).
+const (
+	ProblemValidation  = "https://correx.dev/problems/validation"
+	ProblemTooLarge    = "https://correx.dev/problems/too-large"
+	ProblemMediaType   = "https://correx.dev/problems/unsupported-media-type"
+	ProblemUnavailable = "https://correx.dev/problems/unavailable"
+	ProblemNotFound    = "https://correx.dev/problems/not-found"
+	// ProblemEndpointNotFound is the 404 of a path no route serves (a
+	// wrong URL, or the other service's): not a missing session.
+	ProblemEndpointNotFound = "https://correx.dev/problems/endpoint-not-found"
+	ProblemTimeout          = "https://correx.dev/problems/timeout"
+	ProblemMethod           = "https://correx.dev/problems/method-not-allowed"
+	ProblemInternal         = "https://correx.dev/problems/internal"
+	ProblemUnauthenticated  = "https://correx.dev/problems/unauthenticated"
+	ProblemForbidden        = "https://correx.dev/problems/forbidden"
+	ProblemRateLimited      = "https://correx.dev/problems/rate-limited"
+	// ProblemCursorExpired is a watch cursor older than the change feed
+	// keeps (410): list the sessions again and watch from the new cursor.
+	ProblemCursorExpired = "https://correx.dev/problems/cursor-expired"
+	// ProblemHistoryTruncated is a session whose first events the log no
+	// longer holds (409), asked for a history or a version before them.
+	ProblemHistoryTruncated = "https://correx.dev/problems/history-truncated"
+)
+
 // FieldError is one validation problem of a Problem: the index of the event
 // at fault in its request, the field, and why.
 type FieldError struct {
