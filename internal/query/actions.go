@@ -155,8 +155,7 @@ func (f *forwarder) action(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	if f.events == nil {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "actions are off: this query service has no CORREX_INGEST_URL to forward them to"})
+		httpx.Unavailable(w, retryUnconfigured, "actions are off: this query service has no CORREX_INGEST_URL to forward them to", nil)
 		return
 	}
 	f.forward(w, r, event)

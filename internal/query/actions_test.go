@@ -150,9 +150,9 @@ func TestActionsOff(t *testing.T) {
 	if status != 200 || !bytes.Contains(body, []byte(`"actions":false`)) || !bytes.Contains(body, []byte(`"anonymous":true`)) {
 		t.Errorf("whoami: %d %s", status, body)
 	}
-	status, _, body = do(t, http.MethodPost, f.srv.URL+"/v1/sessions/a/actions", "", "application/json", `{"action":"pause"}`)
-	if status != 503 || !bytes.Contains(body, []byte("CORREX_INGEST_URL")) {
-		t.Errorf("action: %d %s", status, body)
+	status, hdr, body := do(t, http.MethodPost, f.srv.URL+"/v1/sessions/a/actions", "", "application/json", `{"action":"pause"}`)
+	if status != 503 || !bytes.Contains(body, []byte("CORREX_INGEST_URL")) || hdr.Get("Retry-After") != "30" {
+		t.Errorf("action: %d Retry-After %q %s, want 503 naming CORREX_INGEST_URL, Retry-After 30", status, hdr.Get("Retry-After"), body)
 	}
 	for _, u := range []string{"ftp://x", "http://", "http://h/?q=1", "http://u:p@h"} {
 		if query.ValidateIngestURL(u) == nil {

@@ -32,8 +32,7 @@ func (h *Handler) verify(w http.ResponseWriter, r *http.Request) {
 	}
 	vr, ok := h.store.(VerifyReporter)
 	if !ok {
-		httpx.WriteProblem(w, httpx.Problem{Type: httpx.TypeUnavailable, Status: http.StatusServiceUnavailable,
-			Detail: "this store keeps no verification report"})
+		httpx.Unavailable(w, retryUnconfigured, "this store keeps no verification report", nil)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)

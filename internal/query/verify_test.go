@@ -125,3 +125,26 @@ func TestVerifyReport(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestVerifyWithoutReport: a store that keeps no verification report
+// answers 503 with a Retry-After, as the other features this service is
+// not configured for do.
+func TestVerifyWithoutReport(t *testing.T) {
+	store, err := snapshot.NewStore(redistest.Start(t).Client(t), "vn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(query.NewHandler(struct{ query.Store }{store}, topic, nil, query.Options{Log: quiet}))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/v1/verify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "30" {
+		t.Errorf("/v1/verify of a store without a report: %d Retry-After %q %s, want 503 and Retry-After 30",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
