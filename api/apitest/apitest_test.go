@@ -204,3 +204,55 @@ func TestWatchEventsAreChecked(t *testing.T) {
 		t.Fatalf("checked %d, want 4", v.Checked())
 	}
 }
+
+// Every field the services can write is described: a change record and a
+// history entry with each of their fields set pass, as the query service
+// writes them (a failed transition's change carries its category and code;
+// a rejected decision's entry its reason, requestId, by and sentBy).
+func TestEveryFieldIsDescribed(t *testing.T) {
+	at := time.Date(2026, 11, 29, 6, 0, 1, 0, time.UTC)
+	change := wire.Change{SessionID: "acme:s-1", Version: 3, Position: wire.Position{Partition: 3, Offset: 12},
+		EventID: "01937f3c-0000-7000-8000-000000000003", Type: "SessionFailed", OccurredAt: at,
+		Outcome: wire.Applied, From: "ACTIVE", To: "FAILED", Terminal: true,
+		Labels: map[string]string{"team": "a"}, ParentSessionID: "acme:p-1", CorrelationID: "c-1",
+		FailureCategory: fsm.FailureProvider.String(), FailureCode: "rate_limited"}
+	rejected := wire.Change{SessionID: "acme:s-1", Version: 3, Position: wire.Position{Partition: 3, Offset: 13},
+		EventID: "01937f3c-0000-7000-8000-000000000004", Type: "SessionStarted", OccurredAt: at,
+		Outcome: wire.Rejected, Reason: fsm.ReasonAfterTerminal.String(), From: "FAILED", To: "FAILED", Terminal: true}
+	history, err := json.Marshal(wire.HistoryPage{History: []wire.HistoryEntry{
+		{Version: 2, Position: wire.Position{Partition: 3, Offset: 11}, EventID: "01937f3c-0000-7000-8000-000000000002",
+			Type: "ApprovalGranted", OccurredAt: at, Outcome: wire.Rejected, Reason: fsm.ReasonApprovalMismatch.String(),
+			From: "AWAITING_APPROVAL", To: "AWAITING_APPROVAL", RequestID: "r-1", By: "ana", SentBy: "ops"},
+		{Version: 2, Position: wire.Position{Partition: 3, Offset: 12}, EventID: "01937f3c-0000-7000-8000-000000000002",
+			Type: "ApprovalGranted", OccurredAt: at, Outcome: wire.Duplicate, From: "ACTIVE", To: "ACTIVE"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, c, url := serve(t, map[string]http.HandlerFunc{
+		"GET /v1/sessions/{id}/watch": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			_, _ = io.WriteString(w, "event: change\nid: AAAC\ndata: "+string(change.AppendJSON(nil))+
+				"\n\nevent: change\nid: AAAD\ndata: "+string(rejected.AppendJSON(nil))+"\n\n")
+		},
+		"GET /v1/sessions/{id}/history": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(history)
+		},
+	})
+	for _, path := range []string{"/v1/sessions/acme:s-1/watch", "/v1/sessions/acme:s-1/history"} {
+		resp, err := c.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if err := v.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v.Checked() != 4 { // the watch's head, its two events, the history page
+		t.Fatalf("checked %d, want 4", v.Checked())
+	}
+}
