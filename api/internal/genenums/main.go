@@ -1,8 +1,9 @@
 // Command genenums writes the enumerations that openapi.json shares with
-// pkg/fsm, from pkg/fsm: the schemas State (the ten states), TimeoutKind
-// and FailureCategory under components/schemas, which every other place
-// of the description refers to ($ref) instead of spelling the values
-// again. go generate ./api runs it; its test fails when openapi.json is
+// pkg/fsm and pkg/wire, from them: the schemas State (the ten states),
+// TimeoutKind, FailureCategory, RejectionReason (why the fold rejects an
+// event), ChangeOutcome (a change record's outcome) and HistoryOutcome (a
+// history entry's) under components/schemas, which every other place of
+// the description refers to ($ref) instead of spelling the values again. go generate ./api runs it; its test fails when openapi.json is
 // not what it would write, or when a schema spells one of these
 // enumerations inline.
 package main
@@ -15,6 +16,7 @@ import (
 	"os"
 
 	"github.com/correx/sessions/pkg/fsm"
+	"github.com/correx/sessions/pkg/wire"
 )
 
 // schema is a generated enumeration, as openapi.json spells it (members in
@@ -31,7 +33,7 @@ func generated() []struct {
 	Name   string
 	Schema schema
 } {
-	var states, kinds, categories []string
+	var states, kinds, categories, reasons []string
 	for _, s := range fsm.States() {
 		states = append(states, s.String())
 	}
@@ -41,7 +43,11 @@ func generated() []struct {
 	for c := range fsm.FailureCategory(fsm.NumFailureCategories) {
 		categories = append(categories, c.String())
 	}
+	for r := range fsm.Rejections() {
+		reasons = append(reasons, r.String())
+	}
 	const by = " Generated from pkg/fsm (go generate ./api)."
+	const byWire = " Generated from pkg/wire (go generate ./api)."
 	return []struct {
 		Name   string
 		Schema schema
@@ -49,6 +55,10 @@ func generated() []struct {
 		{"State", schema{"string", "A session state (docs/lifecycle.md)." + by, states}},
 		{"TimeoutKind", schema{"string", "A kind of timeout (docs/timeouts.md)." + by, kinds}},
 		{"FailureCategory", schema{"string", `A structured failure's category (docs/lifecycle.md, "Structured failures").` + by, categories}},
+		{"RejectionReason", schema{"string", `Why the fold rejected an event (docs/lifecycle.md, "How the fold decides an event").` + by, reasons}},
+		{"ChangeOutcome", schema{"string", "What the fold did with the event of a change record." + byWire, []string{wire.Applied, wire.Rejected}}},
+		{"HistoryOutcome", schema{"string", "What the fold did with the event of a history entry: a duplicate (an event id the session has seen) or a superseded TimeoutExpired (armed at another version, docs/timeouts.md) changes only the counters." + byWire,
+			[]string{wire.Applied, wire.Rejected, wire.Duplicate, wire.Superseded}}},
 	}
 }
 

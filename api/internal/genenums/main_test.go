@@ -24,7 +24,7 @@ func TestOpenAPIInSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(out, doc) {
-		t.Fatal("api/openapi.json's State, TimeoutKind or FailureCategory differ from pkg/fsm: run go generate ./api")
+		t.Fatal("api/openapi.json's generated enumerations differ from pkg/fsm or pkg/wire: run go generate ./api")
 	}
 }
 
