@@ -103,6 +103,8 @@ func TestDependencyRules(t *testing.T) {
 		// The contract: the standard library only, and nothing internal.
 		{name: "pkg/fsm", pkg: module + "/pkg/fsm", links: Rules{Allow: paths("pkg/fsm")}},
 		{name: "pkg/wire", pkg: module + "/pkg/wire", links: Rules{Allow: paths("pkg/wire")}},
+		// The retry schedule, which pkg/client and pkg/feed use too.
+		{name: "pkg/backoff", pkg: module + "/pkg/backoff", links: Rules{Allow: paths("pkg/backoff")}},
 		{
 			// The Go client speaks HTTP: no Kafka, no Redis.
 			name: "pkg/client", pkg: module + "/pkg/client",

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/config"
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -143,13 +144,15 @@ func (c Config) Opts() []kgo.Opt {
 	return opts
 }
 
+// requestRetryWait is the wait before a Kafka request is tried again, after
+// its first failure: 100 ms, doubling, at most 2 s.
+var requestRetryWait = backoff.Exponential{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+
 func (c Config) opts() ([]kgo.Opt, *authWatch) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.ClientID(c.ClientID),
-		kgo.RetryBackoffFn(func(tries int) time.Duration {
-			return min(time.Duration(tries)*100*time.Millisecond, 2*time.Second)
-		}),
+		kgo.RetryBackoffFn(func(tries int) time.Duration { return requestRetryWait.Wait(tries - 1) }),
 	}
 	sec, err := c.securityOpts()
 	if err != nil {

@@ -6,10 +6,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
-// retry calls op until it succeeds or ctx ends, waiting backoff(attempt)
+// retry calls op until it succeeds or ctx ends, waiting retryWait
 // between attempts and logging each failure at Warn as what, with err,
 // attempt and args. It returns ctx's error when ctx ends first. An error
 // op wraps in final ends the retries at once, unlogged: op returns one
@@ -32,7 +33,7 @@ func retry(ctx context.Context, log *slog.Logger, what string, op func(context.C
 			return err // a newer owner has the partition: retrying cannot cure it
 		}
 		log.Warn(what, append([]any{"err", err, "attempt", attempt}, args...)...)
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := backoff.Sleep(ctx, retryWait.Wait(attempt)); err != nil {
 			return err
 		}
 	}
@@ -46,19 +47,6 @@ type finalError struct{ err error }
 func (e finalError) Error() string { return e.err.Error() }
 func (e finalError) Unwrap() error { return e.err }
 
-// backoff is the wait after a failed attempt: 100 ms, doubling, at most 2 s.
-func backoff(attempt int) time.Duration {
-	return min(100*time.Millisecond<<min(attempt, 5), 2*time.Second)
-}
-
-// sleep waits d, or until ctx ends (its error).
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// retryWait is the wait after a failed attempt: 100 ms, doubling, at most
+// 2 s.
+var retryWait = backoff.Exponential{Min: 100 * time.Millisecond, Max: 2 * time.Second}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
@@ -130,20 +131,9 @@ func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Pos
 		if !time.Now().Before(deadline) {
 			return nil, errNotReached
 		}
-		if err := sleepCtx(ctx, min(h.poll, time.Until(deadline))); err != nil {
+		if err := backoff.Sleep(ctx, min(h.poll, time.Until(deadline))); err != nil {
 			return nil, err
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

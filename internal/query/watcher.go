@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -169,7 +170,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.o.Log.Warn("watch: the change feed is not readable yet; watches wait until it is (looking again every 500ms)",
 				"topic", w.topic, "err", adm.Explain(err))
 		}
-		if sleepCtx(ctx, feedPoll) != nil {
+		if backoff.Sleep(ctx, feedPoll) != nil {
 			return nil
 		}
 	}

@@ -16,12 +16,12 @@ package testwait
 import (
 	"testing"
 	"time"
+
+	"github.com/correx/sessions/pkg/backoff"
 )
 
-const (
-	firstPause = time.Millisecond
-	maxPause   = 50 * time.Millisecond
-)
+// pause is the wait between two calls of a condition.
+var pause = backoff.Exponential{Min: time.Millisecond, Max: 50 * time.Millisecond}
 
 // Until polls cond until it returns true, and fails the test with
 // "timed out after <timeout> waiting for <what>" if it has not by timeout.
@@ -51,8 +51,7 @@ func UntilSeen(t testing.TB, what string, timeout time.Duration, cond func() (bo
 // (or to report from a goroutine other than the test's).
 func Eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
-	pause := firstPause
-	for {
+	for i := 0; ; i++ {
 		if cond() {
 			return true
 		}
@@ -60,7 +59,6 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 		if left <= 0 {
 			return false
 		}
-		time.Sleep(min(pause, left))
-		pause = min(2*pause, maxPause)
+		time.Sleep(min(pause.Wait(i), left))
 	}
 }

@@ -15,8 +15,9 @@ func TestDependencies(t *testing.T) {
 		Allow: []string{
 			"github.com/correx/sessions/pkg/client",
 			"github.com/correx/sessions/pkg/wire",
-			"github.com/correx/sessions/pkg/fsm", // ValidSessionID, the event types
-			"github.com/google/uuid",             // event ids (UUIDv7)
+			"github.com/correx/sessions/pkg/fsm",     // ValidSessionID, the event types
+			"github.com/correx/sessions/pkg/backoff", // the retry schedule, standard library only
+			"github.com/google/uuid",                 // event ids (UUIDv7)
 			// The transport is traced (README): otelhttp and the
 			// OpenTelemetry API it needs. A caller installs an SDK, or none.
 			"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp",

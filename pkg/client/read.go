@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/wire"
 )
@@ -134,7 +135,7 @@ func (c *Client) retryRead(ctx context.Context, err error, attempt int) bool {
 	if se, ok := err.(*StatusError); ok {
 		after = se.RetryAfter
 	}
-	return sleep(ctx, c.retry.backoff(attempt, after)) == nil
+	return backoff.Sleep(ctx, c.retry.backoff(attempt, after)) == nil
 }
 
 // readError is a read's final error: a refusal as the *StatusError it is,

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/wire"
 )
@@ -224,7 +224,7 @@ func (c *Client) sendBatch(ctx context.Context, items []item, out []Accepted, re
 				res.Resent++
 			}
 		}
-		if werr := sleep(ctx, c.retry.backoff(attempt, after)); werr != nil {
+		if werr := backoff.Sleep(ctx, c.retry.backoff(attempt, after)); werr != nil {
 			return &SendError{Attempts: attempt, Unconfirmed: ids(remaining), Err: errors.Join(err, werr)}
 		}
 	}
@@ -250,27 +250,12 @@ func ids(items []item) []string {
 	return out
 }
 
-// backoff is the wait before attempt+1: exponential from min, capped at max,
-// jittered into [d/2, d], and at least the server's Retry-After.
+// backoff is the wait before attempt+1 (attempts count from 1):
+// exponential from min, capped at max, jittered into [d/2, d], and at
+// least the server's Retry-After.
 func (r retryPolicy) backoff(attempt int, retryAfter time.Duration) time.Duration {
-	d := r.min
-	for i := 1; i < attempt && d < r.max; i++ {
-		d *= 2
-	}
-	d = min(d, r.max)
-	d = d/2 + rand.N(d/2+1)
+	d := backoff.Exponential{Min: r.min, Max: r.max, Jitter: true}.Wait(attempt - 1)
 	return max(d, retryAfter)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // problem is a problem+json answer as the client reads it: pkg/wire's

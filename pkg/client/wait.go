@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/fsm"
 )
 
@@ -160,7 +161,7 @@ func (c *Client) AwaitState(ctx context.Context, sessionID string, states ...str
 		case !errors.Is(err, ErrNotFound):
 			return nil, err
 		}
-		if werr := sleep(ctx, poll); werr != nil {
+		if werr := backoff.Sleep(ctx, poll); werr != nil {
 			return nil, &ReadError{Op: "await", SessionID: sessionID, Attempts: reads, Err: errors.Join(err, werr)}
 		}
 		poll = min(2*poll, awaitMaxPoll)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/wire"
 )
 
@@ -101,7 +102,7 @@ func (c *Client) Watch(ctx context.Context, o WatchOptions) iter.Seq2[Change, er
 				yield(Change{}, &ReadError{Op: "watch", Attempts: failures, Err: err})
 				return
 			}
-			if sleep(ctx, c.retry.backoff(failures, se.retryAfter())) != nil {
+			if backoff.Sleep(ctx, c.retry.backoff(failures, se.retryAfter())) != nil {
 				return
 			}
 		}

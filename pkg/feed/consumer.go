@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/wire"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -264,18 +265,13 @@ func (c *Consumer) retry(ctx context.Context, op, key string, fn func(context.Co
 			return &CheckpointError{Op: op, Key: key, Err: err}
 		}
 		c.cfg.log.Warn("feed: checkpoint", "op", op, "key", key, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff(attempt)):
-		}
+		_ = backoff.Sleep(ctx, retryWait.Wait(attempt)) // ctx ended: the next attempt is the last
 	}
 }
 
-// backoff is 100 ms doubled per attempt, at most 5 s.
-func backoff(attempt int) time.Duration {
-	d := 100 * time.Millisecond << min(attempt, 6)
-	return min(d, 5*time.Second)
-}
+// retryWait is the wait after a failed attempt: 100 ms doubled per
+// attempt, at most 5 s.
+var retryWait = backoff.Exponential{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // adjust starts every assigned partition at its checkpoint (not at the
 // Kafka committed offset), or, with none, at the earliest offset or at the
@@ -291,10 +287,8 @@ func (c *Consumer) adjust(ctx context.Context, adm *kadm.Client, offs map[string
 			return offs, nil
 		}
 		c.cfg.log.Warn("feed: reading checkpoints of assigned partitions", "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff(attempt)):
+		if err := backoff.Sleep(ctx, retryWait.Wait(attempt)); err != nil {
+			return nil, err
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/devstack"
 	"github.com/correx/sessions/internal/redisconn"
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/wire"
 )
@@ -243,7 +244,7 @@ func (s *Stack) waitWatch(ctx context.Context) error {
 		if err == nil {
 			last = statusError("watch", status, body)
 		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 10*time.Millisecond); err != nil {
 			return fmt.Errorf("testkit: the watch does not answer: %w (last answer: %v)", err, last)
 		}
 	}
@@ -285,7 +286,7 @@ func (s *Stack) waitReady(ctx context.Context, base string) error {
 		if err == nil {
 			last = statusError("readyz", status, body)
 		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 10*time.Millisecond); err != nil {
 			return fmt.Errorf("testkit: %s not ready: %w (last answer: %v)", base, err, last)
 		}
 	}
@@ -435,7 +436,7 @@ func (s *Stack) WaitFolded(ctx context.Context, position Position) error {
 			}
 			last = fmt.Errorf("partition %d not checkpointed past offset %d", part, off)
 		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 10*time.Millisecond); err != nil {
 			return fmt.Errorf("testkit: wait for %s: %w (%v)", position, err, last)
 		}
 	}
@@ -462,7 +463,7 @@ func (s *Stack) WaitSession(ctx context.Context, id string, minPosition ...Posit
 		if !errors.Is(err, client.ErrNotFound) {
 			return snap, err
 		}
-		if werr := sleep(ctx, 10*time.Millisecond); werr != nil {
+		if werr := backoff.Sleep(ctx, 10*time.Millisecond); werr != nil {
 			return nil, fmt.Errorf("testkit: wait for session %s: %w (%v)", id, werr, err)
 		}
 	}
@@ -525,17 +526,6 @@ func (s *Stack) do(ctx context.Context, method, u, token string, body []byte) (i
 	// filling memory.
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	return resp.StatusCode, b, err
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // testLogWriter writes the services' log lines to the test's log until
