@@ -840,7 +840,7 @@
   }
 
   // renderFailure shows how a FAILED session failed: its category, code
-  // and whether a retry may succeed (DESIGN 11.1).
+  // and whether a retry may succeed (docs/lifecycle.md, "Structured failures").
   function renderFailure(s) {
     const box = $('s-failure');
     clear(box);
@@ -855,7 +855,7 @@
 
   // renderApprovals shows the approval member whole: the pending request,
   // the last decisions, newest first, and the total of the finished waits
-  // (DESIGN 11.7).
+  // (docs/lifecycle.md, "Approvals that match their request").
   function renderApprovals(s) {
     const p = pendingApproval(s);
     const pend = $('approval-pending');
@@ -892,7 +892,7 @@
     if (succ) ol.append(el('li', { 'data-role': 'successor' }, sessionLink(succ), el('span', { class: 'muted small' }, ' successor')));
   }
 
-  // pendingApproval reads the approval block as DESIGN 11.7 shapes it
+  // pendingApproval reads the approval block as docs/lifecycle.md, "Approvals that match their request", shapes it
   // ({pending: {requestId, since, reason} | null}), or the older
   // {pendingSince} when that is what the service writes.
   function pendingApproval(s) {
