@@ -42,7 +42,8 @@ func chaosFaults(t *testing.T) int {
 // every checkpoint reached the log's end, every session must be exact, as
 // in TestRedisLossAcrossProjectorKills: stored as the fold of what ingest
 // acknowledged, byte for byte, nothing else stored, and the query service
-// answering each as that fold.
+// answering each as that fold; and the background verifier of every
+// projector process must have reported no mismatch (verifierSilent).
 //
 // make test runs one seed with 4 faults; make chaos runs
 // CORREX_LOSS_RUNS seeds (default 5) with CORREX_CHAOS_FAULTS faults

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/loadgen"
+	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -30,6 +31,9 @@ const (
 	lossSessions   = 3000
 	lossRate       = 6000 // events per second
 	lossFaultsFrom = 8000 // events accepted before the first fault
+	// lossVerifyRate is the projector's CORREX_VERIFY_RATE in these runs
+	// (sessions a second; the default is 20).
+	lossVerifyRate = 200
 )
 
 // lossRuns is how many times each case of TestRedisLossAcrossProjectorKills
@@ -295,6 +299,36 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 	t.Logf("%s; %d events in %d requests (%d resent) for %d sessions; checkpoints at the log's end %v after the load; %d partition rebuilds begun and %d resumed by a new process, over %d projector processes",
 		schedule, rep.Events, rep.Requests, rep.Retries, rep.Sessions, caughtUp.Round(time.Millisecond), rebuilds, resumed, len(s.projs))
 	s.verify(t, cfg, rep)
+	s.verifierSilent(t)
+}
+
+// verifierSilent requires that the background verifier, which every
+// projector of the run ran (CORREX_VERIFY_RATE, lossVerifyRate), reported
+// no mismatch through the faults: the read model was exact at the end
+// (verify), so a mismatch logged on the way was a false positive, a
+// snapshot reported while it moved. It also requires that the running
+// projector's verifier checked sessions, so that the silence is not that
+// of a verifier that never ran.
+func (s *lossStack) verifierSilent(t *testing.T) {
+	t.Helper()
+	var lines []string
+	for _, p := range s.projs {
+		for l := range strings.Lines(p.output()) {
+			if strings.Contains(l, projector.MismatchLogged) {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+	}
+	if len(lines) > 0 {
+		t.Errorf("the background verifier reported %d mismatches of an exact read model, for example:\n%s", len(lines), strings.Join(lines[:min(len(lines), 5)], "\n"))
+	}
+	var checked float64
+	testwait.UntilSeen(t, "the projector's verifier checking sessions", 60*time.Second, func() (bool, string) {
+		n, ok := metric(t, s.projURL, "correx_verify_checked_total")
+		checked = n
+		return ok && n > 0, fmt.Sprintf("correx_verify_checked_total %v (exported: %v)", n, ok)
+	})
+	t.Logf("the background verifier: no mismatch logged by %d projector processes; the last one checked %.0f sessions", len(s.projs), checked)
 }
 
 // start starts the broker, ingest, the query service and a projector, and
@@ -319,7 +353,11 @@ func (s *lossStack) start(t *testing.T) {
 		return m
 	}
 	ingest, query := env(), env()
-	s.projEnv = env("CORREX_INSTANCE_ID", "loss-1")
+	// The projector exports its metrics (verifierSilent reads them) and
+	// verifies faster than its default, so that its cycles cover the
+	// sessions while the faults land.
+	s.projEnv = env("CORREX_INSTANCE_ID", "loss-1", "OTEL_METRICS_EXPORTER", "prometheus",
+		"CORREX_VERIFY_RATE", strconv.Itoa(lossVerifyRate))
 	_, s.ingestURL = startHTTPService(t, "ingest", s.bin["ingest"], ingest)
 	_, s.queryURL = startHTTPService(t, "query", s.bin["query"], query)
 	s.startProjector(t)

@@ -39,6 +39,11 @@ const (
 	MismatchExtra = "extra"
 )
 
+// MismatchLogged is the message the verifier logs (at Warn) for each
+// mismatch it finds, with the session, the kind, both digests and whether
+// it was repaired: what a log search for the verifier's findings matches.
+const MismatchLogged = "a stored snapshot differs from the fold of the log"
+
 // verifyMinCycle is the shortest a cycle takes: with few sessions (or
 // none) the verifier does not read the log again and again.
 const verifyMinCycle = time.Second
@@ -738,7 +743,7 @@ func (v *verifier) report(ctx context.Context, m *partModel, sid, kind string, r
 		v.repaired.Add(1)
 		v.obs.VerifyRepaired(kind)
 	}
-	v.log.Warn("a stored snapshot differs from the fold of the log", "session", sid, "kind", kind, "partition", m.id,
+	v.log.Warn(MismatchLogged, "session", sid, "kind", kind, "partition", m.id,
 		"stored_digest", mm.StoredDigest, "folded_digest", mm.FoldedDigest, "stored_bytes", len(raw), "repaired", mm.Repaired)
 	v.pmu.Lock()
 	if v.pending.Mismatches == nil {
