@@ -28,7 +28,7 @@ build: ## compile every package and binary, and the command line into bin/correx
 check: ## the inner loop: gofmt, go vet, the unit tests with -short (no race detector; no end-to-end package, soaks, browser, process or long failover tests)
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) test -short -count=1 -timeout 10m $$($(GO) list ./... | grep -v /internal/e2e)
+	$(GO) test -short -count=1 -timeout 10m $$($(GO) list $(UNIT_FIRST) ./... | grep -v /internal/e2e)
 
 test: deps unit fuzz test-helm test-openapi ## unit and component tests (race detector), every fuzz target for FUZZTIME, the Helm chart, a client generated from the OpenAPI document
 
