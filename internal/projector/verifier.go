@@ -16,6 +16,7 @@ import (
 	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/internal/sessionlog"
+	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
@@ -276,14 +277,7 @@ func (pc *pacer) wait(ctx context.Context) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return backoff.Sleep(ctx, d)
 }
 
 // run is the verifier's loop: a cycle over the owned partitions, then the
