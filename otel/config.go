@@ -117,7 +117,11 @@ func (c Config) selection() (selection, error) {
 	if s.metrics, err = exporterList(envMetricsExporter, c.getenv(envMetricsExporter), allowedMetricExporters); err != nil {
 		errs = append(errs, err)
 	}
-	// The Prometheus endpoint is always on; naming it changes nothing.
+	// The Prometheus endpoint is always on where it is linked; naming it
+	// changes nothing there, and is an error where it is not.
+	if slices.Contains(s.metrics, exporterPrometheus) && registeredPrometheus() == nil {
+		errs = append(errs, &EnvError{Var: envMetricsExporter, Value: c.getenv(envMetricsExporter), Reason: promNotLinked})
+	}
 	s.metrics = slices.DeleteFunc(s.metrics, func(v string) bool { return v == exporterPrometheus })
 	if slices.Contains(s.traces, exporterOTLP) {
 		if s.tracesProtocol, err = c.protocol(envTracesProtocol); err != nil {

@@ -5,8 +5,8 @@
 //     environment variables, with no global state unless a binary asks for
 //     it (Telemetry.SetGlobal);
 //   - the Prometheus handler behind each service's /metrics
-//     (Telemetry.MetricsHandler), always on, on a registry private to the
-//     Telemetry;
+//     (Telemetry.MetricsHandler), always on where otel/promexport is
+//     linked, on a registry private to the Telemetry;
 //   - W3C Trace Context and Baggage propagation, over HTTP (HTTPHandler) and
 //     Kafka record headers (InjectRecord, ExtractRecord, KafkaHooks; a
 //     record carries at most MaxRecordBaggageBytes of baggage and
@@ -50,11 +50,13 @@
 // specification suggests http/protobuf.
 //
 // The OTLP exporters themselves (gRPC and HTTP, which both link gRPC) are
-// registered by the subpackage otlpexport, which the service binaries
-// import; a program that does not import it links the console and
-// Prometheus exporters only, and an otlp selection fails at Setup (and
-// Config.Validate) with an *EnvError naming the package to import. The
-// default protocol stays grpc either way: see otlpexport's documentation.
+// registered by the subpackage otlpexport, and the Prometheus exporter
+// behind MetricsHandler by the subpackage promexport; the service binaries
+// import both. A program that imports neither (pkg/testkit) links the
+// console exporters only: an otlp or prometheus selection fails at Setup
+// (and Config.Validate) with an *EnvError naming the package to import, and
+// MetricsHandler answers 404 naming promexport. The default OTLP protocol
+// stays grpc either way: see otlpexport's documentation.
 //
 // Read from the real process environment by the SDK and the exporters, not
 // through Getenv: OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]ENDPOINT, _HEADERS,

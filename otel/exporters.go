@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"sync"
 
@@ -54,6 +55,52 @@ const otlpNotLinked = "this program does not link the OTLP exporters (a blank im
 
 // otlpPackage is the package that registers the OTLP exporters.
 const otlpPackage = "github.com/correx/sessions/otel/otlpexport"
+
+// PrometheusReader builds the Prometheus side of a Telemetry: a metric
+// reader exporting into a registry of its own and the handler serving it at
+// /metrics, the registry holding the Go runtime and process collectors too
+// when runtime is set.
+type PrometheusReader func(runtime bool) (sdkmetric.Reader, http.Handler, error)
+
+// prometheusReader is the Prometheus exporter a program links, nil until
+// RegisterPrometheus.
+var prometheusReader struct {
+	sync.RWMutex
+	build PrometheusReader
+}
+
+// RegisterPrometheus makes the Prometheus exporter available to Setup and
+// NewForTest: every Telemetry then serves its metrics at MetricsHandler.
+// The package otel/promexport calls it when it is imported; a program
+// imports that package rather than calling RegisterPrometheus itself.
+func RegisterPrometheus(build PrometheusReader) {
+	prometheusReader.Lock()
+	defer prometheusReader.Unlock()
+	prometheusReader.build = build
+}
+
+// registeredPrometheus is what RegisterPrometheus registered, or nil.
+func registeredPrometheus() PrometheusReader {
+	prometheusReader.RLock()
+	defer prometheusReader.RUnlock()
+	return prometheusReader.build
+}
+
+// promPackage is the package that registers the Prometheus exporter.
+const promPackage = "github.com/correx/sessions/otel/promexport"
+
+// promNotLinked is the reason Config.Validate gives for
+// OTEL_METRICS_EXPORTER=prometheus in a program that does not link it, and
+// what its MetricsHandler answers.
+const promNotLinked = "this program does not link the Prometheus exporter (a blank import of " + promPackage + " registers it)"
+
+// notLinkedHandler is MetricsHandler in a program without the Prometheus
+// exporter.
+func notLinkedHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, promNotLinked, http.StatusNotFound)
+	})
+}
 
 // newSpanExporter builds the span exporter called name (already validated)
 // and returns it with a label for Telemetry.exporters.

@@ -3,9 +3,6 @@ package correxotel
 import (
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/otlptranslator"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -18,7 +15,8 @@ import (
 // synchronously as it ends (a lifecycle span: as LifecycleSpans.Export
 // exports it), to the returned SpanRecorder; the returned ManualReader
 // collects metric data points on demand; MetricsHandler serves the same
-// instruments from a private Prometheus registry; the ID generator honours
+// instruments from a private Prometheus registry where otel/promexport is
+// linked (a test that scrapes it imports that package); the ID generator honours
 // WithSpanID and WithTraceID. service.name is "test".
 //
 // The caller owns the result and should Shutdown it (t.Cleanup), although
@@ -28,15 +26,17 @@ func NewForTest() (*Telemetry, *tracetest.SpanRecorder, *sdkmetric.ManualReader)
 	reader := sdkmetric.NewManualReader()
 	res := resource.NewSchemaless(semconv.ServiceName("test"))
 
-	registry := prometheus.NewRegistry()
-	promReader, err := otelprom.New(
-		otelprom.WithRegisterer(registry),
-		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
-	)
-	if err != nil {
-		// Registering on a fresh registry cannot collide: this is a bug here,
-		// not bad input.
-		panic(fmt.Sprintf("correxotel: prometheus exporter on a new registry: %v", err))
+	handler, labels := notLinkedHandler(), []string{"traces:recorder", "metrics:manual"}
+	metricOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(reader), httpMetricsView()}
+	if build := registeredPrometheus(); build != nil {
+		promReader, h, err := build(false)
+		if err != nil {
+			// A new registry of its own cannot collide: this is a bug here,
+			// not bad input.
+			panic(fmt.Sprintf("correxotel: prometheus exporter on a new registry: %v", err))
+		}
+		handler, labels = h, append(labels, "metrics:prometheus")
+		metricOpts = append(metricOpts, sdkmetric.WithReader(promReader))
 	}
 	sampler := sdktrace.AlwaysSample()
 	return &Telemetry{
@@ -46,18 +46,12 @@ func NewForTest() (*Telemetry, *tracetest.SpanRecorder, *sdkmetric.ManualReader)
 			sdktrace.WithIDGenerator(idGenerator{}),
 			sdktrace.WithSpanProcessor(spans),
 		),
-		MeterProvider: sdkmetric.NewMeterProvider(
-			sdkmetric.WithResource(res),
-			sdkmetric.WithReader(reader),
-			sdkmetric.WithReader(promReader),
-			httpMetricsView(),
-		),
-		Propagator: newPropagator(),
-		resource:   res,
-		sampler:    sampler,
-		spanSinks:  []sdktrace.SpanExporter{recorderExporter{spans}},
-		registry:   registry,
-		handler:    newMetricsHandler(registry),
-		exporters:  []string{"traces:recorder", "metrics:manual", "metrics:prometheus"},
+		MeterProvider: sdkmetric.NewMeterProvider(metricOpts...),
+		Propagator:    newPropagator(),
+		resource:      res,
+		sampler:       sampler,
+		spanSinks:     []sdktrace.SpanExporter{recorderExporter{spans}},
+		handler:       handler,
+		exporters:     labels,
 	}, spans, reader
 }

@@ -8,13 +8,8 @@ import (
 	"os"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -47,8 +42,7 @@ type Telemetry struct {
 	sampler   sdktrace.Sampler
 	spanSinks []sdktrace.SpanExporter
 
-	registry *prometheus.Registry
-	handler  http.Handler
+	handler http.Handler // MetricsHandler's
 	// exporters names what was built, such as "traces:otlp/grpc" and
 	// "metrics:prometheus", in construction order; tests assert on it.
 	exporters []string
@@ -109,19 +103,17 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		traceOpts = append(traceOpts, sdktrace.WithBatcher(exp))
 	}
 
-	t.registry = prometheus.NewRegistry()
-	promReader, err := otelprom.New(
-		otelprom.WithRegisterer(t.registry),
-		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
-	)
-	if err != nil {
-		return fail(fmt.Errorf("building prometheus exporter: %w", err))
+	t.handler = notLinkedHandler()
+	var promReader sdkmetric.Reader
+	if build := registeredPrometheus(); build != nil {
+		if promReader, t.handler, err = build(true); err != nil {
+			return fail(err)
+		}
+		t.exporters = append(t.exporters, "metrics:prometheus")
 	}
-	t.exporters = append(t.exporters, "metrics:prometheus")
-	metricOpts := []sdkmetric.Option{
-		sdkmetric.WithResource(res),
-		sdkmetric.WithReader(promReader),
-		httpMetricsView(),
+	metricOpts := []sdkmetric.Option{sdkmetric.WithResource(res), httpMetricsView()}
+	if promReader != nil {
+		metricOpts = append(metricOpts, sdkmetric.WithReader(promReader))
 	}
 	for _, name := range sel.metrics {
 		exp, label, err := newMetricExporter(ctx, name, sel.metricProtocol, console)
@@ -132,16 +124,8 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		t.exporters = append(t.exporters, "metrics:"+label)
 		metricOpts = append(metricOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 	}
-	if err := t.registry.Register(collectors.NewGoCollector()); err != nil {
-		return fail(fmt.Errorf("registering go collector: %w", err))
-	}
-	if err := t.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-		return fail(fmt.Errorf("registering process collector: %w", err))
-	}
-
 	t.TracerProvider = sdktrace.NewTracerProvider(traceOpts...)
 	t.MeterProvider = sdkmetric.NewMeterProvider(metricOpts...)
-	t.handler = newMetricsHandler(t.registry)
 	return t, nil
 }
 
@@ -151,15 +135,6 @@ type shutdowner interface {
 
 func newPropagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-}
-
-func newMetricsHandler(reg *prometheus.Registry) http.Handler {
-	// ContinueOnError: a failing collector should cost its own series, not
-	// the whole scrape.
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		Registry:      reg,
-		ErrorHandling: promhttp.ContinueOnError,
-	})
 }
 
 // newResource builds service.name and service.version from cfg, then lets
@@ -197,7 +172,9 @@ func (d staticDetector) Detect(context.Context) (*resource.Resource, error) { re
 // MetricsHandler serves the binary's metrics in the Prometheus text format
 // from a registry private to this Telemetry (never the global default
 // registry), with the Go runtime and process collectors alongside the
-// OpenTelemetry instruments. Mount it at /metrics.
+// OpenTelemetry instruments. Mount it at /metrics. In a program that does
+// not import otel/promexport it answers 404 with a line naming that
+// package.
 func (t *Telemetry) MetricsHandler() http.Handler { return t.handler }
 
 // Tracer returns a tracer of t's TracerProvider; name is the instrumentation

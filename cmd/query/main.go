@@ -17,6 +17,7 @@ import (
 	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/service"
 	_ "github.com/correx/sessions/otel/otlpexport" // the otlp exporters of OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER
+	_ "github.com/correx/sessions/otel/promexport" // the Prometheus exporter behind /metrics
 )
 
 func main() {

@@ -68,6 +68,16 @@ var otlpExporters = []string{
 	"github.com/correx/sessions/otel/otlpexport",
 }
 
+// prometheusExporter is the Prometheus client behind /metrics, which links
+// protocol buffers: otel/promexport registers it in the service binaries
+// only.
+var prometheusExporter = []string{
+	"github.com/prometheus",
+	"go.opentelemetry.io/otel/exporters/prometheus",
+	"github.com/correx/sessions/otel/promexport",
+	"github.com/correx/sessions/otel/internal/promreader",
+}
+
 // TestDependencyRules holds the repository's rules on what a package
 // links (links) and what it imports itself (imports).
 func TestDependencyRules(t *testing.T) {
@@ -83,7 +93,7 @@ func TestDependencyRules(t *testing.T) {
 			// stack through internal/devstack, not the projector's own
 			// configuration.
 			name: "pkg/testkit", pkg: "github.com/correx/sessions/pkg/testkit",
-			links:   Rules{Deny: append(append([]string{}, cloudSDKs...), otlpExporters...)},
+			links:   Rules{Deny: append(append(append([]string{}, cloudSDKs...), otlpExporters...), prometheusExporter...)},
 			imports: Rules{Deny: []string{"github.com/correx/sessions/internal/projector"}},
 		},
 		{
@@ -91,10 +101,11 @@ func TestDependencyRules(t *testing.T) {
 			links: Rules{Deny: cloudSDKs},
 		},
 		{
-			// The telemetry library exports to the console and Prometheus
-			// by itself; OTLP, and gRPC with it, is a program's choice.
+			// The telemetry library exports to the console by itself;
+			// OTLP, and gRPC with it, and Prometheus, and protocol buffers
+			// with it, are a program's choice.
 			name: "otel", pkg: module + "/otel",
-			links: Rules{Deny: append([]string{"google.golang.org/grpc"}, otlpExporters...)},
+			links: Rules{Deny: append(append([]string{"google.golang.org/grpc"}, otlpExporters...), prometheusExporter...)},
 		},
 		{
 			name: "internal/archive", pkg: "github.com/correx/sessions/internal/archive",
@@ -166,21 +177,22 @@ func TestServicesLinkTheCloudDrivers(t *testing.T) {
 	}
 }
 
-// TestServicesLinkTheOTLPExporters: the binaries that set telemetry up
-// link the OTLP exporters of both protocols, so that moving them out of
-// correxotel took nothing from the services.
-func TestServicesLinkTheOTLPExporters(t *testing.T) {
+// TestServicesLinkTheExporters: the binaries that set telemetry up
+// link the OTLP exporters of both protocols and the Prometheus one, so that
+// moving them out of correxotel took nothing from the services.
+func TestServicesLinkTheExporters(t *testing.T) {
 	exporters := []string{
 		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc",
 		"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp",
 		"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc",
 		"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp",
+		"go.opentelemetry.io/otel/exporters/prometheus",
 	}
 	for _, pkg := range []string{"cmd/ingest", "cmd/projector", "cmd/query", "cmd/devstack"} {
 		r := &recorder{TB: t}
 		Check(r, module+"/"+pkg, Rules{Deny: exporters})
 		if len(r.errs) < len(exporters) {
-			t.Errorf("%s links the OTLP exporters no more: %q", pkg, r.errs)
+			t.Errorf("%s links the OTLP or Prometheus exporters no more: %q", pkg, r.errs)
 		}
 	}
 }
@@ -188,11 +200,12 @@ func TestServicesLinkTheOTLPExporters(t *testing.T) {
 // maxTestkitDeps bounds the packages pkg/testkit links, the standard
 // library's included (go list -deps ./pkg/testkit | wc -l): a user's test
 // compiles and links every one. It was 595 with the OTLP exporters in
-// correxotel, 541 since otel/otlpexport. Most of what remains is the
-// services themselves; the largest share a test does not use comes with
-// gocloud.dev/blob, which links gRPC (through gax-go, for its errors and
-// retries) even with the file:// and mem:// drivers alone: 109 packages.
-const maxTestkitDeps = 545
+// correxotel, 541 since otel/otlpexport, 508 since otel/promexport. Most of
+// what remains is the services themselves; the largest share a test does
+// not use comes with gocloud.dev/blob, which links gRPC (through gax-go,
+// for its errors and retries) even with the file:// and mem:// drivers
+// alone.
+const maxTestkitDeps = 508
 
 // TestTestkitDependencyCount holds pkg/testkit to maxTestkitDeps packages.
 func TestTestkitDependencyCount(t *testing.T) {

@@ -1,0 +1,4 @@
+package service_test
+
+// The tests scrape /metrics in-process, as the service binaries serve it.
+import _ "github.com/correx/sessions/otel/promexport"
