@@ -1,26 +1,20 @@
 package archive
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/correx/sessions/internal/archive/objstore"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
-	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file://
-	_ "gocloud.dev/blob/memblob"  // mem://
-	"gocloud.dev/gcerrors"
 )
 
 // Schemes are the URL schemes Open accepts.
@@ -68,14 +62,8 @@ type Entry struct {
 
 // Store is an opened archive. Safe for concurrent use.
 type Store struct {
-	bucket *blob.Bucket
+	bucket objstore.Bucket
 	url    string // with any password removed, for messages
-	dir    string // a file:// bucket's directory, which Ping checks too
-	// root is dir made absolute, as the file:// driver names its files;
-	// fsync flushes one file or directory to its disk (syncPath; tests
-	// watch it).
-	root  string
-	fsync func(path string) error
 	// chunkBytes is the chunk size of the objects written (ChunkBytes when
 	// 0; tests make it smaller).
 	chunkBytes int
@@ -99,28 +87,15 @@ func CheckURL(rawURL string) error {
 }
 
 // Open opens the archive at rawURL and checks that its bucket can be
-// reached. An unknown scheme or an unreachable bucket is an error that
-// says which.
+// reached. An unknown scheme, a scheme whose driver the program does not
+// link, or an unreachable bucket is an error that says which.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
-	if err := CheckURL(rawURL); err != nil {
+	b, err := OpenBucket(ctx, rawURL)
+	if err != nil {
 		return nil, err
 	}
 	u, _ := url.Parse(rawURL)
-	if !blob.DefaultURLMux().ValidBucketScheme(u.Scheme) {
-		return nil, fmt.Errorf("archive URL %q: this program does not link the %s:// driver (a blank import of internal/archive/cloudblob registers it)", u.Redacted(), u.Scheme)
-	}
-	b, err := blob.OpenBucket(ctx, rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("archive %s: %v", u.Redacted(), err)
-	}
-	s := &Store{bucket: b, url: u.Redacted(), fsync: syncPath}
-	if u.Scheme == "file" {
-		s.dir = filepath.FromSlash(u.Path)
-		if s.root, err = filepath.Abs(s.dir); err != nil {
-			b.Close()
-			return nil, fmt.Errorf("archive %s: %v", u.Redacted(), err)
-		}
-	}
+	s := &Store{bucket: b, url: u.Redacted()}
 	if err := s.Ping(ctx); err != nil {
 		b.Close()
 		return nil, err
@@ -130,17 +105,9 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 
 // Ping reports whether the bucket can be reached.
 func (s *Store) Ping(ctx context.Context) error {
-	ok, err := s.bucket.IsAccessible(ctx)
+	ok, err := s.bucket.Accessible(ctx)
 	if err == nil && !ok {
 		err = errors.New("the bucket does not exist")
-	}
-	if err == nil && s.dir != "" {
-		// fileblob lists a directory that went away as an empty bucket.
-		if fi, serr := os.Stat(s.dir); serr != nil {
-			err = serr
-		} else if !fi.IsDir() {
-			err = errors.New(s.dir + " is not a directory")
-		}
 	}
 	if err != nil {
 		return fmt.Errorf("archive %s is unreachable: %v", s.url, err)
@@ -188,7 +155,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]E
 	if limit <= 0 {
 		return nil, "", errors.New("archive: limit must be positive")
 	}
-	token := blob.FirstPageToken
+	var token []byte
 	if cursor != "" {
 		t, err := base64.RawURLEncoding.DecodeString(cursor)
 		if err != nil || len(t) == 0 {
@@ -196,9 +163,9 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]E
 		}
 		token = t
 	}
-	objs, next, err := s.bucket.ListPage(ctx, token, limit, &blob.ListOptions{Prefix: root + prefix})
+	objs, next, err := s.bucket.List(ctx, root+prefix, token, limit)
 	if err != nil {
-		if cursor != "" && gcerrors.Code(err) == gcerrors.InvalidArgument {
+		if cursor != "" && errors.Is(err, objstore.ErrBadToken) {
 			return nil, "", ErrBadCursor
 		}
 		return nil, "", fmt.Errorf("archive %s: listing %q: %v", s.url, prefix, err)
@@ -209,7 +176,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) ([]E
 			out = append(out, e)
 		}
 	}
-	if len(next) == 0 || bytes.Equal(next, blob.FirstPageToken) {
+	if len(next) == 0 {
 		return out, "", nil
 	}
 	return out, base64.RawURLEncoding.EncodeToString(next), nil

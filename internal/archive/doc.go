@@ -1,13 +1,15 @@
 // Package archive owns where closed sessions go when they leave Redis
-// (docs/retention.md): one object per session in a
-// bucket opened through gocloud.dev/blob (file:// for make run, s3:// for
-// any S3-compatible store, gs://, and mem:// in tests), its format, and
-// the listing of archived sessions by id prefix.
+// (docs/retention.md): one object per session in a bucket
+// (internal/archive/objstore: file:// for make run, mem:// in tests; s3://
+// for any S3-compatible store and gs://, through gocloud.dev/blob, from
+// internal/archive/cloudblob), its format, and the listing of archived
+// sessions by id prefix.
 //
-// This package links the file:// and mem:// drivers only. The s3:// and
-// gs:// drivers, and with them the AWS and Google Cloud SDKs, come from
-// internal/archive/cloudblob, which the service binaries import; a program
-// that does not (pkg/testkit) gets a clear error from Open for those URLs.
+// This package and objstore link the standard library's file system only.
+// The s3:// and gs:// buckets, and with them gocloud.dev, gRPC and the AWS
+// and Google Cloud SDKs, come from internal/archive/cloudblob, which the
+// service binaries import; a program that does not (pkg/testkit) gets a
+// clear error from Open for those URLs.
 //
 // An object holds the session's final snapshot (the stored JSON form,
 // snapshot.EncodeJSON) and its whole history (wire.HistoryEntry, as GET

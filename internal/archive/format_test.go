@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/correx/sessions/internal/archive/objstore"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/correx/sessions/pkg/wire"
-	"gocloud.dev/blob"
 )
 
 // history returns n entries at offsets first, first+2, ... (so that an
@@ -57,9 +57,7 @@ func putWhole(t *testing.T, s *Store, o *Object) {
 		t.Fatal(err)
 	}
 	key := Key(o.Snapshot.ID, o.Snapshot.State.String(), EndedAt(o.Snapshot))
-	if err := s.bucket.WriteAll(context.Background(), key, b, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
-		t.Fatal(err)
-	}
+	writeObject(t, s.bucket, key, b)
 }
 
 // TestRangeReadsTouchOnlyWhatTheyNeed: of a format 2 object of many
@@ -259,7 +257,8 @@ func TestAbortedWriteLeavesNoObject(t *testing.T) {
 			if l, _, err := s.List(context.Background(), "", "", 10); err != nil || len(l) != 0 {
 				t.Fatalf("after aborted writes, the listing: %v %v", l, err)
 			}
-			if dir := s.dir; dir != "" {
+			if fb, ok := s.bucket.(*objstore.File); ok {
+				dir := fb.Dir()
 				var files []string
 				_ = filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
 					if err == nil && !fi.IsDir() {
@@ -335,7 +334,7 @@ func FuzzDecode(f *testing.F) {
 		if err := s.Put(context.Background(), o); err != nil {
 			f.Fatal(err)
 		}
-		b, err := s.bucket.ReadAll(context.Background(), Key(snap.ID, snap.State.String(), EndedAt(snap)))
+		b, err := readAll(context.Background(), s.bucket, Key(snap.ID, snap.State.String(), EndedAt(snap)))
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -377,7 +376,7 @@ func TestDecodeBoundsEntriesByBytes(t *testing.T) {
 	if err := s.Put(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.bucket.ReadAll(context.Background(), Key(snap.ID, snap.State.String(), EndedAt(snap)))
+	b, err := readAll(context.Background(), s.bucket, Key(snap.ID, snap.State.String(), EndedAt(snap)))
 	if err != nil {
 		t.Fatal(err)
 	}

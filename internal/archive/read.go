@@ -2,16 +2,16 @@ package archive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"time"
 
+	"github.com/correx/sessions/internal/archive/objstore"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
-	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 )
 
 // Head is an archived session without its history: what GET
@@ -82,7 +82,7 @@ func (s *Store) find(ctx context.Context, id string) (string, int64, error) {
 	if !fsm.ValidSessionID(id) {
 		return "", 0, ErrNotFound
 	}
-	objs, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 2, &blob.ListOptions{Prefix: root + id + "/"})
+	objs, _, err := s.bucket.List(ctx, root+id+"/", nil, 2)
 	if err != nil {
 		return "", 0, fmt.Errorf("archive %s: listing %s: %v", s.url, id, err)
 	}
@@ -98,15 +98,15 @@ func (s *Store) find(ctx context.Context, id string) (string, int64, error) {
 // long (what the listing or the head said): else it was written again
 // since, and the read is ErrChanged.
 func (s *Store) readRange(ctx context.Context, key string, off, n, size int64) ([]byte, error) {
-	r, err := s.bucket.NewRangeReader(ctx, key, off, n, nil)
-	if gcerrors.Code(err) == gcerrors.NotFound {
+	r, got, err := s.bucket.NewRangeReader(ctx, key, off, n)
+	if errors.Is(err, objstore.ErrObjectNotFound) {
 		return nil, ErrChanged
 	}
 	if err != nil {
 		return nil, fmt.Errorf("archive %s: reading %s: %v", s.url, key, err)
 	}
 	defer r.Close()
-	if r.Size() != size {
+	if got != size {
 		return nil, ErrChanged
 	}
 	b := make([]byte, n)
@@ -125,9 +125,9 @@ func (s *Store) Get(ctx context.Context, id string) (*Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.bucket.ReadAll(ctx, key)
+	b, err := readAll(ctx, s.bucket, key)
 	s.read.Add(int64(len(b)))
-	if gcerrors.Code(err) == gcerrors.NotFound {
+	if errors.Is(err, objstore.ErrObjectNotFound) {
 		return nil, ErrNotFound
 	}
 	if err != nil {

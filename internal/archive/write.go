@@ -7,13 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
-	"path/filepath"
-	"strings"
+	"io"
 	"time"
 
 	"github.com/correx/sessions/pkg/wire"
-	"gocloud.dev/blob"
 )
 
 // Entries produces a session's history entries, in version order, by
@@ -21,13 +18,6 @@ import (
 // returns it. PutStream takes one, so that a writer never needs a whole
 // history in memory.
 type Entries func(yield func(wire.HistoryEntry) error) error
-
-// The writer's buffering. The s3:// driver uploads an object of more than
-// one buffer in parts of BufferSize (5 MiB, S3's smallest part), and with
-// MaxConcurrency 1 holds one part at a time: with the chunk being filled,
-// a write holds at most writeBuffer + ChunkBytes, whatever the history's
-// length. Other drivers ignore both.
-const writeBuffer = 5 << 20
 
 // Put writes the object of a terminal session, in Format 2: PutStream over
 // o.History. Writing it again is harmless: the key is a function of the
@@ -80,9 +70,9 @@ func (s *Store) putStream(ctx context.Context, o *Object, each Entries, stall ti
 		return fmt.Errorf("%w: %v", errFormat, err)
 	}
 	key := Key(o.Snapshot.ID, o.Snapshot.State.String(), EndedAt(o.Snapshot))
-	// Cancelling wctx before Close is what aborts a blob.Writer: the object
-	// is then never committed (fileblob removes its temporary file, s3
-	// aborts the multipart upload).
+	// Cancelling wctx before Close is what aborts a Bucket's writer: the
+	// object is then never committed (file:// removes its temporary file,
+	// s3 aborts the multipart upload).
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	guard := func(f func() error) error {
@@ -103,7 +93,7 @@ func (s *Store) putStream(ctx context.Context, o *Object, each Entries, stall ti
 		}
 		return fmt.Errorf("archive %s: %s %s: %v", s.url, what, key, err)
 	}
-	w, err := s.bucket.NewWriter(wctx, key, &blob.WriterOptions{ContentType: ContentType, BufferSize: writeBuffer, MaxConcurrency: 1})
+	w, err := s.bucket.NewWriter(wctx, key, ContentType)
 	if err != nil {
 		return failed("writing", err)
 	}
@@ -140,18 +130,13 @@ func (s *Store) putStream(ctx context.Context, o *Object, each Entries, stall ti
 	if err := guard(w.Close); err != nil {
 		return failed("writing", err)
 	}
-	if s.dir != "" {
-		if err := guard(func() error { return s.syncFile(wctx, key) }); err != nil {
-			return failed("syncing", err)
-		}
-	}
 	return nil
 }
 
 // objectWriter encodes a format 2 object's history into chunks and its
 // footer, writing each chunk as it fills. Not safe for concurrent use.
 type objectWriter struct {
-	w     *blob.Writer
+	w     io.Writer
 	guard func(func() error) error
 	limit int
 
@@ -224,59 +209,4 @@ func (ow *objectWriter) finish(headLen int64) error {
 	footer = append(footer, '\n')
 	t := trailer{head: headLen, footer: ow.at, footerLen: int64(len(footer))}
 	return ow.write(t.append(footer))
-}
-
-// syncFile makes a file:// write durable before Put (PutStream) returns, and so before
-// the session leaves Redis. The file:// driver writes a temporary file,
-// its attributes sidecar (key.attrs, which a read decodes whole when it
-// exists) and renames the file into place, making the directories it
-// needs, but fsyncs none of it: a crash could then lose an object whose
-// session has already left Redis. So the object, its sidecar and every
-// directory from the object's up to the bucket's (the rename's entry and
-// those of the directories made) are fsynced. The driver escapes some keys
-// into other file names, so the file is the one the driver itself opens
-// for the key.
-func (s *Store) syncFile(ctx context.Context, key string) error {
-	var path string
-	r, err := s.bucket.NewReader(ctx, key, &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
-		var f *os.File
-		if as(&f) {
-			path = f.Name()
-		}
-		return nil
-	}})
-	if err != nil {
-		return err
-	}
-	_ = r.Close()
-	if path == "" {
-		return errors.New("the file:// driver did not name the object's file")
-	}
-	if err := s.fsync(path); err != nil {
-		return err
-	}
-	if err := s.fsync(path + ".attrs"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
-		if err := s.fsync(dir); err != nil {
-			return err
-		}
-		if dir == s.root || !strings.HasPrefix(dir, s.root) || filepath.Dir(dir) == dir {
-			return nil
-		}
-	}
-}
-
-// syncPath fsyncs one file or directory.
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
-	"gocloud.dev/blob"
 )
 
 // hugeSession folds a completed session of n events (n-3 model turns) at
@@ -56,7 +55,7 @@ func hugeSession(id string, first int64, n int) (*snapshot.Snapshot, []wire.Hist
 // document, archive.Encode) into the bucket at bucketURL.
 func putWhole(t testing.TB, bucketURL string, o *archive.Object) {
 	t.Helper()
-	b, err := blob.OpenBucket(ctx, bucketURL)
+	b, err := archive.OpenBucket(ctx, bucketURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +65,14 @@ func putWhole(t testing.TB, bucketURL string, o *archive.Object) {
 		t.Fatal(err)
 	}
 	key := archive.Key(o.Snapshot.ID, o.Snapshot.State.String(), archive.EndedAt(o.Snapshot))
-	if err := b.WriteAll(ctx, key, enc, &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+	w, err := b.NewWriter(ctx, key, "application/json")
+	if err == nil {
+		_, err = w.Write(enc)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }

@@ -29,6 +29,12 @@
 // its public, test-facing face. For the services in containers from the
 // project's images, see the testcontainers-go module in pkg/testkit/correx.
 //
+// The kit links neither the OTLP nor the Prometheus exporter (about 90
+// packages with gRPC and protocol buffers, which a user's go test would
+// compile): the services' /metrics answer 404 naming
+// github.com/correx/sessions/otel/promexport, whose blank import in the test
+// serves them, and OTEL_*_EXPORTER may select console or none only.
+//
 // A Stack's methods are safe for concurrent use, except that the projector
 // controls (RestartProjector, KillProjector, StartProjector) serialise with
 // each other.
