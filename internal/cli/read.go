@@ -55,7 +55,7 @@ the session's first events.`,
   correx get demo:1 --as-of 2026-11-29T06:00:00Z`,
 		Args: exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var opts []client.GetOption
+			var opts []client.GetOpt
 			if cmd.Flags().Changed("as-of") {
 				o, err := asOfOption(asOf)
 				if err != nil {
@@ -79,7 +79,7 @@ the session's first events.`,
 }
 
 // asOfOption reads --as-of: a version, or an RFC 3339 time.
-func asOfOption(v string) (client.GetOption, error) {
+func asOfOption(v string) (client.GetOpt, error) {
 	if n, err := strconv.ParseUint(v, 10, 64); err == nil && n > 0 {
 		return client.AsOfVersion(n), nil
 	}

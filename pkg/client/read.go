@@ -39,9 +39,6 @@ type (
 	Annotation       = wire.Annotation       // one applied custom event
 )
 
-// GetOption adjusts Get.
-type GetOption func(*getSettings)
-
 type getSettings struct {
 	min     *Position
 	wait    time.Duration
@@ -53,40 +50,42 @@ type getSettings struct {
 // of the session up to p (the position Send returned for its last event).
 // Get waits for the projector, in rounds of at most the Wait option's
 // duration (default 10s, the service's most), until the context ends.
-func MinPosition(p Position) GetOption { return func(g *getSettings) { g.min = &p } }
+func MinPosition(p Position) GetOpt { return getOpt(func(g *getSettings) { g.min = &p }) }
 
 // AsOfVersion makes Get answer the session as it was right after version v
 // (README, "HTTP API"), folded again from the log; Snapshot.AsOf says so. A
 // version beyond the session's is a *StatusError 400; a session whose
 // first events left the log, a *StatusError 409. It cannot be combined
 // with MinPosition.
-func AsOfVersion(v uint64) GetOption {
-	return func(g *getSettings) { g.asOf = strconv.FormatUint(v, 10) }
+func AsOfVersion(v uint64) GetOpt {
+	return getOpt(func(g *getSettings) { g.asOf = strconv.FormatUint(v, 10) })
 }
 
 // AsOfTime makes Get answer the session as it was right after the last
 // event applied at or before t; a time before the session is ErrNotFound.
 // Otherwise as AsOfVersion.
-func AsOfTime(t time.Time) GetOption {
-	return func(g *getSettings) { g.asOf = t.UTC().Format(time.RFC3339Nano) }
+func AsOfTime(t time.Time) GetOpt {
+	return getOpt(func(g *getSettings) { g.asOf = t.UTC().Format(time.RFC3339Nano) })
 }
 
 // Wait sets how long one waiting read may wait on the service (default 10s,
 // its most); Get asks again after a 504 until its context ends.
-func Wait(d time.Duration) GetOption { return func(g *getSettings) { g.wait, g.waitSet = d, true } }
+func Wait(d time.Duration) GetOpt {
+	return getOpt(func(g *getSettings) { g.wait, g.waitSet = d, true })
+}
 
 // Get reads a session's snapshot. An unknown session (or one outside the
 // token's prefix) is a *StatusError matching ErrNotFound; any other refusal
 // is a *StatusError too. A failure that retries did not cure (see the Retry
 // option), or the context's end, is a *ReadError. A session id outside the
 // service's rule (ErrInvalidSessionID) is refused before any I/O.
-func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (*Snapshot, error) {
+func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOpt) (*Snapshot, error) {
 	if !fsm.ValidNewSessionID(sessionID) {
 		return nil, fmt.Errorf("client: get: %w", sessionIDError(sessionID))
 	}
 	var g getSettings
 	for _, o := range opts {
-		o(&g)
+		o.applyGet(&g)
 	}
 	if !g.waitSet {
 		g.wait = 10 * time.Second
