@@ -229,7 +229,7 @@ func (s *Stack) Close() error {
 // waitWatch polls GET /v1/watch until it answers 200, and then leaves: the
 // query service then reads the change feed, whose topic the projector has
 // created, so a watch opened once Start returns delivers every change made
-// after it is established (client.WatchOptions.OnConnect says when). The
+// after it is established (the client.OnConnect option says when). The
 // services answer /readyz before that: the query service learns the feed
 // when its topic appears, which it checks each second.
 func (s *Stack) waitWatch(ctx context.Context) error {
