@@ -122,7 +122,7 @@ const (
 )
 
 func (s *settings) client() (*client.Client, error) {
-	opts := []client.Option{client.IngestURL(s.ingestURL), client.QueryURL(s.queryURL), client.UserAgent("correx-cli"),
+	opts := []client.ClientOpt{client.IngestURL(s.ingestURL), client.QueryURL(s.queryURL), client.UserAgent("correx-cli"),
 		client.WithoutTracing()}
 	if s.token != "" {
 		opts = append(opts, client.Token(s.token))

@@ -55,7 +55,7 @@ the session's first events.`,
   correx get demo:1 --as-of 2026-11-29T06:00:00Z`,
 		Args: exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var opts []client.GetOption
+			var opts []client.GetOpt
 			if cmd.Flags().Changed("as-of") {
 				o, err := asOfOption(asOf)
 				if err != nil {
@@ -79,7 +79,7 @@ the session's first events.`,
 }
 
 // asOfOption reads --as-of: a version, or an RFC 3339 time.
-func asOfOption(v string) (client.GetOption, error) {
+func asOfOption(v string) (client.GetOpt, error) {
 	if n, err := strconv.ParseUint(v, 10, 64); err == nil && n > 0 {
 		return client.AsOfVersion(n), nil
 	}
@@ -179,8 +179,8 @@ func listCommand(s *settings) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			snaps, next, err := listPages(cmd.Context(), c, client.ListOptions{State: state, Prefix: f.prefix, Labels: labels,
-				Parent: f.parent, Limit: pageSize, Cursor: cursor}, limit)
+			filters := []client.ListOpt{client.StateIs(state), client.IDPrefix(f.prefix), client.HasLabels(labels), client.ParentIs(f.parent)}
+			snaps, next, err := listPages(cmd.Context(), c, filters, pageSize, cursor, limit)
 			if err != nil {
 				return err
 			}
@@ -217,20 +217,20 @@ type listing struct {
 	Next     *string           `json:"next"`
 }
 
-// listPages fetches at most limit sessions (0: every one) from o.Cursor on,
-// asking each page for no more than what is left, so that the cursor it
-// returns resumes exactly after the last session returned ("" at the
-// listing's end).
-func listPages(ctx context.Context, c *client.Client, o client.ListOptions, limit int) ([]client.Snapshot, string, error) {
-	pageSize := o.Limit
+// listPages fetches at most limit sessions (0: every one) that pass
+// filters, from cursor on, in pages of pageSize (0: the service's), asking
+// each page for no more than what is left, so that the cursor it returns
+// resumes exactly after the last session returned ("" at the listing's
+// end).
+func listPages(ctx context.Context, c *client.Client, filters []client.ListOpt, pageSize int, cursor string, limit int) ([]client.Snapshot, string, error) {
 	snaps := []client.Snapshot{}
 	for {
-		o.Limit = pageSize
-		if left := limit - len(snaps); limit > 0 && (o.Limit == 0 || o.Limit > left) {
-			o.Limit = min(left, 1000)
+		size := pageSize
+		if left := limit - len(snaps); limit > 0 && (size == 0 || size > left) {
+			size = min(left, 1000)
 		}
 		var page *client.Page
-		for p, err := range c.List(ctx, o) {
+		for p, err := range c.List(ctx, append(slices.Clip(filters), client.Limit(size), client.Cursor(cursor))...) {
 			if err != nil {
 				return nil, "", err
 			}
@@ -241,7 +241,7 @@ func listPages(ctx context.Context, c *client.Client, o client.ListOptions, limi
 		if page.Next == "" || (limit > 0 && len(snaps) >= limit) {
 			return snaps, page.Next, nil
 		}
-		o.Cursor = page.Next
+		cursor = page.Next
 	}
 }
 
@@ -432,7 +432,7 @@ func archiveListCommand(s *settings, use string) *cobra.Command {
 				return err
 			}
 			out := []client.ArchivedSession{}
-			for page, err := range c.Archive(cmd.Context(), client.ArchiveOptions{Prefix: prefix, Limit: pageSize, Cursor: cursor}) {
+			for page, err := range c.Archive(cmd.Context(), client.IDPrefix(prefix), client.Limit(pageSize), client.Cursor(cursor)) {
 				if err != nil {
 					return err
 				}

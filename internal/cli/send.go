@@ -17,7 +17,7 @@ import (
 )
 
 // eventFlags are the envelope options every sending command takes: those
-// the client's EventOption covers.
+// the client's EventOpt covers.
 type eventFlags struct {
 	eventID, correlationID string
 	expectedVersion        int64
@@ -32,8 +32,8 @@ func (f *eventFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.noWait, "no-wait", false, "print where ingest wrote the events, without waiting for the fold's outcome")
 }
 
-func (f *eventFlags) options() []client.EventOption {
-	var opts []client.EventOption
+func (f *eventFlags) options() []client.EventOpt {
+	var opts []client.EventOpt
 	if f.eventID != "" {
 		opts = append(opts, client.EventID(f.eventID))
 	}
@@ -363,7 +363,7 @@ func strictJSON(raw []byte, v any) error {
 
 // lifecycleCommand is a command that sends one lifecycle event to one
 // session and reports the fold's outcome.
-func lifecycleCommand(s *settings, use, short string, build func(id string, opts []client.EventOption) client.Event, more func(*cobra.Command)) *cobra.Command {
+func lifecycleCommand(s *settings, use, short string, build func(id string, opts []client.EventOpt) client.Event, more func(*cobra.Command)) *cobra.Command {
 	var ef eventFlags
 	cmd := &cobra.Command{
 		Use:   use + " ID",
@@ -390,7 +390,7 @@ func lifecycleCommand(s *settings, use, short string, build func(id string, opts
 func approveCommand(s *settings) *cobra.Command {
 	var d decisionFlags
 	return lifecycleCommand(s, "approve", "Grant a session's pending approval (ApprovalGranted)",
-		func(id string, o []client.EventOption) client.Event {
+		func(id string, o []client.EventOpt) client.Event {
 			return client.ApprovalGranted(id, d.options(o)...)
 		}, d.register)
 }
@@ -398,7 +398,7 @@ func approveCommand(s *settings) *cobra.Command {
 func denyCommand(s *settings) *cobra.Command {
 	var d decisionFlags
 	return lifecycleCommand(s, "deny", "Deny a session's pending approval (ApprovalDenied)",
-		func(id string, o []client.EventOption) client.Event {
+		func(id string, o []client.EventOpt) client.Event {
 			return client.ApprovalDenied(id, d.options(o)...)
 		}, d.register)
 }
@@ -412,7 +412,7 @@ func (d *decisionFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&d.reason, "reason", "", "why (at most 1 KiB)")
 }
 
-func (d *decisionFlags) options(o []client.EventOption) []client.EventOption {
+func (d *decisionFlags) options(o []client.EventOpt) []client.EventOpt {
 	if d.requestID != "" {
 		o = append(o, client.RequestID(d.requestID))
 	}
@@ -432,7 +432,7 @@ func failCommand(s *settings) *cobra.Command {
 		retryable              bool
 	)
 	return lifecycleCommand(s, "fail", "End a session as FAILED (SessionFailed) with a category, code and whether a retry may succeed",
-		func(id string, o []client.EventOption) client.Event {
+		func(id string, o []client.EventOpt) client.Event {
 			if category != "" {
 				o = append(o, client.FailureCategory(category))
 			}
@@ -455,12 +455,12 @@ func failCommand(s *settings) *cobra.Command {
 
 func pauseCommand(s *settings) *cobra.Command {
 	return lifecycleCommand(s, "pause", "Pause an ACTIVE session (SessionPaused)",
-		func(id string, o []client.EventOption) client.Event { return client.SessionPaused(id, o...) }, nil)
+		func(id string, o []client.EventOpt) client.Event { return client.SessionPaused(id, o...) }, nil)
 }
 
 func resumeCommand(s *settings) *cobra.Command {
 	return lifecycleCommand(s, "resume", "Resume a PAUSED session (SessionResumed)",
-		func(id string, o []client.EventOption) client.Event { return client.SessionResumed(id, o...) }, nil)
+		func(id string, o []client.EventOpt) client.Event { return client.SessionResumed(id, o...) }, nil)
 }
 
 func cancelCommand(s *settings) *cobra.Command {
@@ -469,7 +469,7 @@ func cancelCommand(s *settings) *cobra.Command {
 		reason string
 	)
 	return lifecycleCommand(s, "cancel", "Request a session's cancellation (CancellationRequested; graceful unless --forced)",
-		func(id string, o []client.EventOption) client.Event {
+		func(id string, o []client.EventOpt) client.Event {
 			mode := client.Graceful
 			if forced {
 				mode = client.Forced

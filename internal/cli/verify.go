@@ -67,7 +67,8 @@ the projectors' background verifier (GET /v1/verify, docs/verification.md).`,
 				return err
 			}
 			ctx := cmd.Context()
-			snaps, _, err := listPages(ctx, c, client.ListOptions{State: state, Prefix: f.prefix, Labels: labels, Parent: f.parent}, 0)
+			snaps, _, err := listPages(ctx, c, []client.ListOpt{client.StateIs(state), client.IDPrefix(f.prefix), client.HasLabels(labels),
+				client.ParentIs(f.parent)}, 0, "", 0)
 			if err != nil {
 				return err
 			}

@@ -98,8 +98,8 @@ resumes after it (--cursor).`,
 				snapErr = printWatchedSnapshot(s, w, snap, header)
 			}
 			seen := 0
-			for ch, err := range c.Watch(cmd.Context(), client.WatchOptions{State: state, Prefix: prefix, Labels: labels,
-				Parent: f.parent, Cursor: cursor, OnConnect: onConnect}) {
+			for ch, err := range c.Watch(cmd.Context(), client.StateIs(state), client.IDPrefix(prefix), client.HasLabels(labels),
+				client.ParentIs(f.parent), client.Cursor(cursor), client.OnConnect(onConnect)) {
 				if snapErr != nil {
 					return snapErr
 				}

@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 }
 
 func newClient(cfg Config) (*client.Client, error) {
-	opts := []client.Option{client.IngestURL(cfg.IngestURL), client.Token(cfg.Token),
+	opts := []client.ClientOpt{client.IngestURL(cfg.IngestURL), client.Token(cfg.Token),
 		// retry until ctx ends: a broker restart under load is a scenario
 		client.Retry(math.MaxInt32, 100*time.Millisecond, 2*time.Second)}
 	if cfg.QueryURL != "" { // only a verifying run reads; without it, the client's default stands

@@ -49,7 +49,7 @@ func TestArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pages []string
-	for p, err := range c.Archive(ctx, client.ArchiveOptions{Prefix: "arc:", Limit: 2}) {
+	for p, err := range c.Archive(ctx, client.IDPrefix("arc:"), client.Limit(2)) {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -63,45 +63,41 @@ type batcherSettings struct {
 	onResult    func(Event, Accepted, error)
 }
 
-// BatcherOption configures a Batcher. Each option's doc comment gives its
-// default.
-type BatcherOption func(*batcherSettings)
-
 // Lanes is the number of lanes, each with at most one request in flight
 // (default 8).
-func Lanes(n int) BatcherOption { return func(s *batcherSettings) { s.lanes = n } }
+func Lanes(n int) BatcherOpt { return batcherOpt(func(s *batcherSettings) { s.lanes = n }) }
 
 // BatchEvents is the most events per request (default and most 1000).
-func BatchEvents(n int) BatcherOption { return func(s *batcherSettings) { s.events = n } }
+func BatchEvents(n int) BatcherOpt { return batcherOpt(func(s *batcherSettings) { s.events = n }) }
 
 // BatchBytes is the most bytes per request body (default and most 1 MiB).
-func BatchBytes(n int) BatcherOption { return func(s *batcherSettings) { s.bytes = n } }
+func BatchBytes(n int) BatcherOpt { return batcherOpt(func(s *batcherSettings) { s.bytes = n }) }
 
 // Linger is how long a lane waits for more events before sending a batch
 // that is not full (default 5ms; 0 sends as soon as the lane is free).
-func Linger(d time.Duration) BatcherOption { return func(s *batcherSettings) { s.linger = d } }
+func Linger(d time.Duration) BatcherOpt { return batcherOpt(func(s *batcherSettings) { s.linger = d }) }
 
 // BufferBytes bounds the encoded events queued or in flight over all lanes
 // (default 16 MiB: more lets producers run further ahead of ingest for no
 // gain in throughput, and a larger heap costs the garbage collector); Add
 // blocks beyond it. An event larger than the bound is
 // taken when the buffer is empty.
-func BufferBytes(n int) BatcherOption { return func(s *batcherSettings) { s.bufferBytes = n } }
+func BufferBytes(n int) BatcherOpt { return batcherOpt(func(s *batcherSettings) { s.bufferBytes = n }) }
 
 // OnResult is called once per event added, from the lane that sent it, with
 // where it was written or why it failed (a *ValidationError naming its
 // problems, a *SendError, or a *StatusError). It must not block:
 // the lane waits for it. Default: none.
-func OnResult(f func(ev Event, a Accepted, err error)) BatcherOption {
-	return func(s *batcherSettings) { s.onResult = f }
+func OnResult(f func(ev Event, a Accepted, err error)) BatcherOpt {
+	return batcherOpt(func(s *batcherSettings) { s.onResult = f })
 }
 
 // NewBatcher starts a Batcher on c. Close it to send what it holds and stop
 // its goroutines.
-func (c *Client) NewBatcher(opts ...BatcherOption) (*Batcher, error) {
+func (c *Client) NewBatcher(opts ...BatcherOpt) (*Batcher, error) {
 	s := batcherSettings{lanes: 8, events: MaxRequestEvents, bytes: MaxRequestBytes, linger: 5 * time.Millisecond, bufferBytes: 16 << 20}
 	for _, o := range opts {
-		o(&s)
+		o.applyBatcher(&s)
 	}
 	var errs []error
 	if s.lanes < 1 || s.lanes > 1024 {

@@ -119,7 +119,7 @@ func TestWrongURLFailsFast(t *testing.T) {
 		t.Errorf("Send to a refused port: %d requests, want 3", n)
 	}
 	cnt.n.Store(0)
-	for _, err := range c.Watch(ctx, client.WatchOptions{}) {
+	for _, err := range c.Watch(ctx) {
 		if !errors.As(err, &re) || re.Op != "watch" || re.Attempts != 3 {
 			t.Errorf("Watch of a refused port: %v, want a *ReadError of 3 attempts", err)
 		}

@@ -41,34 +41,31 @@ type retryPolicy struct {
 	reqTimeout time.Duration
 }
 
-// Option configures a Client. Each option's doc comment gives its default.
-type Option func(*settings)
-
 // IngestURL is the ingest service's base URL (default
 // "http://127.0.0.1:8081"); events go to its /v1/events.
-func IngestURL(u string) Option { return func(s *settings) { s.ingestURL = u } }
+func IngestURL(u string) ClientOpt { return clientOpt(func(s *settings) { s.ingestURL = u }) }
 
 // QueryURL is the query service's base URL (default "http://127.0.0.1:8082").
-func QueryURL(u string) Option { return func(s *settings) { s.queryURL = u } }
+func QueryURL(u string) ClientOpt { return clientOpt(func(s *settings) { s.queryURL = u }) }
 
 // Token is the bearer token sent with every request (default none: the
 // services run open in devstack). It is sent only in the Authorization
 // header. New refuses a token with a control character (a line ending
 // read from a file with it): no header can carry one.
-func Token(t string) Option { return func(s *settings) { s.token = t } }
+func Token(t string) ClientOpt { return clientOpt(func(s *settings) { s.token = t }) }
 
 // HTTPClient is the HTTP client to use (default: a client with
 // http.DefaultTransport's settings and no overall timeout; each request is
 // bounded by its context and RequestTimeout). Its Transport is wrapped with
 // otelhttp unless WithoutTracing is given; the client passed in is not
 // modified.
-func HTTPClient(c *http.Client) Option { return func(s *settings) { s.httpClient = c } }
+func HTTPClient(c *http.Client) ClientOpt { return clientOpt(func(s *settings) { s.httpClient = c }) }
 
 // TLSConfig sets the TLS configuration of the default transport: a custom CA
 // (RootCAs) for the services' certificates, and Certificates for mutual TLS
 // (default: the system roots, no client certificate). It cannot be combined
 // with HTTPClient; configure that client's transport instead.
-func TLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = c } }
+func TLSConfig(c *tls.Config) ClientOpt { return clientOpt(func(s *settings) { s.tlsConfig = c }) }
 
 // Retry sets how a request is retried after a 429, 502, 503, 504 or a
 // transport error (a dropped connection, a timed-out attempt): at most
@@ -82,34 +79,36 @@ func TLSConfig(c *tls.Config) Option { return func(s *settings) { s.tlsConfig = 
 // speak TLS are not retried, and a refused connection (nothing listens on
 // the port, or a service restarts) is tried at most 3 times in all, except
 // by a watch whose stream was established (see Watch).
-func Retry(attempts int, minBackoff, maxBackoff time.Duration) Option {
-	return func(s *settings) {
+func Retry(attempts int, minBackoff, maxBackoff time.Duration) ClientOpt {
+	return clientOpt(func(s *settings) {
 		s.retry.attempts, s.retry.min, s.retry.max = attempts, minBackoff, maxBackoff
-	}
+	})
 }
 
 // RequestTimeout bounds one HTTP attempt (default 30s); a waiting read adds
 // its wait to it. The caller's context bounds the whole call, retries
 // included.
-func RequestTimeout(d time.Duration) Option { return func(s *settings) { s.retry.reqTimeout = d } }
+func RequestTimeout(d time.Duration) ClientOpt {
+	return clientOpt(func(s *settings) { s.retry.reqTimeout = d })
+}
 
 // WithoutTracing leaves the transport unwrapped (default: wrapped with
 // otelhttp, so that each request is a client span of the global
 // TracerProvider and carries the caller's trace context, see Propagators).
-func WithoutTracing() Option { return func(s *settings) { s.tracing = false } }
+func WithoutTracing() ClientOpt { return clientOpt(func(s *settings) { s.tracing = false }) }
 
 // Propagators sets how the trace context is written into each request's
 // headers (default: W3C traceparent and baggage, which the services read,
 // whatever the process's global propagator is).
-func Propagators(p propagation.TextMapPropagator) Option {
-	return func(s *settings) { s.propagators = p }
+func Propagators(p propagation.TextMapPropagator) ClientOpt {
+	return clientOpt(func(s *settings) { s.propagators = p })
 }
 
 // UserAgent sets the User-Agent header (default "correx-sessions-go").
-func UserAgent(ua string) Option { return func(s *settings) { s.userAgent = ua } }
+func UserAgent(ua string) ClientOpt { return clientOpt(func(s *settings) { s.userAgent = ua }) }
 
 // New returns a Client. It does no I/O; errors name every bad option at once.
-func New(opts ...Option) (*Client, error) {
+func New(opts ...ClientOpt) (*Client, error) {
 	s := settings{
 		ingestURL:   "http://127.0.0.1:8081",
 		queryURL:    "http://127.0.0.1:8082",
@@ -119,7 +118,7 @@ func New(opts ...Option) (*Client, error) {
 		userAgent:   "correx-sessions-go",
 	}
 	for _, o := range opts {
-		o(&s)
+		o.applyClient(&s)
 	}
 	var errs []error
 	ingest, err := baseURL("IngestURL", s.ingestURL)

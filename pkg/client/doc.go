@@ -13,6 +13,23 @@
 //	// out[i].Status is applied or rejected (with out[i].Reason), and
 //	// out[i].Snapshot is the session read after the events were folded.
 //
+// # Options
+//
+// Every option is an Opt, made by a function named for what it sets, in
+// the manner of franz-go's kgo.Opt. Its kind is the call it configures:
+// ClientOpt for New (IngestURL, Token, Retry, ...), BatcherOpt for
+// NewBatcher (Lanes, Linger, ...), CreateOpt for SessionCreated (Goal,
+// Labels, Parent, ...), EventOpt for every event (ExpectedVersion,
+// EventID, ...), GetOpt for Get (MinPosition, AsOfVersion, Wait), and
+// ListOpt, ArchiveOpt and WatchOpt for List, Archive and Watch. An option
+// more than one call takes is of each one's kind: StateIs, HasLabels and
+// ParentIs are FilterOpts (List and Watch), Limit is a PageOpt (List and
+// Archive), IDPrefix and Cursor are ScanOpts (all three). An option given
+// to a call that does not take it does not compile:
+//
+//	for page, err := range c.List(ctx, client.StateIs("ACTIVE"), client.IDPrefix("acme:"), client.Limit(100)) { ... }
+//	for ch, err := range c.Watch(ctx, client.StateIs("FAILED"), client.Cursor(cursor)) { ... }
+//
 // # Events
 //
 // A constructor per event type (SessionCreated, SessionStarted, ...,

@@ -124,57 +124,46 @@ func (b *builder) set(k string, v any) {
 	b.payload[k] = v
 }
 
-// EventOption adjusts any event. It is also a CreateOption.
-type EventOption func(*builder)
-
-func (o EventOption) applyCreate(b *builder) { o(b) }
-
-// CreateOption adjusts a SessionCreated event: Goal, Labels, Metadata,
-// WithTimeouts, Parent, ParentClosePolicy, Predecessor, or any EventOption.
-type CreateOption interface{ applyCreate(*builder) }
-
-type createOption func(*builder)
-
-func (o createOption) applyCreate(b *builder) { o(b) }
-
 // ExpectedVersion makes the event conditional: the fold rejects it
 // version_conflict unless the session's version is v when it is folded.
-func ExpectedVersion(v uint64) EventOption {
-	return func(b *builder) { b.ev.ExpectedVersion = &v }
+func ExpectedVersion(v uint64) EventOpt {
+	return eventOpt(func(b *builder) { b.ev.ExpectedVersion = &v })
 }
 
 // OccurredAt sets occurredAt (default: the time the event is built). The
 // fold's durations come from it, never from a clock.
-func OccurredAt(t time.Time) EventOption { return func(b *builder) { b.ev.OccurredAt = t.UTC() } }
+func OccurredAt(t time.Time) EventOpt {
+	return eventOpt(func(b *builder) { b.ev.OccurredAt = t.UTC() })
+}
 
 // CorrelationID sets the correlation id (default: the service uses the
 // session id). At most 128 characters.
-func CorrelationID(id string) EventOption { return func(b *builder) { b.ev.CorrelationID = id } }
+func CorrelationID(id string) EventOpt { return eventOpt(func(b *builder) { b.ev.CorrelationID = id }) }
 
 // EventID sets the event id (default: a fresh UUIDv7). Use it to rebuild an
 // event whose id was stored elsewhere, so that a resend is a duplicate.
 // Ingest refuses (400) an id in the space reserved for the ids the system
 // derives: UUID version 8 starting 636f7272-6578-8.
-func EventID(id string) EventOption { return func(b *builder) { b.ev.ID = id } }
+func EventID(id string) EventOpt { return eventOpt(func(b *builder) { b.ev.ID = id }) }
 
 // Goal sets the session's goal (at most 4 KiB).
-func Goal(g string) CreateOption { return createOption(func(b *builder) { b.set("goal", g) }) }
+func Goal(g string) CreateOpt { return createOpt(func(b *builder) { b.set("goal", g) }) }
 
 // Labels sets the session's labels: at most 16, keys of
 // [a-z0-9][a-z0-9._/-]{0,62}, values of at most 256 bytes (the payload
 // fields of SessionCreated in README, "HTTP API"). The map is copied.
-func Labels(l map[string]string) CreateOption {
+func Labels(l map[string]string) CreateOpt {
 	c := make(map[string]string, len(l))
 	for k, v := range l {
 		c[k] = v
 	}
-	return createOption(func(b *builder) { b.set("labels", c) })
+	return createOpt(func(b *builder) { b.set("labels", c) })
 }
 
 // Metadata sets the session's metadata: any value that encodes as a JSON
 // object of at most 4 KiB, kept verbatim in the snapshot.
-func Metadata(m any) CreateOption {
-	return createOption(func(b *builder) {
+func Metadata(m any) CreateOpt {
+	return createOpt(func(b *builder) {
 		raw, err := json.Marshal(m)
 		if err != nil {
 			b.ev.fail("payload", fmt.Errorf("%w: metadata: %v", ErrInvalidEvent, err))
@@ -185,8 +174,8 @@ func Metadata(m any) CreateOption {
 }
 
 // WithTimeouts sets the session's own timeouts.
-func WithTimeouts(t Timeouts) CreateOption {
-	return createOption(func(b *builder) {
+func WithTimeouts(t Timeouts) CreateOpt {
+	return createOpt(func(b *builder) {
 		m := map[string]string{}
 		for _, kv := range []struct {
 			k TimeoutKind
@@ -205,25 +194,25 @@ func WithTimeouts(t Timeouts) CreateOption {
 
 // Parent names the session this one runs under; cancelling the parent
 // cancels it (unless ParentClosePolicy(ParentCloseAbandon)).
-func Parent(id string) CreateOption {
-	return createOption(func(b *builder) { b.set("parentSessionId", id) })
+func Parent(id string) CreateOpt {
+	return createOpt(func(b *builder) { b.set("parentSessionId", id) })
 }
 
 // ParentClosePolicy sets what happens to this session when its parent ends
 // (default ParentCloseCancel).
-func ParentClosePolicy(p ClosePolicy) CreateOption {
-	return createOption(func(b *builder) { b.set("parentClosePolicy", string(p)) })
+func ParentClosePolicy(p ClosePolicy) CreateOpt {
+	return createOpt(func(b *builder) { b.set("parentClosePolicy", string(p)) })
 }
 
 // Predecessor names the FAILED session this one replaces.
-func Predecessor(id string) CreateOption {
-	return createOption(func(b *builder) { b.set("predecessorSessionId", id) })
+func Predecessor(id string) CreateOpt {
+	return createOpt(func(b *builder) { b.set("predecessorSessionId", id) })
 }
 
-func build(sessionID, typ string, payload map[string]any, opts []EventOption) Event {
+func build(sessionID, typ string, payload map[string]any, opts []EventOpt) Event {
 	b := builder{ev: Event{SessionID: sessionID, Type: typ}, payload: payload}
 	for _, o := range opts {
-		o(&b)
+		o.applyEvent(&b)
 	}
 	return b.finish()
 }
@@ -253,7 +242,7 @@ func (b *builder) finish() Event {
 }
 
 // SessionCreated creates a session (it must be the session's first event).
-func SessionCreated(sessionID string, opts ...CreateOption) Event {
+func SessionCreated(sessionID string, opts ...CreateOpt) Event {
 	b := builder{ev: Event{SessionID: sessionID, Type: TypeSessionCreated}}
 	for _, o := range opts {
 		o.applyCreate(&b)
@@ -262,27 +251,27 @@ func SessionCreated(sessionID string, opts ...CreateOption) Event {
 }
 
 // SessionInitializing moves a CREATED session to INITIALIZING.
-func SessionInitializing(sessionID string, opts ...EventOption) Event {
+func SessionInitializing(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeSessionInitializing, nil, opts)
 }
 
 // SessionStarted moves a session to ACTIVE.
-func SessionStarted(sessionID string, opts ...EventOption) Event {
+func SessionStarted(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeSessionStarted, nil, opts)
 }
 
 // SessionPaused pauses an ACTIVE session.
-func SessionPaused(sessionID string, opts ...EventOption) Event {
+func SessionPaused(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeSessionPaused, nil, opts)
 }
 
 // SessionResumed resumes a PAUSED session.
-func SessionResumed(sessionID string, opts ...EventOption) Event {
+func SessionResumed(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeSessionResumed, nil, opts)
 }
 
 // ApprovalRequested moves an ACTIVE session to AWAITING_APPROVAL.
-func ApprovalRequested(sessionID string, opts ...EventOption) Event {
+func ApprovalRequested(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeApprovalRequested, nil, opts)
 }
 
@@ -291,7 +280,7 @@ func ApprovalRequested(sessionID string, opts ...EventOption) Event {
 // approval records the decision "granted" (with RequestID, DecidedBy and
 // Reason). The agent goes
 // on with the action it asked for.
-func ApprovalGranted(sessionID string, opts ...EventOption) Event {
+func ApprovalGranted(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeApprovalGranted, nil, opts)
 }
 
@@ -300,13 +289,13 @@ func ApprovalGranted(sessionID string, opts ...EventOption) Event {
 // ends the wait and not the session, but the snapshot's approval records the
 // decision "denied" (with RequestID, DecidedBy and Reason). The agent goes on
 // without the action it asked for.
-func ApprovalDenied(sessionID string, opts ...EventOption) Event {
+func ApprovalDenied(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeApprovalDenied, nil, opts)
 }
 
 // CancellationRequested moves a session to CANCELLING with a reason (at
 // most 1 KiB) and a mode ("" leaves it to the service: graceful).
-func CancellationRequested(sessionID, reason string, mode CancelMode, opts ...EventOption) Event {
+func CancellationRequested(sessionID, reason string, mode CancelMode, opts ...EventOpt) Event {
 	p := map[string]any{}
 	if reason != "" {
 		p["reason"] = reason
@@ -318,17 +307,17 @@ func CancellationRequested(sessionID, reason string, mode CancelMode, opts ...Ev
 }
 
 // SessionCancelled ends a CANCELLING session.
-func SessionCancelled(sessionID string, opts ...EventOption) Event {
+func SessionCancelled(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeSessionCancelled, nil, opts)
 }
 
 // SessionCompleted ends an ACTIVE session.
-func SessionCompleted(sessionID string, opts ...EventOption) Event {
+func SessionCompleted(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeSessionCompleted, nil, opts)
 }
 
 // SessionFailed ends a session as FAILED with a reason (at most 1 KiB).
-func SessionFailed(sessionID, reason string, opts ...EventOption) Event {
+func SessionFailed(sessionID, reason string, opts ...EventOpt) Event {
 	var p map[string]any
 	if reason != "" {
 		p = map[string]any{"reason": reason}
@@ -337,40 +326,40 @@ func SessionFailed(sessionID, reason string, opts ...EventOption) Event {
 }
 
 // RecoveryStarted moves a session to RECOVERING.
-func RecoveryStarted(sessionID string, opts ...EventOption) Event {
+func RecoveryStarted(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeRecoveryStarted, nil, opts)
 }
 
 // RecoveryCompleted returns a RECOVERING session to the state it came from.
-func RecoveryCompleted(sessionID string, opts ...EventOption) Event {
+func RecoveryCompleted(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeRecoveryCompleted, nil, opts)
 }
 
 // TimeoutExpired is a client's own timer firing, with the semantics of the
 // system's (docs/timeouts.md): superseded, not applied, unless the session is
 // still at armedVersion.
-func TimeoutExpired(sessionID string, kind TimeoutKind, armedVersion uint64, deadline time.Time, opts ...EventOption) Event {
+func TimeoutExpired(sessionID string, kind TimeoutKind, armedVersion uint64, deadline time.Time, opts ...EventOpt) Event {
 	p := map[string]any{"timeout": string(kind), "armedVersion": armedVersion, "deadline": deadline.UTC().Format(time.RFC3339Nano)}
 	return build(sessionID, TypeTimeoutExpired, p, opts)
 }
 
 // ModelRequested counts a model turn (ACTIVE only).
-func ModelRequested(sessionID string, opts ...EventOption) Event {
+func ModelRequested(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeModelRequested, nil, opts)
 }
 
 // ToolRequested counts a tool call (ACTIVE only).
-func ToolRequested(sessionID string, opts ...EventOption) Event {
+func ToolRequested(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeToolRequested, nil, opts)
 }
 
 // ToolCompleted reports a tool call's end; ok false counts a tool failure.
-func ToolCompleted(sessionID string, ok bool, opts ...EventOption) Event {
+func ToolCompleted(sessionID string, ok bool, opts ...EventOpt) Event {
 	return build(sessionID, TypeToolCompleted, map[string]any{"ok": ok}, opts)
 }
 
 // RepairStarted counts a repair cycle (ACTIVE only).
-func RepairStarted(sessionID string, opts ...EventOption) Event {
+func RepairStarted(sessionID string, opts ...EventOpt) Event {
 	return build(sessionID, TypeRepairStarted, nil, opts)
 }
 
@@ -382,7 +371,7 @@ func RepairStarted(sessionID string, opts ...EventOption) Event {
 // Anything else, a lifecycle type such as "SessionCompleted" included, makes
 // an event whose Err matches ErrInvalidEvent and that Send refuses before
 // any I/O: the lifecycle types have their own constructors.
-func Custom(sessionID, typ string, payload any, opts ...EventOption) Event {
+func Custom(sessionID, typ string, payload any, opts ...EventOpt) Event {
 	b := builder{ev: Event{SessionID: sessionID, Type: typ}}
 	if !fsm.ValidCustomType([]byte(typ)) {
 		b.ev.fail("type", fmt.Errorf("%w: type %q is not a custom type x.<vendor>.<Name> (docs/lifecycle.md); lifecycle types have their own constructors",
@@ -396,7 +385,7 @@ func Custom(sessionID, typ string, payload any, opts ...EventOption) Event {
 		b.ev.Payload = raw
 	}
 	for _, o := range opts {
-		o(&b)
+		o.applyEvent(&b)
 	}
 	return b.finish()
 }
@@ -409,24 +398,24 @@ func Custom(sessionID, typ string, payload any, opts ...EventOption) Event {
 // FailureCategory sets SessionFailed's category: infrastructure, provider,
 // tool, policy, timeout, internal or unknown (the default). Only an
 // infrastructure failure may be replaced.
-func FailureCategory(c string) EventOption { return func(b *builder) { b.set("category", c) } }
+func FailureCategory(c string) EventOpt { return eventOpt(func(b *builder) { b.set("category", c) }) }
 
 // FailureCode sets SessionFailed's code, [a-z0-9][a-z0-9_.-]{0,63}, for
 // example "http.503".
-func FailureCode(code string) EventOption { return func(b *builder) { b.set("code", code) } }
+func FailureCode(code string) EventOpt { return eventOpt(func(b *builder) { b.set("code", code) }) }
 
 // Retryable marks a SessionFailed as worth running again.
-func Retryable() EventOption { return func(b *builder) { b.set("retryable", true) } }
+func Retryable() EventOpt { return eventOpt(func(b *builder) { b.set("retryable", true) }) }
 
 // RequestID names the approval request ([A-Za-z0-9._:-]{1,128}): on
 // ApprovalRequested its id (else its eventId), on a decision the request
 // it decides (a decision for another request is rejected approval_mismatch).
-func RequestID(id string) EventOption { return func(b *builder) { b.set("requestId", id) } }
+func RequestID(id string) EventOpt { return eventOpt(func(b *builder) { b.set("requestId", id) }) }
 
 // DecidedBy names who decided an ApprovalGranted or ApprovalDenied (at most
 // 256 bytes).
-func DecidedBy(who string) EventOption { return func(b *builder) { b.set("by", who) } }
+func DecidedBy(who string) EventOpt { return eventOpt(func(b *builder) { b.set("by", who) }) }
 
 // ApprovalReason sets why an approval is requested, granted or denied (at
 // most 1 KiB).
-func ApprovalReason(r string) EventOption { return func(b *builder) { b.set("reason", r) } }
+func ApprovalReason(r string) EventOpt { return eventOpt(func(b *builder) { b.set("reason", r) }) }

@@ -92,7 +92,7 @@ func ExampleClient_List() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for page, err := range c.List(ctx, client.ListOptions{State: "AWAITING_APPROVAL", Prefix: "acme:", Limit: 100}) {
+	for page, err := range c.List(ctx, client.StateIs("AWAITING_APPROVAL"), client.IDPrefix("acme:"), client.Limit(100)) {
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func ExampleClient_Watch() {
 		log.Fatal(err)
 	}
 	cursor := "" // or the cursor stored with the last change handled
-	for ch, err := range c.Watch(ctx, client.WatchOptions{State: "FAILED", Cursor: cursor}) {
+	for ch, err := range c.Watch(ctx, client.StateIs("FAILED"), client.Cursor(cursor)) {
 		if errors.Is(err, client.ErrCursorExpired) {
 			log.Fatal("read the snapshots again, then watch without a cursor")
 		}

@@ -50,7 +50,7 @@ func TestListPages(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	pages := 0
-	for p, err := range c.List(ctx, client.ListOptions{Prefix: "list:", Limit: 10}) {
+	for p, err := range c.List(ctx, client.IDPrefix("list:"), client.Limit(10)) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestListPages(t *testing.T) {
 		t.Errorf("%d sessions in %d pages, want 25 in at least 3", len(seen), pages)
 	}
 	var b []string
-	for p, err := range c.List(ctx, client.ListOptions{Prefix: "list:", Labels: map[string]string{"team": "b"}, State: "CREATED"}) {
+	for p, err := range c.List(ctx, client.IDPrefix("list:"), client.HasLabels(map[string]string{"team": "b"}), client.StateIs("CREATED")) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestListPages(t *testing.T) {
 	}
 	// stopping early stops listing
 	n := 0
-	for range c.List(ctx, client.ListOptions{Prefix: "list:", Limit: 5}) {
+	for range c.List(ctx, client.IDPrefix("list:"), client.Limit(5)) {
 		n++
 		break
 	}
@@ -164,7 +164,7 @@ func TestWatchResumes(t *testing.T) {
 	changes := make(chan got, 64)
 	go func() {
 		defer close(changes)
-		for ch, err := range c.Watch(ctx, client.WatchOptions{Prefix: "watch:"}) {
+		for ch, err := range c.Watch(ctx, client.IDPrefix("watch:")) {
 			changes <- got{ch, err}
 			if err != nil {
 				return
@@ -277,8 +277,8 @@ func TestWatchPipeline(t *testing.T) {
 	errc := make(chan error, 1)
 	connected := make(chan string, 64)
 	go func() {
-		o := client.WatchOptions{Prefix: "wp:", OnConnect: func(cursor string) { connected <- cursor }}
-		for ch, err := range c.Watch(ctx, o) {
+		onConnect := client.OnConnect(func(cursor string) { connected <- cursor })
+		for ch, err := range c.Watch(ctx, client.IDPrefix("wp:"), onConnect) {
 			if err != nil {
 				errc <- err
 				return

@@ -39,9 +39,6 @@ type (
 	Annotation       = wire.Annotation       // one applied custom event
 )
 
-// GetOption adjusts Get.
-type GetOption func(*getSettings)
-
 type getSettings struct {
 	min     *Position
 	wait    time.Duration
@@ -53,40 +50,42 @@ type getSettings struct {
 // of the session up to p (the position Send returned for its last event).
 // Get waits for the projector, in rounds of at most the Wait option's
 // duration (default 10s, the service's most), until the context ends.
-func MinPosition(p Position) GetOption { return func(g *getSettings) { g.min = &p } }
+func MinPosition(p Position) GetOpt { return getOpt(func(g *getSettings) { g.min = &p }) }
 
 // AsOfVersion makes Get answer the session as it was right after version v
 // (README, "HTTP API"), folded again from the log; Snapshot.AsOf says so. A
 // version beyond the session's is a *StatusError 400; a session whose
 // first events left the log, a *StatusError 409. It cannot be combined
 // with MinPosition.
-func AsOfVersion(v uint64) GetOption {
-	return func(g *getSettings) { g.asOf = strconv.FormatUint(v, 10) }
+func AsOfVersion(v uint64) GetOpt {
+	return getOpt(func(g *getSettings) { g.asOf = strconv.FormatUint(v, 10) })
 }
 
 // AsOfTime makes Get answer the session as it was right after the last
 // event applied at or before t; a time before the session is ErrNotFound.
 // Otherwise as AsOfVersion.
-func AsOfTime(t time.Time) GetOption {
-	return func(g *getSettings) { g.asOf = t.UTC().Format(time.RFC3339Nano) }
+func AsOfTime(t time.Time) GetOpt {
+	return getOpt(func(g *getSettings) { g.asOf = t.UTC().Format(time.RFC3339Nano) })
 }
 
 // Wait sets how long one waiting read may wait on the service (default 10s,
 // its most); Get asks again after a 504 until its context ends.
-func Wait(d time.Duration) GetOption { return func(g *getSettings) { g.wait, g.waitSet = d, true } }
+func Wait(d time.Duration) GetOpt {
+	return getOpt(func(g *getSettings) { g.wait, g.waitSet = d, true })
+}
 
 // Get reads a session's snapshot. An unknown session (or one outside the
 // token's prefix) is a *StatusError matching ErrNotFound; any other refusal
 // is a *StatusError too. A failure that retries did not cure (see the Retry
 // option), or the context's end, is a *ReadError. A session id outside the
 // service's rule (ErrInvalidSessionID) is refused before any I/O.
-func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOption) (*Snapshot, error) {
+func (c *Client) Get(ctx context.Context, sessionID string, opts ...GetOpt) (*Snapshot, error) {
 	if !fsm.ValidNewSessionID(sessionID) {
 		return nil, fmt.Errorf("client: get: %w", sessionIDError(sessionID))
 	}
 	var g getSettings
 	for _, o := range opts {
-		o(&g)
+		o.applyGet(&g)
 	}
 	if !g.waitSet {
 		g.wait = 10 * time.Second
@@ -189,19 +188,60 @@ func (c *Client) doJSON(ctx context.Context, method, op string, u *url.URL, extr
 	return nil
 }
 
-// ListOptions filter a listing; every filter set must hold.
-type ListOptions struct {
-	State  string            // a state, e.g. "ACTIVE"
-	Prefix string            // session ids that start with it
-	Labels map[string]string // every pair must be among the session's labels
-	Parent string            // the parent session's id
-	// Limit is the page size, 1-1000 (default: the service's, 100). With
-	// Labels or Parent it bounds the sessions examined per page, so a page
-	// may hold fewer, even none, before the listing ends.
-	Limit int
-	// Cursor resumes a listing at a page's Next.
-	Cursor string
+// scanSettings are the options of List, Archive and Watch; each takes
+// only the options of its kind (ListOpt, ArchiveOpt, WatchOpt).
+type scanSettings struct {
+	state, prefix, parent string
+	labels                map[string]string
+	limit                 int
+	cursor                string
+	onConnect             func(cursor string)
 }
+
+// scanWith applies opts, of one kind, to fresh settings.
+func scanWith[O Opt](opts []O, apply func(O, *scanSettings)) scanSettings {
+	var s scanSettings
+	for _, o := range opts {
+		apply(o, &s)
+	}
+	return s
+}
+
+// StateIs keeps the sessions in state (a name such as "ACTIVE"): in a
+// listing, those in it now; in a watch, the changes into it (the change's
+// "to"). Default, and with "": every state.
+func StateIs(state string) FilterOpt { return filterOpt(func(s *scanSettings) { s.state = state }) }
+
+// IDPrefix keeps the sessions whose id starts with prefix (within the
+// token's prefix). Default, and with "": every session.
+func IDPrefix(prefix string) ScanOpt { return scanOpt(func(s *scanSettings) { s.prefix = prefix }) }
+
+// HasLabels keeps the sessions that have every pair of l among their
+// labels (a later HasLabels replaces the pairs of an earlier one). Default,
+// and with none: any labels. The map is copied.
+func HasLabels(l map[string]string) FilterOpt {
+	c := make(map[string]string, len(l))
+	for k, v := range l {
+		c[k] = v
+	}
+	return filterOpt(func(s *scanSettings) { s.labels = c })
+}
+
+// ParentIs keeps the child sessions of the session parent (their
+// parentSessionId). Default, and with "": any parent, or none.
+func ParentIs(parent string) FilterOpt { return filterOpt(func(s *scanSettings) { s.parent = parent }) }
+
+// Limit is a listing's page size, 1-1000 (default, and with 0: the
+// service's, 100). With HasLabels or ParentIs it bounds the sessions
+// examined per page, so a page of List may hold fewer, even none, before
+// the listing ends.
+func Limit(n int) PageOpt { return pageOpt(func(s *scanSettings) { s.limit = n }) }
+
+// Cursor resumes where an earlier call stopped: a listing at a page's Next,
+// a watch after a change already received (its Change.Cursor). Default, and
+// with "": a listing from its start, a watch at the end (only changes from
+// now on).
+func Cursor(c string) ScanOpt { return scanOpt(func(s *scanSettings) { s.cursor = c }) }
 
 // Page is one page of a listing.
 type Page struct {
@@ -210,29 +250,31 @@ type Page struct {
 	Next string `json:"-"`
 }
 
-// List returns the listing's pages, in order, one request each. Stop
+// List returns the listing's pages, in order, one request each; every
+// filter given (StateIs, IDPrefix, HasLabels, ParentIs) must hold. Stop
 // ranging to stop listing; an error is yielded once, and ends the listing:
 // a *StatusError for a refusal, a *ReadError otherwise (as Get's).
 // The order is stable but not meaningful.
-func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Page, error] {
+func (c *Client) List(ctx context.Context, opts ...ListOpt) iter.Seq2[*Page, error] {
+	o := scanWith(opts, ListOpt.applyList)
 	return func(yield func(*Page, error) bool) {
-		cursor := o.Cursor
+		cursor := o.cursor
 		for {
 			q := url.Values{}
-			if o.State != "" {
-				q.Set("state", o.State)
+			if o.state != "" {
+				q.Set("state", o.state)
 			}
-			if o.Prefix != "" {
-				q.Set("prefix", o.Prefix)
+			if o.prefix != "" {
+				q.Set("prefix", o.prefix)
 			}
-			for k, v := range o.Labels {
+			for k, v := range o.labels {
 				q.Add("label", k+"="+v)
 			}
-			if o.Parent != "" {
-				q.Set("parent", o.Parent)
+			if o.parent != "" {
+				q.Set("parent", o.parent)
 			}
-			if o.Limit > 0 {
-				q.Set("limit", strconv.Itoa(o.Limit))
+			if o.limit > 0 {
+				q.Set("limit", strconv.Itoa(o.limit))
 			}
 			if cursor != "" {
 				q.Set("cursor", cursor)
@@ -271,13 +313,6 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Page, error
 // (Snapshot.Archived true).
 type ArchivedSession = wire.ArchivedSession
 
-// ArchiveOptions bound an archive listing.
-type ArchiveOptions struct {
-	Prefix string // session ids that start with it, within the token's prefix
-	Limit  int    // the page size, 1-1000 (default: the service's, 100)
-	Cursor string // resumes a listing at a page's Next
-}
-
 // ArchivePage is one page of an archive listing.
 type ArchivePage struct {
 	Sessions []ArchivedSession
@@ -288,16 +323,17 @@ type ArchivePage struct {
 // Archive returns the pages of the archived sessions (GET /v1/archive), in
 // id order, one request each; errors as List's. The query service answers
 // 503 (a *StatusError) when it has no archive.
-func (c *Client) Archive(ctx context.Context, o ArchiveOptions) iter.Seq2[*ArchivePage, error] {
+func (c *Client) Archive(ctx context.Context, opts ...ArchiveOpt) iter.Seq2[*ArchivePage, error] {
+	o := scanWith(opts, ArchiveOpt.applyArchive)
 	return func(yield func(*ArchivePage, error) bool) {
-		cursor := o.Cursor
+		cursor := o.cursor
 		for {
 			q := url.Values{}
-			if o.Prefix != "" {
-				q.Set("prefix", o.Prefix)
+			if o.prefix != "" {
+				q.Set("prefix", o.prefix)
 			}
-			if o.Limit > 0 {
-				q.Set("limit", strconv.Itoa(o.Limit))
+			if o.limit > 0 {
+				q.Set("limit", strconv.Itoa(o.limit))
 			}
 			if cursor != "" {
 				q.Set("cursor", cursor)

@@ -153,7 +153,7 @@ func TestNotSentIsFinal(t *testing.T) {
 // not the secret.
 func TestNewRefusesHeaderValues(t *testing.T) {
 	for _, c := range []struct {
-		opt  Option
+		opt  ClientOpt
 		name string
 	}{
 		{Token("secret\n"), "Token"},

@@ -48,7 +48,7 @@ func startStack(t testing.TB, partitions int) *devstack.Stack {
 
 func newClient(t testing.TB, st *devstack.Stack, rt http.RoundTripper) *client.Client {
 	t.Helper()
-	opts := []client.Option{client.IngestURL(st.IngestURL), client.QueryURL(st.QueryURL),
+	opts := []client.ClientOpt{client.IngestURL(st.IngestURL), client.QueryURL(st.QueryURL),
 		client.Retry(50, time.Millisecond, 50*time.Millisecond)}
 	if rt != nil {
 		opts = append(opts, client.HTTPClient(&http.Client{Transport: rt}))

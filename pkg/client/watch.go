@@ -15,30 +15,22 @@ import (
 	"github.com/correx/sessions/pkg/wire"
 )
 
-// WatchOptions filter a watch; every filter set must hold.
-type WatchOptions struct {
-	State  string            // the change's "to" state
-	Prefix string            // session ids that start with it (within the token's prefix)
-	Labels map[string]string // every pair among the change's labels
-	Parent string            // the change's parentSessionId
-	// Cursor resumes after a change already received (its Change.Cursor);
-	// empty starts at the end: only changes from now on.
-	Cursor string
-	// OnConnect, when set, is called each time a stream is established (the
-	// service answered 200), before any of its changes, with the cursor the
-	// stream starts from: "" when it starts at the end, so that only
-	// changes made after the call are delivered. A watch without a Cursor
-	// starts at the end, so send what it must see after the first call
-	// (or send first and read the snapshots). It is called on the goroutine
-	// that ranges over Watch and must not block for long.
-	OnConnect func(cursor string)
+// OnConnect sets a function a watch calls each time a stream is
+// established (the service answered 200), before any of its changes, with
+// the cursor the stream starts from: "" when it starts at the end, so that
+// only changes made after the call are delivered. A watch without a Cursor
+// starts at the end, so send what it must see after the first call (or
+// send first and read the snapshots). It is called on the goroutine that
+// ranges over Watch and must not block for long. Default: none.
+func OnConnect(f func(cursor string)) WatchOpt {
+	return watchOpt(func(s *scanSettings) { s.onConnect = f })
 }
 
 // Change is one change record of the watch stream (pkg/wire.Change) and the
 // cursor that resumes right after it.
 type Change struct {
 	wire.Change
-	// Cursor resumes the watch after this change (WatchOptions.Cursor).
+	// Cursor resumes the watch after this change (the Cursor option).
 	// Store it with what you derived from the change to resume exactly
 	// there after a restart.
 	Cursor string
@@ -48,7 +40,8 @@ type Change struct {
 const maxSSELine = 1 << 20
 
 // Watch streams the change feed (GET /v1/watch, Server-Sent Events) as an
-// iterator. When the connection drops, or the service ends the stream
+// iterator; every filter given (StateIs, IDPrefix, HasLabels, ParentIs)
+// must hold. When the connection drops, or the service ends the stream
 // (shutdown, a client that fell behind), Watch reconnects with the last
 // cursor received (Last-Event-ID), so the changes continue with none
 // missed and none repeated; it retries with the Retry option's backoff, as
@@ -73,16 +66,17 @@ const maxSSELine = 1 << 20
 // The feed itself is at least once across projector crashes: a replayed
 // change repeats byte for byte, so drop repeats by Change.Key() if it
 // matters.
-func (c *Client) Watch(ctx context.Context, o WatchOptions) iter.Seq2[Change, error] {
+func (c *Client) Watch(ctx context.Context, opts ...WatchOpt) iter.Seq2[Change, error] {
+	o := scanWith(opts, WatchOpt.applyWatch)
 	return func(yield func(Change, error) bool) {
-		cursor := o.Cursor
+		cursor := o.cursor
 		failures := 0
 		// refused is how many refused connections in a row end the watch:
 		// few until a stream is established (a wrong address fails fast),
 		// then the whole retry budget (the service is restarting).
 		refused := refusedAttempts
 		for {
-			got, connected, err := c.watchOnce(ctx, o, &cursor, yield)
+			got, connected, err := c.watchOnce(ctx, &o, &cursor, yield)
 			if err == errStop || ctx.Err() != nil {
 				return
 			}
@@ -121,19 +115,19 @@ var errStop = errors.New("stop")
 // watchOnce runs one connection; it reports whether it delivered a change,
 // whether the service answered 200, and why it ended (errStop when the
 // consumer stopped).
-func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, yield func(Change, error) bool) (got, connected bool, err error) {
+func (c *Client) watchOnce(ctx context.Context, o *scanSettings, cursor *string, yield func(Change, error) bool) (got, connected bool, err error) {
 	q := url.Values{}
-	if o.State != "" {
-		q.Set("state", o.State)
+	if o.state != "" {
+		q.Set("state", o.state)
 	}
-	if o.Prefix != "" {
-		q.Set("prefix", o.Prefix)
+	if o.prefix != "" {
+		q.Set("prefix", o.prefix)
 	}
-	for k, v := range o.Labels {
+	for k, v := range o.labels {
 		q.Add("label", k+"="+v)
 	}
-	if o.Parent != "" {
-		q.Set("parent", o.Parent)
+	if o.parent != "" {
+		q.Set("parent", o.parent)
 	}
 	u := c.query.JoinPath("v1", "watch")
 	u.RawQuery = q.Encode()
@@ -157,8 +151,8 @@ func (c *Client) watchOnce(ctx context.Context, o WatchOptions, cursor *string, 
 		return false, false, se
 	}
 	connected = true
-	if o.OnConnect != nil {
-		o.OnConnect(*cursor)
+	if o.onConnect != nil {
+		o.onConnect(*cursor)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)

@@ -52,7 +52,7 @@ func TestWatchSurvivesQueryRestart(t *testing.T) {
 	changes := make(chan client.Change, 256)
 	errc := make(chan error, 1)
 	go func() {
-		for ch, err := range c.Watch(ctx, client.WatchOptions{Prefix: "restart:"}) {
+		for ch, err := range c.Watch(ctx, client.IDPrefix("restart:")) {
 			if err != nil {
 				errc <- err
 				return

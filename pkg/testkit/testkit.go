@@ -145,7 +145,7 @@ func run(ctx context.Context, cfg config) (*Stack, error) {
 	s.ds = ds
 	s.IngestURL, s.QueryURL, s.ProjectorURL = ds.IngestURL, ds.QueryURL, ds.ProjectorURL
 	s.Brokers, s.RedisURL, s.Topic, s.Prefix = ds.Brokers, ds.RedisURL, ds.Topic, ds.Prefix
-	copts := []client.Option{client.IngestURL(s.IngestURL), client.QueryURL(s.QueryURL)}
+	copts := []client.ClientOpt{client.IngestURL(s.IngestURL), client.QueryURL(s.QueryURL)}
 	if cfg.auth {
 		copts = append(copts, client.Token(s.Tokens.Admin))
 	}
@@ -229,7 +229,7 @@ func (s *Stack) Close() error {
 // waitWatch polls GET /v1/watch until it answers 200, and then leaves: the
 // query service then reads the change feed, whose topic the projector has
 // created, so a watch opened once Start returns delivers every change made
-// after it is established (client.WatchOptions.OnConnect says when). The
+// after it is established (the client.OnConnect option says when). The
 // services answer /readyz before that: the query service learns the feed
 // when its topic appears, which it checks each second.
 func (s *Stack) waitWatch(ctx context.Context) error {
@@ -450,7 +450,7 @@ func (s *Stack) WaitFolded(ctx context.Context, position Position) error {
 // appear before ctx ends. To wait for a state the projector derives (a
 // child cancelled with its parent), use Client().AwaitState.
 func (s *Stack) WaitSession(ctx context.Context, id string, minPosition ...Position) (*Snapshot, error) {
-	var opts []client.GetOption
+	var opts []client.GetOpt
 	switch len(minPosition) {
 	case 0:
 	case 1:

@@ -45,8 +45,8 @@ func TestStackClient(t *testing.T) {
 	changes := make(chan client.Change, 64)
 	errc := make(chan error, 1)
 	go func() {
-		o := client.WatchOptions{Prefix: "fam:", OnConnect: func(cursor string) { connected <- cursor }}
-		for ch, err := range c.Watch(ctx, o) {
+		onConnect := client.OnConnect(func(cursor string) { connected <- cursor })
+		for ch, err := range c.Watch(ctx, client.IDPrefix("fam:"), onConnect) {
 			if err != nil {
 				errc <- err
 				return
