@@ -9,11 +9,14 @@ import (
 )
 
 // Option configures a Consumer. Each option's doc comment gives its default.
+// A Consumer has one constructor, so its options are of one kind; pkg/client,
+// whose calls take different options, has a family of kinds instead
+// (client.Opt).
 type Option interface{ apply(*config) }
 
 // Opt is the former name of Option.
 //
-// Deprecated: use Option, as pkg/client and pkg/testkit do.
+// Deprecated: use Option.
 type Opt = Option
 
 type optFunc func(*config)
