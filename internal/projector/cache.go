@@ -11,7 +11,7 @@ import (
 //
 // It has no lock of its own. It belongs to the fold goroutine; the
 // rebalance callbacks use it too, but franz-go runs them between polls
-// (BlockRebalanceOnPoll) and under Projector.mu, so there is never more
+// (BlockRebalanceOnPoll) and under state.mu, so there is never more
 // than one user at a time. The flusher goroutine never touches it: a flush
 // carries encoded copies (flushJob.entries), and what became durable is
 // recorded back by the fold goroutine (flusher.finish).

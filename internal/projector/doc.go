@@ -387,12 +387,12 @@
 // handed to the flush goroutine (flusher), so Redis round trips overlap
 // folding; at most one batch is in flight. The cache and the partitions'
 // state have no lock of their own: they belong to the fold goroutine, and
-// the rebalance callbacks use them under Projector.mu between polls. The
+// the rebalance callbacks use them under state.mu between polls. The
 // firer runs one goroutine per owned partition, started and stopped by the
 // rebalance callbacks; it shares nothing with the fold but the store and the
 // Kafka client (and the hints the flush goroutine sends it).
 // Readiness (Ready) reads an atomic copy of the stalled partitions and
-// pings Redis; it never takes Projector.mu, which is held across Redis
+// pings Redis; it never takes state.mu, which is held across Redis
 // calls. A bounded LRU cache holds hot snapshots; only
 // snapshots whose latest state is known to be stored are evicted, and misses
 // are read from Redis in one pipelined round trip per poll.

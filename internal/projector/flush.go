@@ -20,7 +20,7 @@ import (
 // flusher writes batches: it owns the flush goroutine (run), the batch in
 // flight, and the write of a batch (write, which takes writeSteps in
 // order). build, start, collect, due and finish are called by the fold
-// goroutine, under Projector.mu; the flush goroutine touches only the job
+// goroutine, under state.mu; the flush goroutine touches only the job
 // it was handed, until it closes job.done. At most one batch is in flight.
 type flusher struct {
 	store   Store

@@ -23,19 +23,19 @@ func (p *Projector) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[
 	case <-ctx.Done():
 		return // the client is closing
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
 	for _, id := range assigned[p.cfg.Topic] {
-		if id >= p.pt.n {
-			p.pt.refreshed = time.Time{} // the topic grew: read the count at the next doubt
+		if id >= p.st.pt.n {
+			p.st.pt.refreshed = time.Time{} // the topic grew: read the count at the next doubt
 		}
-		p.addPartition(id)
+		p.st.addPartition(id)
 		p.fire.start(id)
 		p.sweep.start(id)
 		p.verify.Load().own(id)
 	}
-	p.assigned.Store(int32(len(p.parts)))
-	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Topic], "owned", len(p.parts))
+	p.st.assigned.Store(int32(len(p.st.parts)))
+	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Topic], "owned", len(p.st.parts))
 }
 
 // onRevoked writes what the revoked partitions folded, their checkpoints and
@@ -49,18 +49,18 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 	p.fire.stop(ids...)
 	p.sweep.stop(ids...)
 	p.verify.Load().disown(ids...)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
 	if err := p.collect(true); err != nil {
 		p.log.Error("flush before revoke", "err", err)
-		p.drop(ids)
+		p.st.drop(ids)
 		return
 	}
 	only := map[int32]bool{}
 	for _, id := range ids {
 		only[id] = true
 	}
-	job := p.flush.build(&p.cache, p.parts, only)
+	job := p.flush.build(&p.st.cache, p.st.parts, only)
 	fctx, cancel := context.WithTimeout(p.flush.ctx, 10*time.Second)
 	defer cancel()
 	if err := p.flush.write(fctx, job); err != nil {
@@ -76,8 +76,8 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 			cl.CommitOffsetsSync(fctx, map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: offsets}, nil)
 		}
 	}
-	p.drop(ids)
-	p.log.Info("partitions revoked", "partitions", ids, "owned", len(p.parts))
+	p.st.drop(ids)
+	p.log.Info("partitions revoked", "partitions", ids, "owned", len(p.st.parts))
 }
 
 // onLost drops partitions without writing: another member may own them, and
@@ -90,41 +90,11 @@ func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 	p.fire.stop(ids...)
 	p.sweep.stop(ids...)
 	p.verify.Load().disown(ids...)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
 	_ = p.collect(true)
-	p.drop(ids)
-	p.log.Warn("partitions lost", "partitions", ids, "owned", len(p.parts))
-}
-
-// drop forgets partitions: their cached sessions, progress, stalls and
-// lag (telemetry).
-func (p *Projector) drop(ids []int32) {
-	left, _ := p.obs.(interface{ partitionLeft(int32) })
-	for _, id := range ids {
-		if p.parts[id] != nil {
-			if left != nil {
-				left.partitionLeft(id)
-			}
-			p.cache.dropPartition(id)
-			p.derived.drop(id)
-			delete(p.parts, id)
-			p.stalls.clear(id)
-			p.stalls.done(id)
-			p.stalls.restored(id)
-			p.stalls.clearGap(id)
-		}
-	}
-	p.assigned.Store(int32(len(p.parts)))
-}
-
-// addPartition creates the state of a newly owned partition.
-func (p *Projector) addPartition(id int32) *partState {
-	if p.parts[id] == nil {
-		p.parts[id] = newPartState(id)
-		p.cache.addPartition(id)
-	}
-	return p.parts[id]
+	p.st.drop(ids)
+	p.log.Warn("partitions lost", "partitions", ids, "owned", len(p.st.parts))
 }
 
 // leave removes this replica's static membership, so the group rebalances
@@ -161,7 +131,7 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 		n, err1 := kafka.EnsureTopicRetention(ctx, p.adm, p.cfg.Topic, int32(p.cfg.Partitions), p.cfg.EventsRetention)
 		_, err2 := kafka.EnsureTopic(ctx, p.adm, kafka.DLQTopic(p.cfg.Topic), int32(p.cfg.Partitions))
 		var err3 error
-		if ft := p.derived.feedTopic; ft != "" && err1 == nil {
+		if ft := p.st.derived.feedTopic; ft != "" && err1 == nil {
 			var m int32
 			if m, err3 = kafka.EnsureTopic(ctx, p.adm, ft, n); err3 == nil && m != n {
 				return fmt.Errorf("projector: the change feed's topic %s has %d partitions and the events topic %s has %d: they must be equal (recreate %s, or set CORREX_CHANGE_FEED=false)",
@@ -176,7 +146,7 @@ func (p *Projector) ensureTopics(ctx context.Context) error {
 			}
 		}
 		if err := errors.Join(err1, err2, err3, err4); err == nil {
-			p.setPartitions(n)
+			p.st.setPartitions(n)
 			return nil
 		} else {
 			p.log.Warn("waiting for Kafka", "err", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,22 +85,14 @@ type Projector struct {
 	// unknown, and keep finding it so in the client's metadata cache.
 	topicsReady chan struct{}
 
-	mu        sync.Mutex // guards everything below; held while folding and in rebalance callbacks
-	parts     map[int32]*partState
-	cache     cache
-	flush     *flusher  // built by Run with the client (connect)
-	progress  bool      // a partition advanced since the last flush was built
-	lastCheck time.Time // when the stored checkpoints were last checked
-	reducer   fsm.Reducer
-	derived   *derived    // the change feed and the derived events
-	events    []fsm.Event // decode buffer, reused across polls
-	stalls    stalls
-	pt        partitioning
-	// rebuiltNow holds the partitions rebuilt since the current poll's
-	// records were fetched: those records are not folded.
-	rebuiltNow map[int32]bool
+	// st is what the fold goroutine and the rebalance callbacks share,
+	// under st.mu (state.go).
+	st       *state
+	flush    *flusher // built by Run with the client (connect)
+	progress bool     // a partition advanced since the last flush was built
+	reducer  fsm.Reducer
+	events   []fsm.Event // decode buffer, reused across polls
 
-	assigned atomic.Int32 // partitions owned, for tests and logs
 	restores atomic.Int64 // partitions restored from the changelog, for tests and benchmarks
 	crash    crashPoints  // test hooks
 	// starting, when set by tests, is called once the group client exists
@@ -145,16 +136,16 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 // New returns a projector writing to store.
 func New(cfg Config, store Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
-		parts: map[int32]*partState{}, cache: newCache(cfg), stalls: stalls{byPartition: map[int32]string{}},
-		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), topicsReady: make(chan struct{}), clock: wallClock{},
+		clientsSet: make(chan struct{}), topicsReady: make(chan struct{}), clock: wallClock{},
 		auth: newSystemAuth()}
 	for _, o := range opts {
 		o(p)
 	}
+	p.st = newState(cfg, p.obs, newDerived(cfg, p.log, &p.crash))
+	p.st.pt.topic, p.st.pt.log = cfg.Topic, p.log
 	if o, ok := p.obs.(interface{ watchStalls(*stalls) }); ok {
-		o.watchStalls(&p.stalls) // its stalled gauge
+		o.watchStalls(&p.st.stalls) // its stalled gauge
 	}
-	p.derived = newDerived(cfg, p.log, &p.crash)
 	return p
 }
 
@@ -167,8 +158,9 @@ func New(cfg Config, store Store, opts ...Option) *Projector {
 // start firing partitions and flush what is revoked, need it built.
 func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
 	p.cl, p.adm = cl, kadm.NewClient(cl)
+	p.st.pt.adm = p.adm
 	p.fire = newFirer(p.cfg, p.store, p.clock, p.obs, p.log, &p.crash, cl, fireCtx)
-	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.derived, p.fire, cl, flushCtx)
+	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.st.derived, p.fire, cl, flushCtx)
 	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
 	p.fire.auth, p.flush.auth = p.auth, p.auth
 	if p.sweep != nil {
@@ -258,7 +250,7 @@ func (p *Projector) Run(ctx context.Context) error {
 	// flight, which may be retrying against an unreachable Redis, the final
 	// flush and the revoke callbacks of the client's close).
 	defer p.limitShutdown(ctx, stopFlushing)()
-	p.verify.Store(newVerifier(p))
+	p.verify.Store(newVerifier(p.cfg, p.store, p.st, p.auth, p.obs, p.log))
 	p.connect(cl, flushCtx, fireCtx)
 	defer cl.CloseAllowingRebalance()
 	defer p.fire.stopAll() // before the client closes
@@ -328,9 +320,9 @@ func (p *Projector) loop(ctx context.Context) error {
 		// batch in flight is written, so that what was folded meanwhile
 		// is flushed at once (group commit, see flusher.due).
 		pctx, cancel := context.WithTimeout(ctx, p.cfg.FlushInterval)
-		p.mu.Lock()
+		p.st.mu.Lock()
 		written := p.flush.inflightDone()
-		p.mu.Unlock()
+		p.st.mu.Unlock()
 		if written != nil {
 			go func() {
 				select {
@@ -350,21 +342,21 @@ func (p *Projector) loop(ctx context.Context) error {
 				p.log.Warn("fetch", "topic", t, "partition", part, "err", err)
 			}
 		})
-		p.mu.Lock()
-		clear(p.rebuiltNow)
+		p.st.mu.Lock()
+		clear(p.st.rebuiltNow)
 		err := p.collect(false)
 		p.dropArchived()
 		if err == nil {
 			err = p.process(ctx, fetches)
 		}
-		if err == nil && p.flush.due(p.cache.dirtyLen(), p.cache.dirtyBytes, p.progress, p.catchingUp(fetches)) {
+		if err == nil && p.flush.due(p.st.cache.dirtyLen(), p.st.cache.dirtyBytes, p.progress, p.catchingUp(fetches)) {
 			err = p.startFlush()
 		}
-		if err == nil && p.flush.inflight == nil && time.Since(p.lastCheck) >= p.cfg.MaxFlushInterval {
+		if err == nil && p.flush.inflight == nil && time.Since(p.st.lastCheck) >= p.cfg.MaxFlushInterval {
 			p.checkCheckpoints(ctx)
 		}
-		p.cache.evict()
-		p.mu.Unlock()
+		p.st.cache.evict()
+		p.st.mu.Unlock()
 		if p.crash.crashed.Load() {
 			return errCrashed // a crash point hit between the steps above
 		}
@@ -418,8 +410,8 @@ func (p *Projector) stopError(err error) error {
 // shutdown writes everything owned, then leaves the group (Close). It has
 // until limitShutdown stops the writes.
 func (p *Projector) shutdown() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
 	if err := p.collect(true); err != nil {
 		return err
 	}
@@ -451,7 +443,7 @@ func (p *Projector) catchingUp(fetches kgo.Fetches) bool {
 		return true
 	}
 	var behind int64
-	for _, part := range p.parts {
+	for _, part := range p.st.parts {
 		if part.next >= 0 && part.hw > part.next {
 			behind += part.hw - part.next
 		}
@@ -461,7 +453,7 @@ func (p *Projector) catchingUp(fetches kgo.Fetches) bool {
 
 // buildJob builds a batch of everything owned.
 func (p *Projector) buildJob() *flushJob {
-	job := p.flush.build(&p.cache, p.parts, nil)
+	job := p.flush.build(&p.st.cache, p.st.parts, nil)
 	p.progress = false
 	return job
 }
@@ -470,9 +462,9 @@ func (p *Projector) buildJob() *flushJob {
 // cache's bytes until it is collected: they are held as long as the
 // snapshots (cache.writing, cache.evict).
 func (p *Projector) writing(job *flushJob) {
-	p.cache.writing = 0
+	p.st.cache.writing = 0
 	for _, e := range job.entries {
-		p.cache.writing += len(e.Data)
+		p.st.cache.writing += len(e.Data)
 	}
 }
 
@@ -493,7 +485,7 @@ func (p *Projector) startFlush() error {
 func (p *Projector) collect(wait bool) error {
 	job, err := p.flush.collect(wait)
 	if p.flush.inflight == nil {
-		p.cache.writing = 0
+		p.st.cache.writing = 0
 	}
 	if job != nil {
 		p.finish(job)
@@ -509,7 +501,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		return nil
 	}
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-		if part := p.parts[fp.Partition]; part != nil && fp.HighWatermark >= 0 {
+		if part := p.st.parts[fp.Partition]; part != nil && fp.HighWatermark >= 0 {
 			part.hw = fp.HighWatermark
 		}
 	})
@@ -527,8 +519,8 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 	var ids []string
 	seen := map[miss]bool{}
 	for i, r := range recs {
-		part := p.parts[r.Partition]
-		if part == nil || p.rebuiltNow[r.Partition] {
+		part := p.st.parts[r.Partition]
+		if part == nil || p.st.rebuiltNow[r.Partition] {
 			continue // revoked between fetch and now (its new owner folds it), or being rebuilt
 		}
 		if err := p.auth.loaded().DecodeEvent(r, &events[i]); err != nil {
@@ -536,11 +528,11 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 			continue
 		}
 		m := miss{r.Partition, events[i].SessionID}
-		if string(r.Key) == m.id && !p.onKeyPartition(ctx, r) {
+		if string(r.Key) == m.id && !p.st.pt.onKeyPartition(ctx, r) {
 			wrongPart[i] = true
 			continue
 		}
-		if p.cache.get(part.id, m.id) == nil && !seen[m] && string(r.Key) == m.id {
+		if p.st.cache.get(part.id, m.id) == nil && !seen[m] && string(r.Key) == m.id {
 			seen[m] = true
 			missing = append(missing, m)
 			ids = append(ids, m.id)
@@ -552,12 +544,12 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 			return err
 		}
 		for i, m := range missing {
-			p.cache.add(p.parts[m.partition], m.id, snaps[i]).tomb = tombs[i]
+			p.st.cache.add(p.st.parts[m.partition], m.id, snaps[i]).tomb = tombs[i]
 		}
 	}
 	for i, r := range recs {
-		part := p.parts[r.Partition]
-		if part == nil || p.rebuiltNow[r.Partition] {
+		part := p.st.parts[r.Partition]
+		if part == nil || p.st.rebuiltNow[r.Partition] {
 			continue
 		}
 		if p.crash.at(crashFold) {
@@ -571,7 +563,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 				cutString(string(r.Key), 128), len(r.Key), events[i].SessionID))
 		case wrongPart[i]:
 			p.deadLetter(r, ReasonWrongPartition, fmt.Sprintf("key %q belongs to partition %d of %d, not %d",
-				events[i].SessionID, p.pt.part.Partition(r, int(p.pt.n)), p.pt.n, r.Partition))
+				events[i].SessionID, p.st.pt.part.Partition(r, int(p.st.pt.n)), p.st.pt.n, r.Partition))
 		default:
 			if err := p.fold(ctx, part, r, &events[i]); err != nil {
 				return err
@@ -579,7 +571,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		}
 		part.next = r.Offset + 1
 		p.progress = true
-		if p.cache.dirtyBytes >= p.cfg.flushBytes() {
+		if p.st.cache.dirtyBytes >= p.cfg.flushBytes() {
 			// FlushBytes of snapshots are dirty: written now, in the
 			// middle of the poll (a poll of MaxPollRecords large records
 			// would otherwise make one batch of them all). The batch's
@@ -588,7 +580,7 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 			if err := p.startFlush(); err != nil {
 				return err
 			}
-			p.cache.evict()
+			p.st.cache.evict()
 		}
 	}
 	clear(events) // drop references to payloads
@@ -596,16 +588,16 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 }
 
 func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e *fsm.Event) error {
-	en := p.cache.get(part.id, e.SessionID)
+	en := p.st.cache.get(part.id, e.SessionID)
 	if en == nil { // process reads every missing session first; never fold without the stored one
 		snaps, tombs, err := p.getMany(ctx, []string{e.SessionID})
 		if err != nil {
 			return err
 		}
-		en = p.cache.add(part, e.SessionID, snaps[0])
+		en = p.st.cache.add(part, e.SessionID, snaps[0])
 		en.tomb = tombs[0]
 	}
-	p.cache.touch(en)
+	p.st.cache.touch(en)
 	if en.tomb != nil && !en.snap.Exists() && e.Type != fsm.SessionReplaced {
 		p.foldTombstoned(r, e, en.tomb)
 		return nil
@@ -616,22 +608,22 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 		// stored the snapshot may have crashed before its deadlines were
 		// written, so the snapshot goes in the next batch again (its put
 		// is fenced, a no-op), which arms its deadline.
-		p.cache.markDirty(en, 0)
+		p.st.cache.markDirty(en, 0)
 		p.obs.Skipped(r)
-		p.derived.skipped(r, e, &en.snap)
+		p.st.derived.skipped(r, e, &en.snap)
 		return nil
 	}
 	if o.Result == fsm.Orphan {
 		if e.Type == fsm.SessionReplaced { // the successor hears of it (reactions.go)
-			p.derived.add(r, e, &en.snap, o)
+			p.st.derived.add(r, e, &en.snap, o)
 			return nil
 		}
 		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
-	p.cache.markDirty(en, len(r.Value))
+	p.st.cache.markDirty(en, len(r.Value))
 	p.obs.Folded(r, e, &en.snap, o)
-	p.derived.add(r, e, &en.snap, o)
+	p.st.derived.add(r, e, &en.snap, o)
 	return nil
 }
 
@@ -641,10 +633,10 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 func (p *Projector) dropArchived() {
 	removed, untombed := p.sweep.take()
 	for _, a := range removed {
-		p.cache.forget(a.Position.Partition, a.SessionID, a.Position)
+		p.st.cache.forget(a.Position.Partition, a.SessionID, a.Position)
 	}
 	for _, t := range untombed {
-		p.cache.forgetTombstone(t.Partition, t.SessionID)
+		p.st.cache.forgetTombstone(t.Partition, t.SessionID)
 	}
 }
 
@@ -665,7 +657,7 @@ func (p *Projector) foldTombstoned(r *kgo.Record, e *fsm.Event, t *projstore.Tom
 	s.ID, s.State, s.Version = t.SessionID, t.State, t.Version
 	s.Position = snapshot.Position{Partition: r.Partition, Offset: r.Offset}
 	p.obs.Folded(r, e, &s, o)
-	p.derived.add(r, e, &s, o)
+	p.st.derived.add(r, e, &s, o)
 }
 
 // getMany reads snapshots, and the tombstones of the sessions that have
@@ -714,7 +706,7 @@ func (p *Projector) Ready(ctx context.Context) error {
 	if err := p.store.Ping(ctx); err != nil {
 		return err
 	}
-	return p.stalls.err()
+	return p.st.stalls.err()
 }
 
 // Degraded lists what works less than fully without keeping the

@@ -2,146 +2,13 @@ package projector
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sort"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// stalls holds the partitions paused until an operator acts, with the
-// reason of each, and the partitions being rebuilt after Redis lost or
-// rolled back their read model. The maps belong to whoever holds
-// Projector.mu; readiness reads err, an atomic snapshot replaced whenever
-// either changes, so that /readyz never waits for the fold or a flush.
-type stalls struct {
-	byPartition map[int32]string
-	rebuilding  map[int32]string
-	// restoring holds the partitions being restored from the changelog,
-	// and gaps those restored from a changelog checkpoint older than the
-	// events log's start (an alert, until the partition leaves).
-	restoring map[int32]string
-	gaps      map[int32]string
-	msg       atomic.Pointer[string] // nil when none is stalled, rebuilt, restored or gapped
-	// held is len(byPartition), for the correx.projector.stalled gauge,
-	// which reads it without Projector.mu.
-	held atomic.Int64
-}
-
-// restore marks a partition as being restored from the changelog
-// (reported by /readyz) until restored is called for it.
-func (s *stalls) restore(id int32, why string) {
-	if s.restoring == nil {
-		s.restoring = map[int32]string{}
-	}
-	s.restoring[id] = why
-	s.publish()
-}
-
-func (s *stalls) restored(id int32) {
-	if _, ok := s.restoring[id]; ok {
-		delete(s.restoring, id)
-		s.publish()
-	}
-}
-
-// gap raises the alert of a partition restored over a gap in the events
-// log; it stays until the partition leaves (clearGap).
-func (s *stalls) gap(id int32, msg string) {
-	if s.gaps == nil {
-		s.gaps = map[int32]string{}
-	}
-	s.gaps[id] = msg
-	s.publish()
-}
-
-func (s *stalls) clearGap(id int32) {
-	if _, ok := s.gaps[id]; ok {
-		delete(s.gaps, id)
-		s.publish()
-	}
-}
-
-// rebuild marks a partition as being rebuilt (reported by /readyz) until
-// done is called for it.
-func (s *stalls) rebuild(id int32, why string) {
-	if s.rebuilding == nil {
-		s.rebuilding = map[int32]string{}
-	}
-	s.rebuilding[id] = why
-	s.publish()
-}
-
-func (s *stalls) done(id int32) {
-	if _, ok := s.rebuilding[id]; ok {
-		delete(s.rebuilding, id)
-		s.publish()
-	}
-}
-
-func (s *stalls) stall(id int32, reason string) {
-	s.byPartition[id] = reason
-	s.publish()
-}
-
-func (s *stalls) clear(id int32) {
-	if _, ok := s.byPartition[id]; ok {
-		delete(s.byPartition, id)
-		s.publish()
-	}
-}
-
-func (s *stalls) stalled(id int32) bool { return s.byPartition[id] != "" }
-
-// paused tells whether partition id is stalled, being rebuilt or being
-// restored: its read model is not the fold of the log it has, so nothing
-// may judge it against that log (the verifier).
-func (s *stalls) paused(id int32) bool {
-	_, rebuilding := s.rebuilding[id]
-	_, restoring := s.restoring[id]
-	return s.stalled(id) || rebuilding || restoring
-}
-
-// publish replaces the snapshot err reads, and the count held reads.
-func (s *stalls) publish() {
-	s.held.Store(int64(len(s.byPartition)))
-	n := len(s.byPartition) + len(s.rebuilding) + len(s.restoring) + len(s.gaps)
-	if n == 0 {
-		s.msg.Store(nil)
-		return
-	}
-	msgs := make([]string, 0, n)
-	for id, msg := range s.byPartition {
-		msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
-	}
-	for id, why := range s.rebuilding {
-		if _, ok := s.restoring[id]; !ok {
-			msgs = append(msgs, fmt.Sprintf("partition %d: rebuilding from the log: %s", id, why))
-		}
-	}
-	for id, why := range s.restoring {
-		msgs = append(msgs, fmt.Sprintf("partition %d: restoring from the changelog: %s", id, why))
-	}
-	for id, msg := range s.gaps {
-		msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
-	}
-	sort.Strings(msgs)
-	m := strings.Join(msgs, "; ")
-	s.msg.Store(&m)
-}
-
-// err describes every stalled partition, or is nil. Safe for concurrent use.
-func (s *stalls) err() error {
-	if m := s.msg.Load(); m != nil {
-		return errors.New(*m)
-	}
-	return nil
-}
 
 // adjustOffsets starts every assigned partition at its Redis checkpoint
 // (the next offset to fold), once Run has ensured the topics
@@ -193,17 +60,17 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 		if ends, err = p.adm.ListEndOffsets(ctx, p.cfg.Topic); err != nil {
 			return err
 		}
-		ob, err = p.derived.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
+		ob, err = p.st.derived.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.derived.load(ob)
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
+	p.st.derived.load(ob)
 	var stall []int32
 	for _, id := range ids {
-		part := p.parts[id]
+		part := p.st.parts[id]
 		cp := cps[id]
 		parts[id] = kgo.NewOffset().At(cp.Offset).WithEpoch(-1)
 		if part != nil {
@@ -219,22 +86,22 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 		p.fire.hold(id, until, cp.Offset)
 		if end, ok := ends.Lookup(p.cfg.Topic, id); ok && end.Err == nil && cp.Offset > end.Offset {
 			msg := fmt.Sprintf("checkpoint %d is beyond the end of the log (%d): the topic was recreated or truncated, so the read model belongs to another log; run `projector reset` to clear it and rebuild", cp.Offset, end.Offset)
-			p.stalls.stall(id, msg)
+			p.st.stalls.stall(id, msg)
 			stall = append(stall, id)
 			p.log.Error("partition stalled", "partition", id, "reason", msg)
 		} else if n := notes[id]; n.stall != "" {
-			p.stalls.stall(id, n.stall)
+			p.st.stalls.stall(id, n.stall)
 			stall = append(stall, id)
 			p.log.Error("partition stalled", "partition", id, "reason", n.stall)
 		} else {
-			p.stalls.clear(id)
+			p.st.stalls.clear(id)
 		}
 		if n := notes[id]; n.gap != "" {
-			p.stalls.gap(id, n.gap)
+			p.st.stalls.gap(id, n.gap)
 			p.log.Error("the partition was restored over a gap in the log", "partition", id, "alert", n.gap)
 		}
 		if cp.RebuildUntil > 0 {
-			p.stalls.rebuild(id, fmt.Sprintf("a rebuild to offset %d was under way when the partition changed owner", cp.RebuildUntil))
+			p.st.stalls.rebuild(id, fmt.Sprintf("a rebuild to offset %d was under way when the partition changed owner", cp.RebuildUntil))
 			p.log.Warn("resuming the partition's rebuild", "partition", id, "checkpoint", cp.Offset, "until", cp.RebuildUntil)
 		}
 	}
@@ -351,9 +218,9 @@ func replayStarts(ids []int32, cps map[int32]snapshot.Checkpoint, ends kadm.List
 // stalled partition is left alone: its remedy is `projector reset` and a
 // restart. Called between polls with no batch in flight.
 func (p *Projector) checkCheckpoints(ctx context.Context) {
-	p.lastCheck = time.Now()
+	p.st.lastCheck = time.Now()
 	known := false
-	for _, part := range p.parts {
+	for _, part := range p.st.parts {
 		known = known || part.ckptKnown
 	}
 	if !known {
@@ -366,9 +233,9 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 		p.log.Warn("checking checkpoints", "err", err) // the next check retries
 		return
 	}
-	for id, part := range p.parts {
+	for id, part := range p.st.parts {
 		cp, ok := cps[id]
-		if part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !p.stalls.stalled(id) {
+		if part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !p.st.stalls.stalled(id) {
 			p.rebuild(part)
 		}
 	}
@@ -407,17 +274,17 @@ func (p *Projector) rebuild(part *partState) {
 	p.log.Warn("the partition's read model was lost: rebuilding it from the earliest offset",
 		"partition", part.id, "why", why)
 	part.rebuildUntil = max(part.hw, part.lastCkpt, part.rebuildUntil, 1)
-	p.stalls.rebuild(part.id, why)
+	p.st.stalls.rebuild(part.id, why)
 	if r, ok := p.obs.(interface{ Rebuilt(partition int32) }); ok {
 		r.Rebuilt(part.id)
 	}
 	p.fire.hold(part.id, part.rebuildUntil, 0) // nothing fires until the rebuild is done (firer.go)
-	p.cache.dropPartition(part.id)
-	p.cache.addPartition(part.id)
-	p.derived.drop(part.id)
+	p.st.cache.dropPartition(part.id)
+	p.st.cache.addPartition(part.id)
+	p.st.derived.drop(part.id)
 	// Nothing of the partition is kept from here on: none of its records
 	// polled before the rebuild is folded, and it folds again from 0.
-	p.rebuiltNow[part.id] = true
+	p.st.rebuiltNow[part.id] = true
 	part.next = -1
 	for round := 0; ; round++ {
 		if err := retry(p.flush.ctx, p.log, "starting the partition's rebuild", func(ctx context.Context) error {
@@ -460,7 +327,7 @@ func (p *Projector) rebuild(part *partState) {
 			p.fire.checkpointed(part.id, cp.Offset)
 			if cp.Offset >= part.rebuildUntil {
 				part.rebuildUntil = 0
-				p.stalls.done(part.id)
+				p.st.stalls.done(part.id)
 			}
 			p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: cp.Offset}}})
 			return
@@ -490,8 +357,8 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 	if p.flush.changelog == "" {
 		return snapshot.Checkpoint{}, restoreNone
 	}
-	p.stalls.restore(part.id, "reading the changelog")
-	defer p.stalls.restored(part.id)
+	p.st.stalls.restore(part.id, "reading the changelog")
+	defer p.st.stalls.restored(part.id)
 	var pl *restorePlan
 	if err := retry(p.flush.ctx, p.log, "reading the changelog", func(ctx context.Context) (err error) {
 		b, err := p.listRestoreBounds(ctx)
@@ -504,7 +371,7 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 		return snapshot.Checkpoint{}, restoreStopped
 	}
 	if pl != nil && pl.stall != "" {
-		p.stalls.stall(part.id, pl.stall)
+		p.st.stalls.stall(part.id, pl.stall)
 		p.log.Error("partition stalled", "partition", part.id, "reason", pl.stall)
 		p.cl.PauseFetchPartitions(map[string][]int32{p.cfg.Topic: {part.id}})
 		return snapshot.Checkpoint{}, restoreStopped
@@ -512,7 +379,7 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 	if !pl.usable() {
 		return snapshot.Checkpoint{}, restoreNone
 	}
-	p.stalls.restore(part.id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
+	p.st.stalls.restore(part.id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
 	cp, again, err := p.restoreAfterReset(p.flush.ctx, part.id, pl)
 	switch {
 	case err != nil:
@@ -521,7 +388,7 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 		return cp, restoreAgain
 	}
 	if pl.gap != "" {
-		p.stalls.gap(part.id, pl.gap)
+		p.st.stalls.gap(part.id, pl.gap)
 		p.log.Error("the partition was restored over a gap in the log", "partition", part.id, "alert", pl.gap)
 	}
 	return cp, restoreDone
@@ -570,14 +437,14 @@ func (p *Projector) deletePartition(id int32) bool {
 // ends the rebuild of every partition whose checkpoint reached the end of
 // the log as it was when its rebuild began.
 func (p *Projector) finish(job *flushJob) {
-	p.flush.finish(job, p.parts, p.rebuild)
+	p.flush.finish(job, p.st.parts, p.rebuild)
 	if len(job.stale) > 0 {
 		p.dropStale(job.stale)
 	}
-	for id, part := range p.parts {
+	for id, part := range p.st.parts {
 		if part.rebuildUntil > 0 && part.ckptKnown && part.lastCkpt >= part.rebuildUntil {
 			part.rebuildUntil = 0
-			p.stalls.done(id)
+			p.st.stalls.done(id)
 			p.log.Info("the partition is rebuilt", "partition", id, "checkpoint", part.lastCkpt)
 		}
 	}
@@ -591,7 +458,7 @@ func (p *Projector) finish(job *flushJob) {
 func (p *Projector) dropStale(stale map[int32]bool) {
 	ids := make([]int32, 0, len(stale))
 	for id := range stale {
-		if p.parts[id] != nil {
+		if p.st.parts[id] != nil {
 			ids = append(ids, id)
 		}
 	}
@@ -600,6 +467,6 @@ func (p *Projector) dropStale(stale map[int32]bool) {
 	}
 	p.fire.stop(ids...)
 	p.sweep.stop(ids...)
-	p.drop(ids)
-	p.log.Warn("partitions taken over by a newer owner: dropped", "partitions", ids, "owned", len(p.parts))
+	p.st.drop(ids)
+	p.log.Warn("partitions taken over by a newer owner: dropped", "partitions", ids, "owned", len(p.st.parts))
 }

@@ -526,18 +526,18 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 		}
 	}
 	defer func() {
-		p.mu.Lock()
+		p.st.mu.Lock()
 		for _, id := range restore {
-			p.stalls.restored(id)
+			p.st.stalls.restored(id)
 		}
-		p.mu.Unlock()
+		p.st.mu.Unlock()
 	}()
-	p.mu.Lock()
+	p.st.mu.Lock()
 	for _, id := range restore {
 		pl := plans[id]
-		p.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.entries), pl.latest.Checkpoint.Offset))
+		p.st.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.entries), pl.latest.Checkpoint.Offset))
 	}
-	p.mu.Unlock()
+	p.st.mu.Unlock()
 	for _, id := range restore {
 		if cps[id].RebuildUntil == 0 {
 			if err := p.resetForRestore(ctx, id, plans[id]); err != nil {
