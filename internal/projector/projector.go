@@ -87,9 +87,12 @@ type Projector struct {
 
 	// st is what the fold goroutine and the rebalance callbacks share,
 	// under st.mu (state.go).
-	st       *state
-	flush    *flusher // built by Run with the client (connect)
-	progress bool     // a partition advanced since the last flush was built
+	st    *state
+	flush *flusher // built by Run with the client (connect)
+	// restore restores partitions from the changelog (restore.go); built
+	// by Run with the client (connect).
+	restore  *restorer
+	progress bool // a partition advanced since the last flush was built
 	reducer  fsm.Reducer
 	events   []fsm.Event // decode buffer, reused across polls
 
@@ -161,6 +164,7 @@ func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
 	p.st.pt.adm = p.adm
 	p.fire = newFirer(p.cfg, p.store, p.clock, p.obs, p.log, &p.crash, cl, fireCtx)
 	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.st.derived, p.fire, cl, flushCtx)
+	p.restore = newRestorer(p.cfg, p.flush.changelog, p.adm, p.store, p.auth, p.st, p.obs, p.log, &p.crash, &p.restores)
 	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
 	p.fire.auth, p.flush.auth = p.auth, p.auth
 	if p.sweep != nil {

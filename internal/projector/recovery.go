@@ -136,7 +136,7 @@ func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int3
 	if err != nil {
 		return nil, nil, err
 	}
-	notes, err := p.restoreOnStart(ctx, ids, cps)
+	notes, err := p.restore.restoreOnStart(ctx, ids, cps)
 	return cps, notes, err
 }
 
@@ -361,11 +361,11 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 	defer p.st.stalls.restored(part.id)
 	var pl *restorePlan
 	if err := retry(p.flush.ctx, p.log, "reading the changelog", func(ctx context.Context) (err error) {
-		b, err := p.listRestoreBounds(ctx)
+		b, err := p.restore.listRestoreBounds(ctx)
 		if err != nil {
 			return err
 		}
-		pl, err = p.planRestore(ctx, part.id, b)
+		pl, err = p.restore.planRestore(ctx, part.id, b)
 		return err
 	}, "partition", part.id); err != nil {
 		return snapshot.Checkpoint{}, restoreStopped
@@ -380,7 +380,7 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 		return snapshot.Checkpoint{}, restoreNone
 	}
 	p.st.stalls.restore(part.id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
-	cp, again, err := p.restoreAfterReset(p.flush.ctx, part.id, pl)
+	cp, again, err := p.restore.restoreAfterReset(p.flush.ctx, part.id, pl)
 	switch {
 	case err != nil:
 		return cp, restoreStopped

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/correx/sessions/internal/changelog"
@@ -239,6 +241,34 @@ func (pl *restorePlan) usable() bool {
 	return pl != nil && pl.stall == "" && pl.latest.HasCheckpoint && pl.latest.Checkpoint.Offset > 0
 }
 
+// restorer restores partitions from the snapshot changelog: it reads a
+// partition's changelog (planRestore), writes what it kept back to the
+// store (writeRestore), stores the changelog's checkpoint as the
+// partition's (restoreAfterReset), and restores the partitions a start
+// finds at checkpoint 0 (restoreOnStart). It is built by Run with the
+// client (connect) and holds no partition of its own: the stalls it
+// reports while restoring on start are the state's, under st.mu.
+type restorer struct {
+	cfg Config
+	// changelog is the changelog's topic, "" when it is off
+	// (Config.ChangelogEnabled).
+	changelog string
+	adm       *kadm.Client
+	store     Store
+	auth      *systemAuth // checks the changelog's records
+	st        *state
+	obs       Observer
+	log       *slog.Logger
+	crash     *crashPoints
+	restores  *atomic.Int64 // partitions restored, for tests and benchmarks
+}
+
+func newRestorer(cfg Config, changelog string, adm *kadm.Client, store Store, auth *systemAuth, st *state,
+	obs Observer, log *slog.Logger, crash *crashPoints, restores *atomic.Int64) *restorer {
+	return &restorer{cfg: cfg, changelog: changelog, adm: adm, store: store, auth: auth, st: st,
+		obs: obs, log: log, crash: crash, restores: restores}
+}
+
 // restoreBounds is what a restore plan needs from Kafka besides the
 // changelog's records: the events topic's start and end offsets and the
 // changelog's end offsets, listed once for all the partitions a start
@@ -249,13 +279,13 @@ type restoreBounds struct {
 
 // listRestoreBounds lists the offsets planRestore reads (two requests,
 // whatever the number of partitions).
-func (p *Projector) listRestoreBounds(ctx context.Context) (restoreBounds, error) {
+func (rs *restorer) listRestoreBounds(ctx context.Context) (restoreBounds, error) {
 	var b restoreBounds
 	var err error
-	if b.starts, err = p.adm.ListStartOffsets(ctx, p.cfg.Topic); err != nil {
+	if b.starts, err = rs.adm.ListStartOffsets(ctx, rs.cfg.Topic); err != nil {
 		return b, err
 	}
-	b.ends, err = p.adm.ListEndOffsets(ctx, p.cfg.Topic, p.flush.changelog)
+	b.ends, err = rs.adm.ListEndOffsets(ctx, rs.cfg.Topic, rs.changelog)
 	return b, err
 }
 
@@ -264,17 +294,17 @@ func (p *Projector) listRestoreBounds(ctx context.Context) (restoreBounds, error
 // It returns nil when the changelog is off, or when a record it cannot use
 // makes a fold from 0 the exact choice (decide: the log still holds all
 // of the partition); a plan with stall set when neither is exact.
-func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) (*restorePlan, error) {
-	if p.flush.changelog == "" {
+func (rs *restorer) planRestore(ctx context.Context, id int32, b restoreBounds) (*restorePlan, error) {
+	if rs.changelog == "" {
 		return nil, nil
 	}
-	topic := p.flush.changelog
+	topic := rs.changelog
 	starts, ends := b.starts, b.ends
 	pl := &restorePlan{}
-	if s, ok := starts.Lookup(p.cfg.Topic, id); ok && s.Err == nil {
+	if s, ok := starts.Lookup(rs.cfg.Topic, id); ok && s.Err == nil {
 		pl.eventStart = s.Offset
 	}
-	e, ok := ends.Lookup(p.cfg.Topic, id)
+	e, ok := ends.Lookup(rs.cfg.Topic, id)
 	if !ok || e.Err != nil {
 		return nil, fmt.Errorf("the events topic's end offset of partition %d: %v", id, e.Err)
 	}
@@ -285,9 +315,9 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 	}
 	if ce.Offset > 0 {
 		start := time.Now()
-		err := p.readChangelog(ctx, id, ce.Offset, int(len(ends[p.cfg.Topic])), pl)
+		err := rs.readChangelog(ctx, id, ce.Offset, int(len(ends[rs.cfg.Topic])), pl)
 		if err == nil && pl.latest.HasCheckpoint {
-			err = pl.prepare(p.cfg.Timeouts, p.cfg.ForcedGrace)
+			err = pl.prepare(rs.cfg.Timeouts, rs.cfg.ForcedGrace)
 		}
 		pl.read = time.Since(start)
 		if err != nil {
@@ -296,10 +326,10 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 	}
 	if len(pl.bad) > 0 {
 		for k, u := range pl.bad {
-			p.log.Error("a changelog record the restore cannot use", "partition", id, "key", cut(k), "offset", u.offset, "err", u.err)
+			rs.log.Error("a changelog record the restore cannot use", "partition", id, "key", cut(k), "offset", u.offset, "err", u.err)
 		}
 		if pl.decide(topic, id) {
-			p.log.Warn("folding the partition from the start of the log instead (the log still holds all of it)", "partition", id)
+			rs.log.Warn("folding the partition from the start of the log instead (the log still holds all of it)", "partition", id)
 			return nil, nil
 		}
 		if pl.stall != "" {
@@ -325,11 +355,11 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 // end into pl.latest, with a client of its own. A record it cannot use
 // (usableRecord) is noted in pl.bad until a usable record of its key
 // follows (the one compaction would keep), and the reading goes on.
-func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, n int, pl *restorePlan) error {
-	topic := p.flush.changelog
-	keys := p.auth.loaded()
-	part := kafka.Partitioner().ForTopic(p.cfg.Topic)
-	cl, err := kgo.NewClient(append(p.cfg.Kafka.Opts(),
+func (rs *restorer) readChangelog(ctx context.Context, id int32, end int64, n int, pl *restorePlan) error {
+	topic := rs.changelog
+	keys := rs.auth.loaded()
+	part := kafka.Partitioner().ForTopic(rs.cfg.Topic)
+	cl, err := kgo.NewClient(append(rs.cfg.Kafka.Opts(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id: kgo.NewOffset().AtStart()}}),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.FetchMaxPartitionBytes(16<<20),
@@ -378,17 +408,17 @@ func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, n in
 // in the children index (a cascade then reaches it, as after its
 // SessionCreated: cascade.go's familyOf), writes the archived sessions'
 // tombstones, then reports how many snapshots it wrote.
-func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan) (int, error) {
+func (rs *restorer) writeRestore(ctx context.Context, id int32, pl *restorePlan) (int, error) {
 	for from := 0; from < len(pl.entries); from += restoreChunk {
 		to := min(from+restoreChunk, len(pl.entries))
-		if err := retry(ctx, p.log, "writing the restored snapshots", func(ctx context.Context) error {
-			_, err := p.store.PutBatch(ctx, pl.entries[from:to])
+		if err := retry(ctx, rs.log, "writing the restored snapshots", func(ctx context.Context) error {
+			_, err := rs.store.PutBatch(ctx, pl.entries[from:to])
 			return err
 		}, "partition", id); err != nil {
 			return 0, err
 		}
-		if err := retry(ctx, p.log, "arming the restored snapshots' deadlines", func(ctx context.Context) error {
-			_, err := p.store.ArmDeadlines(ctx, p.cfg.Topic, map[int32][]projstore.ArmedDeadline{id: pl.armed[from:to]})
+		if err := retry(ctx, rs.log, "arming the restored snapshots' deadlines", func(ctx context.Context) error {
+			_, err := rs.store.ArmDeadlines(ctx, rs.cfg.Topic, map[int32][]projstore.ArmedDeadline{id: pl.armed[from:to]})
 			return err
 		}, "partition", id); err != nil {
 			return 0, err
@@ -396,16 +426,16 @@ func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan)
 	}
 	for from := 0; from < len(pl.tombs); from += restoreChunk {
 		tombs := pl.tombs[from:min(from+restoreChunk, len(pl.tombs))]
-		if err := retry(ctx, p.log, "writing the archived sessions' tombstones", func(ctx context.Context) error {
-			return p.store.PutTombstones(ctx, id, tombs)
+		if err := retry(ctx, rs.log, "writing the archived sessions' tombstones", func(ctx context.Context) error {
+			return rs.store.PutTombstones(ctx, id, tombs)
 		}, "partition", id); err != nil {
 			return 0, err
 		}
 	}
 	for from := 0; from < len(pl.links); from += restoreChunk {
 		links := pl.links[from:min(from+restoreChunk, len(pl.links))]
-		if err := retry(ctx, p.log, "linking the restored children to their parents", func(ctx context.Context) error {
-			return p.store.AddChildren(ctx, links)
+		if err := retry(ctx, rs.log, "linking the restored children to their parents", func(ctx context.Context) error {
+			return rs.store.AddChildren(ctx, links)
 		}, "partition", id); err != nil {
 			return 0, err
 		}
@@ -418,18 +448,18 @@ func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan)
 // writes the snapshots, then stores the changelog's checkpoint and reads
 // it back. again is set when Redis lost the reset meanwhile: the caller
 // starts over from the reset. A simulated crash returns errCrashed.
-func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restorePlan) (cp snapshot.Checkpoint, again bool, err error) {
+func (rs *restorer) restoreAfterReset(ctx context.Context, id int32, pl *restorePlan) (cp snapshot.Checkpoint, again bool, err error) {
 	start := time.Now()
-	n, err := p.writeRestore(ctx, id, pl)
+	n, err := rs.writeRestore(ctx, id, pl)
 	if err != nil {
 		return cp, false, err
 	}
-	if p.crash.at(crashRestoreWritten) {
+	if rs.crash.at(crashRestoreWritten) {
 		return cp, false, errCrashed
 	}
 	want := snapshot.Checkpoint{Partition: id, Offset: pl.latest.Checkpoint.Offset, HighWatermark: pl.latest.Checkpoint.HighWatermark, Expected: true}
-	err = retry(ctx, p.log, "storing the restored partition's checkpoint", func(ctx context.Context) error {
-		prev, err := p.store.SaveCheckpoints(ctx, p.cfg.Topic, []snapshot.Checkpoint{want}, time.Now())
+	err = retry(ctx, rs.log, "storing the restored partition's checkpoint", func(ctx context.Context) error {
+		prev, err := rs.store.SaveCheckpoints(ctx, rs.cfg.Topic, []snapshot.Checkpoint{want}, time.Now())
 		if err != nil {
 			return err
 		}
@@ -437,7 +467,7 @@ func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restore
 			again = true
 			return nil
 		}
-		cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+		cps, err := rs.store.Checkpoints(ctx, rs.cfg.Topic)
 		if err != nil {
 			return err
 		}
@@ -453,18 +483,18 @@ func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restore
 		return cp, again, err
 	}
 	defer func() {
-		if p.crash.at(crashRestoreCheckpoint) {
+		if rs.crash.at(crashRestoreCheckpoint) {
 			cp, err = snapshot.Checkpoint{}, errCrashed
 		}
 	}()
-	p.log.Info("restored the partition from the changelog", "partition", id, "sessions", n, "records", pl.records,
+	rs.log.Info("restored the partition from the changelog", "partition", id, "sessions", n, "records", pl.records,
 		"checkpoint", cp.Offset, "read", pl.read, "written", time.Since(start))
-	if r, ok := p.obs.(interface {
+	if r, ok := rs.obs.(interface {
 		Restored(partition int32, sessions int, gap bool)
 	}); ok {
 		r.Restored(id, n, pl.gap != "")
 	}
-	p.restores.Add(1)
+	rs.restores.Add(1)
 	return cp, false, nil
 }
 
@@ -487,8 +517,8 @@ type restoreNote struct{ stall, gap string }
 // is written (a partition's delete reads the header of every stored
 // snapshot, so deleting after another partition's restore would read all
 // of that one's too); then the partitions are written side by side.
-func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int32]snapshot.Checkpoint) (map[int32]restoreNote, error) {
-	if p.flush.changelog == "" {
+func (rs *restorer) restoreOnStart(ctx context.Context, ids []int32, cps map[int32]snapshot.Checkpoint) (map[int32]restoreNote, error) {
+	if rs.changelog == "" {
 		return nil, nil
 	}
 	var todo []int32
@@ -500,14 +530,14 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 	if len(todo) == 0 {
 		return nil, nil
 	}
-	bounds, err := p.listRestoreBounds(ctx)
+	bounds, err := rs.listRestoreBounds(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
 	plans := make(map[int32]*restorePlan, len(todo))
 	if err := sideBySide(todo, func(id int32) error {
-		pl, err := p.planRestore(ctx, id, bounds)
+		pl, err := rs.planRestore(ctx, id, bounds)
 		mu.Lock()
 		plans[id] = pl
 		mu.Unlock()
@@ -526,28 +556,28 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 		}
 	}
 	defer func() {
-		p.st.mu.Lock()
+		rs.st.mu.Lock()
 		for _, id := range restore {
-			p.st.stalls.restored(id)
+			rs.st.stalls.restored(id)
 		}
-		p.st.mu.Unlock()
+		rs.st.mu.Unlock()
 	}()
-	p.st.mu.Lock()
+	rs.st.mu.Lock()
 	for _, id := range restore {
 		pl := plans[id]
-		p.st.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.entries), pl.latest.Checkpoint.Offset))
+		rs.st.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.entries), pl.latest.Checkpoint.Offset))
 	}
-	p.st.mu.Unlock()
+	rs.st.mu.Unlock()
 	for _, id := range restore {
 		if cps[id].RebuildUntil == 0 {
-			if err := p.resetForRestore(ctx, id, plans[id]); err != nil {
+			if err := rs.resetForRestore(ctx, id, plans[id]); err != nil {
 				return nil, err
 			}
 		}
 	}
 	if err := sideBySide(restore, func(id int32) error {
 		pl := plans[id]
-		cp, again, err := p.restoreAfterReset(ctx, id, pl)
+		cp, again, err := rs.restoreAfterReset(ctx, id, pl)
 		if errors.Is(err, errCrashed) {
 			return final(err)
 		}
@@ -602,24 +632,24 @@ const restoreParallel = 8
 // resetForRestore resets partition id's checkpoint to 0 with the rebuild
 // mark (the events log's end as pl read it), deletes its snapshots and
 // deadlines, and reads the reset back, as a rebuild does.
-func (p *Projector) resetForRestore(ctx context.Context, id int32, pl *restorePlan) error {
+func (rs *restorer) resetForRestore(ctx context.Context, id int32, pl *restorePlan) error {
 	until := max(pl.eventEnd, 1)
-	if err := p.store.ResetCheckpoint(ctx, p.cfg.Topic, id, until, time.Now()); err != nil {
+	if err := rs.store.ResetCheckpoint(ctx, rs.cfg.Topic, id, until, time.Now()); err != nil {
 		return err
 	}
-	if p.crash.at(crashRebuildReset) {
+	if rs.crash.at(crashRebuildReset) {
 		return final(errCrashed)
 	}
-	if _, err := p.store.DeletePartition(ctx, id); err != nil {
+	if _, err := rs.store.DeletePartition(ctx, id); err != nil {
 		return err
 	}
-	if err := p.store.DeleteDeadlines(ctx, p.cfg.Topic, id); err != nil {
+	if err := rs.store.DeleteDeadlines(ctx, rs.cfg.Topic, id); err != nil {
 		return err
 	}
-	if p.crash.at(crashRebuildDeleted) {
+	if rs.crash.at(crashRebuildDeleted) {
 		return final(errCrashed)
 	}
-	now, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+	now, err := rs.store.Checkpoints(ctx, rs.cfg.Topic)
 	if err != nil {
 		return err
 	}
