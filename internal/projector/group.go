@@ -51,7 +51,7 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 	p.verify.Load().disown(ids...)
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
-	if err := p.collect(true); err != nil {
+	if err := p.rec.collect(true); err != nil {
 		p.log.Error("flush before revoke", "err", err)
 		p.st.drop(ids)
 		return
@@ -67,7 +67,7 @@ func (p *Projector) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[s
 		// Not fatal: the next owner replays from the last checkpoint.
 		p.log.Error("flush of revoked partitions", "partitions", ids, "err", err)
 	} else {
-		p.finish(job)
+		p.rec.finish(job)
 		offsets := map[int32]kgo.EpochOffset{}
 		for _, cp := range job.checkpoints {
 			offsets[cp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: cp.Offset}
@@ -92,7 +92,7 @@ func (p *Projector) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 	p.verify.Load().disown(ids...)
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
-	_ = p.collect(true)
+	_ = p.rec.collect(true)
 	p.st.drop(ids)
 	p.log.Warn("partitions lost", "partitions", ids, "owned", len(p.st.parts))
 }

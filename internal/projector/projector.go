@@ -91,7 +91,10 @@ type Projector struct {
 	flush *flusher // built by Run with the client (connect)
 	// restore restores partitions from the changelog (restore.go); built
 	// by Run with the client (connect).
-	restore  *restorer
+	restore *restorer
+	// rec starts, repairs and rebuilds partitions (recovery.go); built by
+	// Run with the client (connect).
+	rec      *recovery
 	progress bool // a partition advanced since the last flush was built
 	reducer  fsm.Reducer
 	events   []fsm.Event // decode buffer, reused across polls
@@ -166,6 +169,7 @@ func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
 	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.st.derived, p.fire, cl, flushCtx)
 	p.restore = newRestorer(p.cfg, p.flush.changelog, p.adm, p.store, p.auth, p.st, p.obs, p.log, &p.crash, &p.restores)
 	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
+	p.rec = newRecovery(p.cfg, p.store, p.obs, p.log, &p.crash, p.st, cl, p.adm, p.flush, p.fire, p.sweep, p.restore)
 	p.fire.auth, p.flush.auth = p.auth, p.auth
 	if p.sweep != nil {
 		p.sweep.beforeForget = p.beforeForget
@@ -307,6 +311,23 @@ func (p *Projector) Run(ctx context.Context) error {
 	return nil
 }
 
+// adjustOffsets starts the assigned partitions at their checkpoints
+// (recovery.adjustOffsets) once Run has built what it needs (clientsSet)
+// and ensured the topics (topicsReady).
+func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	if len(offsets[p.cfg.Topic]) == 0 {
+		return offsets, nil
+	}
+	for _, ready := range []chan struct{}{p.clientsSet, p.topicsReady} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return p.rec.adjustOffsets(ctx, offsets)
+}
+
 // leaveOnStop closes the group client and, for a static member told to
 // leave on shutdown, leaves the group: on every graceful stop, the one
 // while starting too, or the partitions the group assigned it stay with
@@ -348,7 +369,7 @@ func (p *Projector) loop(ctx context.Context) error {
 		})
 		p.st.mu.Lock()
 		clear(p.st.rebuiltNow)
-		err := p.collect(false)
+		err := p.rec.collect(false)
 		p.dropArchived()
 		if err == nil {
 			err = p.process(ctx, fetches)
@@ -357,7 +378,7 @@ func (p *Projector) loop(ctx context.Context) error {
 			err = p.startFlush()
 		}
 		if err == nil && p.flush.inflight == nil && time.Since(p.st.lastCheck) >= p.cfg.MaxFlushInterval {
-			p.checkCheckpoints(ctx)
+			p.rec.checkCheckpoints(ctx)
 		}
 		p.st.cache.evict()
 		p.st.mu.Unlock()
@@ -416,14 +437,14 @@ func (p *Projector) stopError(err error) error {
 func (p *Projector) shutdown() error {
 	p.st.mu.Lock()
 	defer p.st.mu.Unlock()
-	if err := p.collect(true); err != nil {
+	if err := p.rec.collect(true); err != nil {
 		return err
 	}
 	job := p.buildJob()
 	if err := p.flush.write(p.flush.ctx, job); err != nil {
 		return fmt.Errorf("projector: final flush: %w", err)
 	}
-	p.finish(job)
+	p.rec.finish(job)
 	if p.flush.changelog != "" {
 		// The changelog's checkpoint records are produced without a wait
 		// (the next write's waits for them): wait here, or closing the
@@ -475,26 +496,13 @@ func (p *Projector) writing(job *flushJob) {
 // startFlush hands a new batch to the flusher, after waiting for the one in
 // flight (which is what slows folding down when Redis is slow).
 func (p *Projector) startFlush() error {
-	if err := p.collect(true); err != nil {
+	if err := p.rec.collect(true); err != nil {
 		return err
 	}
 	job := p.buildJob()
 	p.writing(job)
 	p.flush.start(job)
 	return nil
-}
-
-// collect applies the result of the batch in flight: when wait is set it
-// waits for it, else only if it is done.
-func (p *Projector) collect(wait bool) error {
-	job, err := p.flush.collect(wait)
-	if p.flush.inflight == nil {
-		p.st.cache.writing = 0
-	}
-	if job != nil {
-		p.finish(job)
-	}
-	return err
 }
 
 // process decodes the polled records, reads the snapshots of sessions not in

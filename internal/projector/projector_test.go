@@ -675,7 +675,7 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	p.connect(cl, ctx, ctx)
 	part := p.st.addPartition(0)
 	part.next, part.ckptKnown, part.lastCkpt = 60, true, 60
-	p.rebuild(part)
+	p.rec.rebuild(part)
 	if _, err := st.Get(ctx, "poisoned"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("the rebuilt partition's snapshot survived: %v", err)
 	}
