@@ -94,7 +94,11 @@ type Projector struct {
 	restore *restorer
 	// rec starts, repairs and rebuilds partitions (recovery.go); built by
 	// Run with the client (connect).
-	rec      *recovery
+	rec *recovery
+	// group holds the consumer group's callbacks (group.go), built by New.
+	group *group
+	// dlq sets records aside (deadletter.go); built by Run with the client.
+	dlq      *deadLetters
 	progress bool // a partition advanced since the last flush was built
 	reducer  fsm.Reducer
 	events   []fsm.Event // decode buffer, reused across polls
@@ -148,6 +152,7 @@ func New(cfg Config, store Store, opts ...Option) *Projector {
 		o(p)
 	}
 	p.st = newState(cfg, p.obs, newDerived(cfg, p.log, &p.crash))
+	p.group = &group{cfg: cfg, log: p.log, st: p.st, crash: &p.crash, verify: &p.verify, clientsSet: p.clientsSet, topicsReady: p.topicsReady}
 	p.st.pt.topic, p.st.pt.log = cfg.Topic, p.log
 	if o, ok := p.obs.(interface{ watchStalls(*stalls) }); ok {
 		o.watchStalls(&p.st.stalls) // its stalled gauge
@@ -170,6 +175,8 @@ func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
 	p.restore = newRestorer(p.cfg, p.flush.changelog, p.adm, p.store, p.auth, p.st, p.obs, p.log, &p.crash, &p.restores)
 	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
 	p.rec = newRecovery(p.cfg, p.store, p.obs, p.log, &p.crash, p.st, cl, p.adm, p.flush, p.fire, p.sweep, p.restore)
+	p.dlq = newDeadLetters(p.cfg, cl, flushCtx, p.obs, p.log, &p.crash, &p.flush.dlqErr)
+	p.group.fire, p.group.sweep, p.group.flush, p.group.rec = p.fire, p.sweep, p.flush, p.rec
 	p.fire.auth, p.flush.auth = p.auth, p.auth
 	if p.sweep != nil {
 		p.sweep.beforeForget = p.beforeForget
@@ -231,10 +238,10 @@ func (p *Projector) Run(ctx context.Context) error {
 		kgo.RebalanceTimeout(p.cfg.RebalanceTimeout),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond),
-		kgo.OnPartitionsAssigned(p.onAssigned),
-		kgo.OnPartitionsRevoked(p.onRevoked),
-		kgo.OnPartitionsLost(p.onLost),
-		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
+		kgo.OnPartitionsAssigned(p.group.onAssigned),
+		kgo.OnPartitionsRevoked(p.group.onRevoked),
+		kgo.OnPartitionsLost(p.group.onLost),
+		kgo.AdjustFetchOffsetsFn(p.group.adjustOffsets),
 	)
 	opts = append(opts, producerOpts(p.cfg)...)
 	if p.cfg.InstanceID != "" {
@@ -267,18 +274,20 @@ func (p *Projector) Run(ctx context.Context) error {
 	if p.starting != nil {
 		p.starting(ctx)
 	}
-	if err := p.ensureTopics(ctx); err != nil {
+	n, err := ensureTopics(ctx, p.adm, p.cfg, p.st.derived.feedTopic, p.flush.changelog, p.log)
+	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped while starting: nothing was folded, but the group
 			// may have assigned this member partitions already.
-			p.leaveOnStop(cl)
+			leaveOnStop(p.cfg, p.log, cl)
 			return nil
 		}
 		return fmt.Errorf("projector: ensuring topics: %w", err)
 	}
-	if err := p.startAuth(ctx); err != nil {
+	p.st.setPartitions(n)
+	if err := p.auth.start(ctx, p.cfg, p.adm, cl, p.log); err != nil {
 		if ctx.Err() != nil {
-			p.leaveOnStop(cl)
+			leaveOnStop(p.cfg, p.log, cl)
 			return nil
 		}
 		return fmt.Errorf("projector: %w", err)
@@ -307,36 +316,8 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		return p.stopError(fmt.Errorf("projector: shutdown: %w", err))
 	}
-	p.leaveOnStop(cl)
+	leaveOnStop(p.cfg, p.log, cl)
 	return nil
-}
-
-// adjustOffsets starts the assigned partitions at their checkpoints
-// (recovery.adjustOffsets) once Run has built what it needs (clientsSet)
-// and ensured the topics (topicsReady).
-func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	if len(offsets[p.cfg.Topic]) == 0 {
-		return offsets, nil
-	}
-	for _, ready := range []chan struct{}{p.clientsSet, p.topicsReady} {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return p.rec.adjustOffsets(ctx, offsets)
-}
-
-// leaveOnStop closes the group client and, for a static member told to
-// leave on shutdown, leaves the group: on every graceful stop, the one
-// while starting too, or the partitions the group assigned it stay with
-// it until the session timeout.
-func (p *Projector) leaveOnStop(cl *kgo.Client) {
-	if p.cfg.InstanceID != "" && p.cfg.LeaveOnShutdown {
-		cl.CloseAllowingRebalance()
-		p.leave()
-	}
 }
 
 func (p *Projector) loop(ctx context.Context) error {
@@ -569,12 +550,12 @@ func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
 		}
 		switch {
 		case decodeErr[i] != nil:
-			p.deadLetter(r, classify(decodeErr[i]), decodeErr[i].Error())
+			p.dlq.send(r, classify(decodeErr[i]), decodeErr[i].Error())
 		case string(r.Key) != events[i].SessionID:
-			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q (%d bytes) is not the event's sessionId %q",
+			p.dlq.send(r, ReasonKeyMismatch, fmt.Sprintf("record key %q (%d bytes) is not the event's sessionId %q",
 				cutString(string(r.Key), 128), len(r.Key), events[i].SessionID))
 		case wrongPart[i]:
-			p.deadLetter(r, ReasonWrongPartition, fmt.Sprintf("key %q belongs to partition %d of %d, not %d",
+			p.dlq.send(r, ReasonWrongPartition, fmt.Sprintf("key %q belongs to partition %d of %d, not %d",
 				events[i].SessionID, p.st.pt.part.Partition(r, int(p.st.pt.n)), p.st.pt.n, r.Partition))
 		default:
 			if err := p.fold(ctx, part, r, &events[i]); err != nil {
@@ -630,7 +611,7 @@ func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e 
 			p.st.derived.add(r, e, &en.snap, o)
 			return nil
 		}
-		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
+		p.dlq.send(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
 		return nil
 	}
 	p.st.cache.markDirty(en, len(r.Value))
