@@ -197,7 +197,7 @@
 //     nothing is armed) after the snapshots and before the checkpoints.
 //     A crash before the deadline write leaves the checkpoint behind, so the
 //     restart replays the range; a replayed record that its stored snapshot
-//     already reflects still marks the snapshot dirty (Projector.fold), so
+//     already reflects still marks the snapshot dirty (folder.fold), so
 //     the next batch arms its deadline again. None is only in memory.
 //   - Fenced by version: an entry is replaced or removed only by a write of
 //     the same or a newer version, so a replay or a zombie cannot put an
@@ -247,7 +247,7 @@
 // correx-origin: system (kafka.SystemHeader). Ingest refuses a reserved
 // eventId from a client; a record from another producer that carries one
 // without the header is set aside as reserved_event_id before it is
-// folded (kafka.DecodeEvent in Projector.process, classify), and the
+// folded (kafka.DecodeEvent in folder.process, classify), and the
 // query service's replay skips it by the same function. So nothing but
 // the system can put one of its ids in a session's duplicate window first,
 // which would make a timeout or a derived event a duplicate, never applied
@@ -257,18 +257,18 @@
 // system's records are also signed (docs/security.md, internal/systemkey): the
 // firer, the derived events' and the cascade's produce steps and every
 // changelog produce set correx-mac, the HMAC-SHA256 under the system key
-// of the record's key and value. Run loads the key (startAuth, sysauth.go)
+// of the record's key and value. Run loads the key (systemAuth.start, sysauth.go)
 // before any partition is folded, and what signs waits for it. From the
 // line on (each partition's end offset when the key was created), a record
 // with a reserved id or the system's header is folded only when its MAC
 // verifies, otherwise it is set aside as forged_system_event
-// (systemkey.Keys.DecodeEvent in Projector.process; the archive's
+// (systemkey.Keys.DecodeEvent in folder.process; the archive's
 // histories skip it by the same function); below the line, records are
 // read as before.
 //
 // # Where each guarantee lives
 //
-//   - The skip rule: Projector.fold (projector.go), through
+//   - The skip rule: folder.fold (fold.go), through
 //     snapshot.Snapshot.Fold; the fencing is the store's (pkg/snapshot).
 //   - The order of a write (outbox, snapshots fenced, deadlines, derived
 //     records and the cascade, dead letters and derived records
@@ -294,7 +294,7 @@
 //     checkCheckpoints (recovery.go).
 //   - Writing what is revoked before giving it up, and dropping what is
 //     lost without writing: onRevoked, onLost (group.go).
-//   - Setting records aside, on their key's partition or not: deadLetter,
+//   - Setting records aside, on their key's partition or not: deadLetters.send,
 //     classify (deadletter.go), onKeyPartition (partitioning.go); a
 //     reserved id without the system's header: kafka.DecodeEvent
 //     (internal/kafka/origin.go).
@@ -307,7 +307,7 @@
 //   - Firing, per owned partition, started and stopped with ownership, and
 //     the deterministic TimeoutExpired (occurredAt, eventId): firer,
 //     timeoutRecord and TimeoutEventID (firer.go); the re-arm of replayed
-//     snapshots: Projector.fold.
+//     snapshots: folder.fold.
 //   - The change feed and the derived events: which outcomes get a feed
 //     record, derived.add, and its bytes, change.appendJSON (changes.go,
 //     feed.Change.AppendJSON from the session's label list); which events
@@ -316,7 +316,7 @@
 //     after them, derived.persist, encode and produce, called by
 //     flusher.write and its steps; loading the outbox on assignment, derived.read and
 //     load, called by adjustOffsets; building a skipped record again,
-//     derived.skipped, called by Projector.fold (changes.go); children and
+//     derived.skipped, called by folder.fold (changes.go); children and
 //     their cancellation, familyOf, derived.cascade, reach and cancelPage
 //     (cascade.go) with projstore.Store.AddChildren, RemoveChildren and
 //     ChildrenPages; the outbox's
@@ -361,7 +361,7 @@
 // and only then removes the session from Redis, fenced by the archived
 // position (projstore.Store.Forget): an event folded since keeps it for
 // the next sweep. The fold goroutine drops the removed sessions from its
-// cache between polls (Projector.dropArchived), so a later event for one
+// cache between polls (folder.dropArchived), so a later event for one
 // finds no session (a dead letter unknown_session) and a successor naming
 // one is refused unknown_predecessor. A sweep that fails keeps its
 // sessions in Redis, counts in correx.projector.archive.failures and makes

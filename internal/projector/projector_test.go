@@ -534,7 +534,7 @@ func TestFoldReadsAnUncachedSession(t *testing.T) {
 	part := p.st.addPartition(0)
 	started := fsm.NewEvent(fsm.EventID{2}, "s-1", fsm.SessionStarted, at.Add(time.Second), fsm.Fields{})
 	rec := &kgo.Record{Partition: 0, Offset: 1, Key: []byte("s-1"), Value: fsm.AppendRecord(nil, &started)}
-	if err := p.fold(ctx, part, rec, &started); err != nil {
+	if err := p.folder.fold(ctx, part, rec, &started); err != nil {
 		t.Fatal(err)
 	}
 	en := p.st.cache.get(0, "s-1")
@@ -698,7 +698,7 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	ev := fsm.NewEvent(fsm.EventID{9}, "late", fsm.SessionCreated, at, fsm.Fields{})
 	stale := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: topic, Partitions: []kgo.FetchPartition{{Partition: 0, HighWatermark: 100,
 		Records: []*kgo.Record{{Topic: topic, Partition: 0, Offset: 70, Key: []byte("late"), Value: fsm.AppendRecord(nil, &ev)}}}}}}}}
-	if err := p.process(ctx, stale); err != nil {
+	if err := p.folder.process(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
 	if p.st.cache.get(0, "late") != nil || part.next != 0 || p.st.cache.dirtyLen() != 0 {

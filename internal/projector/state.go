@@ -70,6 +70,39 @@ func (s *state) drop(ids []int32) {
 	s.assigned.Store(int32(len(s.parts)))
 }
 
+// partitionCount returns the topic's partition count known so far.
+func (s *state) partitionCount() int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pt.n
+}
+
+// paused tells whether partition id is stalled, being rebuilt or being
+// restored (stalls.paused).
+func (s *state) paused(id int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stalls.paused(id)
+}
+
+// restoring marks the partitions of why as being restored from the
+// changelog, each for its reason, until restored is called for them.
+func (s *state) restoring(why map[int32]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, w := range why {
+		s.stalls.restore(id, w)
+	}
+}
+
+func (s *state) restored(ids []int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.stalls.restored(id)
+	}
+}
+
 // setPartitions records the topic's partition count read at start.
 func (s *state) setPartitions(n int32) {
 	s.mu.Lock()

@@ -363,9 +363,7 @@ func (v *verifier) cycle(ctx context.Context, pc *pacer, parts []int32) (int, []
 	if len(parts) == 0 {
 		return 0, nil, nil
 	}
-	v.st.mu.Lock()
-	n := v.st.pt.n
-	v.st.mu.Unlock()
+	n := v.st.partitionCount()
 	if n <= 0 {
 		return 0, nil, nil
 	}
@@ -428,11 +426,7 @@ func (v *verifier) cycle(ctx context.Context, pc *pacer, parts []int32) (int, []
 // log, a bad changelog record), being rebuilt or being restored: its read
 // model is then not the fold of the log the verifier would read, and
 // judging it against that log would report, and repair, what is not wrong.
-func (v *verifier) paused(id int32) bool {
-	v.st.mu.Lock()
-	defer v.st.mu.Unlock()
-	return v.st.stalls.paused(id)
-}
+func (v *verifier) paused(id int32) bool { return v.st.paused(id) }
 
 // verifiable tells whether partition id is ready to verify: it has a
 // checkpoint, no rebuild is marked, and it is not catching up (a lag above
