@@ -290,12 +290,13 @@
 //   - Starting at the Redis checkpoint (0 stored first where none is),
 //     stalling a partition whose checkpoint is beyond the log, rebuilding
 //     after a vanished checkpoint, resuming a rebuild cut short, and the
-//     idle check: adjustOffsets, startCheckpoints, rebuild,
+//     idle check: recovery's adjustOffsets, startCheckpoints, rebuild,
 //     checkCheckpoints (recovery.go).
 //   - Writing what is revoked before giving it up, and dropping what is
-//     lost without writing: onRevoked, onLost (group.go).
+//     lost without writing: group.onRevoked, onLost (group.go).
 //   - Setting records aside, on their key's partition or not: deadLetters.send,
-//     classify (deadletter.go), onKeyPartition (partitioning.go); a
+//     classify (deadletter.go), partitioning.onKeyPartition
+//     (partitioning.go); a
 //     reserved id without the system's header: kafka.DecodeEvent
 //     (internal/kafka/origin.go).
 //   - Which deadlines a session has: fsm.Deadlines and fsm.NextDeadline;
@@ -327,9 +328,10 @@
 //     (internal/changelog); its produce, flusher.produceChangelog (with
 //     the check that Redis still holds the partition, checkHeld) and
 //     produceChangelogCheckpoints (changelog.go), steps of writeSteps; its
-//     topic, ensureChangelog; the restore, planRestore, readChangelog,
-//     writeRestore, restoreAfterReset, restoreOnStart (restore.go), called
-//     by rebuild (restoreRebuilt) and startCheckpoints (recovery.go).
+//     topic, ensureChangelog; the restore, the restorer's planRestore,
+//     readChangelog, writeRestore, restoreAfterReset, restoreOnStart
+//     (restore.go, restoreplan.go), called by recovery's rebuild
+//     (restoreRebuilt) and startCheckpoints (recovery.go).
 //
 // # Storage
 //
@@ -381,6 +383,40 @@
 // and published in Redis for GET /v1/verify (projstore's verify.go).
 //
 // # Shape
+//
+// Projector builds one collaborator per concern and runs them; each is
+// built with what it uses, and none holds the projector:
+//
+//   - state (state.go) owns what the fold goroutine and the group's
+//     callbacks share under its lock, state.mu: the owned partitions
+//     (parts, each a partState), the cache of their sessions, the stalls,
+//     the topic's partition count (partitioning, partitioning.go), the
+//     change feed and derived events (derived), and the partitions rebuilt
+//     since the current poll was fetched; it adds and drops partitions.
+//   - folder (fold.go) is the fold goroutine: the poll loop, the reducer,
+//     the decode buffer and whether a partition advanced since the last
+//     batch; it folds records, hands batches to the flusher and writes the
+//     last one on a graceful stop.
+//   - group (group.go) owns franz-go's callbacks (onAssigned, onRevoked,
+//     onLost, adjustOffsets), which start and stop each owned partition's
+//     firing, sweep and verification and add, flush and drop its state;
+//     ensuring the topics and leaving the group are functions of the
+//     configuration and the admin client beside it.
+//   - recovery (recovery.go) owns the partitions' starts at their
+//     checkpoints, the idle check, the rebuild of a partition whose read
+//     model Redis lost or rolled back, and applying each written batch
+//     (collect, finish, dropStale).
+//   - restorer (restore.go; its plan, restoreplan.go) owns the restores
+//     from the snapshot changelog.
+//   - deadLetters (deadletter.go) sets records aside; systemAuth
+//     (sysauth.go) loads and holds the system key.
+//   - flusher (flush.go), firer (firer.go), sweeper (sweeper.go) and
+//     verifier (verifier.go) write batches, fire deadlines, archive closed
+//     sessions and verify the read model.
+//
+// The fold, the group's callbacks and the start of assigned partitions
+// take state.mu; the restorer and the verifier take it only through the
+// state's methods.
 //
 // One goroutine polls, decodes and folds (BlockRebalanceOnPoll keeps
 // rebalances between polls). Snapshots are encoded in that goroutine and
