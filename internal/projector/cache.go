@@ -11,7 +11,7 @@ import (
 //
 // It has no lock of its own. It belongs to the fold goroutine; the
 // rebalance callbacks use it too, but franz-go runs them between polls
-// (BlockRebalanceOnPoll) and under Projector.mu, so there is never more
+// (BlockRebalanceOnPoll) and under state.mu, so there is never more
 // than one user at a time. The flusher goroutine never touches it: a flush
 // carries encoded copies (flushJob.entries), and what became durable is
 // recorded back by the fold goroutine (flusher.finish).
@@ -55,7 +55,7 @@ type entry struct {
 	prev, next *entry // LRU links
 	// tomb is the session's tombstone when it has no snapshot because it
 	// was archived (docs/retention.md): events for it are rejected, as for a
-	// terminal session (Projector.foldTombstoned).
+	// terminal session (folder.foldTombstoned).
 	tomb *projstore.Tombstone
 }
 
@@ -222,5 +222,15 @@ func (c *cache) evict() {
 			}
 		}
 		e = prev
+	}
+}
+
+// holdWriting counts the encodings of job, handed to the flusher, against
+// the cache's bytes until it is collected: they are held as long as the
+// snapshots (writing, evict).
+func (c *cache) holdWriting(job *flushJob) {
+	c.writing = 0
+	for _, e := range job.entries {
+		c.writing += len(e.Data)
 	}
 }

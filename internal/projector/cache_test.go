@@ -29,9 +29,9 @@ func TestCacheBytes(t *testing.T) {
 	r := e.start(cfg, "bytes", nil)
 	e.waitRunning(r, "bytes", 30*time.Second)
 	measure := func() (cached, pinned int) {
-		r.p.mu.Lock()
-		defer r.p.mu.Unlock()
-		for en := r.p.cache.lru.head; en != nil; en = en.next {
+		r.p.st.mu.Lock()
+		defer r.p.st.mu.Unlock()
+		for en := r.p.st.cache.lru.head; en != nil; en = en.next {
 			n := len(en.snap.AppendBinary(nil))
 			cached += n
 			if !en.evictable() {

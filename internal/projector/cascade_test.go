@@ -354,7 +354,7 @@ func TestCascadePages(t *testing.T) {
 	var mu sync.Mutex
 	reads, most, total := 0, 0, 0
 	r := e.startWith(e.cascadeConfig("a"), "pages", func(p *Projector) {
-		p.derived.pageRead = func(n int) {
+		p.st.derived.pageRead = func(n int) {
 			mu.Lock()
 			defer mu.Unlock()
 			reads, most, total = reads+1, max(most, n), total+n

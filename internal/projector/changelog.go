@@ -9,6 +9,7 @@ import (
 
 	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -125,26 +126,25 @@ func (f *flusher) produceChangelogCheckpoints(ctx context.Context, w *batchWrite
 	return nil
 }
 
-// ensureChangelog creates the changelog's topic: compacted, with
+// ensureChangelog creates the changelog's topic t of the events topic: compacted, with
 // delete.retention.ms far above the longest restore
 // (changelog.DeleteRetention), and the events topic's n partitions. An
 // existing one with another count, or whose cleanup.policy is not
 // compact, is refused (the first result): its records go to their
 // session's events partition, and without compaction a restore reads the
 // whole history. The second result is an error worth waiting out.
-func (p *Projector) ensureChangelog(ctx context.Context, n int32) (refuse, err error) {
-	t := p.flush.changelog
+func ensureChangelog(ctx context.Context, adm *kadm.Client, topic, t string, n int32) (refuse, err error) {
 	compact, retention := "compact", changelog.DeleteRetention
-	m, err := kafka.EnsureTopicConfigs(ctx, p.adm, t, n, map[string]*string{"cleanup.policy": &compact, "delete.retention.ms": &retention})
+	m, err := kafka.EnsureTopicConfigs(ctx, adm, t, n, map[string]*string{"cleanup.policy": &compact, "delete.retention.ms": &retention})
 	if err != nil {
 		return nil, err
 	}
 	fix := fmt.Sprintf("delete topic %s (the projector creates it again) or set CORREX_CHANGELOG=false", t)
 	if m != n {
 		return fmt.Errorf("projector: the changelog's topic %s has %d partitions and the events topic %s has %d: they must be equal (%s)",
-			t, m, p.cfg.Topic, n, fix), nil
+			t, m, topic, n, fix), nil
 	}
-	rcs, err := p.adm.DescribeTopicConfigs(ctx, t)
+	rcs, err := adm.DescribeTopicConfigs(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("describe topic %s: %w", t, err)
 	}

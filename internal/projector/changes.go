@@ -56,7 +56,7 @@ import (
 // again from it (skipped), in its place in the fold order.
 //
 // The fold goroutine owns pending and outbox (add, skipped, take, drop,
-// load, under Projector.mu); persist, encode and produce run in whoever
+// load, under state.mu); persist, encode and produce run in whoever
 // writes the batch, on the job only; err is set from the Kafka client's
 // produce callback. With the change feed off (CORREX_CHANGE_FEED=false)
 // feedTopic is empty and only derived events are noted.

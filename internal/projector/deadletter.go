@@ -1,9 +1,12 @@
 package projector
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/correx/sessions/internal/kafka"
@@ -167,22 +170,41 @@ func classify(err error) string {
 	return ReasonInvalidEvent
 }
 
-// deadLetter sets r aside: it produces a bounded excerpt of r (see
+// deadLetters sets records aside: it produces them, bounded, to the
+// dead-letter topic through the projector's client, under the flush
+// context. Built by Run with the client (connect).
+type deadLetters struct {
+	topic string // the dead-letter topic
+	cl    *kgo.Client
+	ctx   context.Context // the flush context
+	obs   Observer
+	log   *slog.Logger
+	crash *crashPoints
+	// failed is the flusher's dlqErr: the first error retrying cannot
+	// cure fails the next write before its checkpoints.
+	failed *atomic.Pointer[error]
+}
+
+func newDeadLetters(cfg Config, cl *kgo.Client, ctx context.Context, obs Observer, log *slog.Logger, crash *crashPoints, failed *atomic.Pointer[error]) *deadLetters {
+	return &deadLetters{topic: kafka.DLQTopic(cfg.Topic), cl: cl, ctx: ctx, obs: obs, log: log, crash: crash, failed: failed}
+}
+
+// send sets r aside: it produces a bounded excerpt of r (see
 // deadLetterRecord) to the dead-letter topic. The flush that checkpoints
 // past r waits for the produce first (flusher.write), so a dead letter is written
 // at least once; one the broker refuses for what it is (refused) is logged,
 // counted and given up, so that no record can stop the partition.
-func (p *Projector) deadLetter(r *kgo.Record, reason, detail string) {
-	p.obs.DeadLettered(r, reason)
-	p.cl.Produce(p.flush.ctx, deadLetterRecord(kafka.DLQTopic(p.cfg.Topic), r, reason, detail), func(_ *kgo.Record, err error) {
+func (d *deadLetters) send(r *kgo.Record, reason, detail string) {
+	d.obs.DeadLettered(r, reason)
+	d.cl.Produce(d.ctx, deadLetterRecord(d.topic, r, reason, detail), func(_ *kgo.Record, err error) {
 		switch {
-		case err == nil || p.crash.crashed.Load():
+		case err == nil || d.crash.crashed.Load():
 		case refused(err):
-			p.log.Error("the dead-letter topic refused a record; it is skipped", "source", kafka.Source(r),
+			d.log.Error("the dead-letter topic refused a record; it is skipped", "source", kafka.Source(r),
 				"reason", reason, "err", err)
-			p.obs.DeadLetterFailed(r, reason, err)
+			d.obs.DeadLetterFailed(r, reason, err)
 		default:
-			p.flush.dlqErr.CompareAndSwap(nil, &err)
+			d.failed.CompareAndSwap(nil, &err)
 		}
 	})
 }

@@ -45,7 +45,7 @@ func armedOf(s *snapshot.Snapshot, defaults fsm.Timeouts, forcedGrace time.Durat
 // flusher.write (writeSteps): after the snapshots, before the checkpoints,
 // so a crash between the two replays the range and arms them again (a
 // replayed record that its snapshot already reflects still marks the
-// snapshot for the next batch, see Projector.fold). Redis errors are retried until ctx ends; the
+// snapshot for the next batch, see folder.fold). Redis errors are retried until ctx ends; the
 // write is idempotent and fenced by version. The partitions' earliest
 // deadlines afterwards wake the firer.
 func (f *flusher) armDeadlines(ctx context.Context, job *flushJob) error {

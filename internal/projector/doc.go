@@ -197,7 +197,7 @@
 //     nothing is armed) after the snapshots and before the checkpoints.
 //     A crash before the deadline write leaves the checkpoint behind, so the
 //     restart replays the range; a replayed record that its stored snapshot
-//     already reflects still marks the snapshot dirty (Projector.fold), so
+//     already reflects still marks the snapshot dirty (folder.fold), so
 //     the next batch arms its deadline again. None is only in memory.
 //   - Fenced by version: an entry is replaced or removed only by a write of
 //     the same or a newer version, so a replay or a zombie cannot put an
@@ -247,7 +247,7 @@
 // correx-origin: system (kafka.SystemHeader). Ingest refuses a reserved
 // eventId from a client; a record from another producer that carries one
 // without the header is set aside as reserved_event_id before it is
-// folded (kafka.DecodeEvent in Projector.process, classify), and the
+// folded (kafka.DecodeEvent in folder.process, classify), and the
 // query service's replay skips it by the same function. So nothing but
 // the system can put one of its ids in a session's duplicate window first,
 // which would make a timeout or a derived event a duplicate, never applied
@@ -257,18 +257,18 @@
 // system's records are also signed (docs/security.md, internal/systemkey): the
 // firer, the derived events' and the cascade's produce steps and every
 // changelog produce set correx-mac, the HMAC-SHA256 under the system key
-// of the record's key and value. Run loads the key (startAuth, sysauth.go)
+// of the record's key and value. Run loads the key (systemAuth.start, sysauth.go)
 // before any partition is folded, and what signs waits for it. From the
 // line on (each partition's end offset when the key was created), a record
 // with a reserved id or the system's header is folded only when its MAC
 // verifies, otherwise it is set aside as forged_system_event
-// (systemkey.Keys.DecodeEvent in Projector.process; the archive's
+// (systemkey.Keys.DecodeEvent in folder.process; the archive's
 // histories skip it by the same function); below the line, records are
 // read as before.
 //
 // # Where each guarantee lives
 //
-//   - The skip rule: Projector.fold (projector.go), through
+//   - The skip rule: folder.fold (fold.go), through
 //     snapshot.Snapshot.Fold; the fencing is the store's (pkg/snapshot).
 //   - The order of a write (outbox, snapshots fenced, deadlines, derived
 //     records and the cascade, dead letters and derived records
@@ -290,12 +290,13 @@
 //   - Starting at the Redis checkpoint (0 stored first where none is),
 //     stalling a partition whose checkpoint is beyond the log, rebuilding
 //     after a vanished checkpoint, resuming a rebuild cut short, and the
-//     idle check: adjustOffsets, startCheckpoints, rebuild,
+//     idle check: recovery's adjustOffsets, startCheckpoints, rebuild,
 //     checkCheckpoints (recovery.go).
 //   - Writing what is revoked before giving it up, and dropping what is
-//     lost without writing: onRevoked, onLost (group.go).
-//   - Setting records aside, on their key's partition or not: deadLetter,
-//     classify (deadletter.go), onKeyPartition (partitioning.go); a
+//     lost without writing: group.onRevoked, onLost (group.go).
+//   - Setting records aside, on their key's partition or not: deadLetters.send,
+//     classify (deadletter.go), partitioning.onKeyPartition
+//     (partitioning.go); a
 //     reserved id without the system's header: kafka.DecodeEvent
 //     (internal/kafka/origin.go).
 //   - Which deadlines a session has: fsm.Deadlines and fsm.NextDeadline;
@@ -307,7 +308,7 @@
 //   - Firing, per owned partition, started and stopped with ownership, and
 //     the deterministic TimeoutExpired (occurredAt, eventId): firer,
 //     timeoutRecord and TimeoutEventID (firer.go); the re-arm of replayed
-//     snapshots: Projector.fold.
+//     snapshots: folder.fold.
 //   - The change feed and the derived events: which outcomes get a feed
 //     record, derived.add, and its bytes, change.appendJSON (changes.go,
 //     feed.Change.AppendJSON from the session's label list); which events
@@ -316,7 +317,7 @@
 //     after them, derived.persist, encode and produce, called by
 //     flusher.write and its steps; loading the outbox on assignment, derived.read and
 //     load, called by adjustOffsets; building a skipped record again,
-//     derived.skipped, called by Projector.fold (changes.go); children and
+//     derived.skipped, called by folder.fold (changes.go); children and
 //     their cancellation, familyOf, derived.cascade, reach and cancelPage
 //     (cascade.go) with projstore.Store.AddChildren, RemoveChildren and
 //     ChildrenPages; the outbox's
@@ -327,9 +328,10 @@
 //     (internal/changelog); its produce, flusher.produceChangelog (with
 //     the check that Redis still holds the partition, checkHeld) and
 //     produceChangelogCheckpoints (changelog.go), steps of writeSteps; its
-//     topic, ensureChangelog; the restore, planRestore, readChangelog,
-//     writeRestore, restoreAfterReset, restoreOnStart (restore.go), called
-//     by rebuild (restoreRebuilt) and startCheckpoints (recovery.go).
+//     topic, ensureChangelog; the restore, the restorer's planRestore,
+//     readChangelog, writeRestore, restoreAfterReset, restoreOnStart
+//     (restore.go, restoreplan.go), called by recovery's rebuild
+//     (restoreRebuilt) and startCheckpoints (recovery.go).
 //
 // # Storage
 //
@@ -361,7 +363,7 @@
 // and only then removes the session from Redis, fenced by the archived
 // position (projstore.Store.Forget): an event folded since keeps it for
 // the next sweep. The fold goroutine drops the removed sessions from its
-// cache between polls (Projector.dropArchived), so a later event for one
+// cache between polls (folder.dropArchived), so a later event for one
 // finds no session (a dead letter unknown_session) and a successor naming
 // one is refused unknown_predecessor. A sweep that fails keeps its
 // sessions in Redis, counts in correx.projector.archive.failures and makes
@@ -382,17 +384,51 @@
 //
 // # Shape
 //
+// Projector builds one collaborator per concern and runs them; each is
+// built with what it uses, and none holds the projector:
+//
+//   - state (state.go) owns what the fold goroutine and the group's
+//     callbacks share under its lock, state.mu: the owned partitions
+//     (parts, each a partState), the cache of their sessions, the stalls,
+//     the topic's partition count (partitioning, partitioning.go), the
+//     change feed and derived events (derived), and the partitions rebuilt
+//     since the current poll was fetched; it adds and drops partitions.
+//   - folder (fold.go) is the fold goroutine: the poll loop, the reducer,
+//     the decode buffer and whether a partition advanced since the last
+//     batch; it folds records, hands batches to the flusher and writes the
+//     last one on a graceful stop.
+//   - group (group.go) owns franz-go's callbacks (onAssigned, onRevoked,
+//     onLost, adjustOffsets), which start and stop each owned partition's
+//     firing, sweep and verification and add, flush and drop its state;
+//     ensuring the topics and leaving the group are functions of the
+//     configuration and the admin client beside it.
+//   - recovery (recovery.go) owns the partitions' starts at their
+//     checkpoints, the idle check, the rebuild of a partition whose read
+//     model Redis lost or rolled back, and applying each written batch
+//     (collect, finish, dropStale).
+//   - restorer (restore.go; its plan, restoreplan.go) owns the restores
+//     from the snapshot changelog.
+//   - deadLetters (deadletter.go) sets records aside; systemAuth
+//     (sysauth.go) loads and holds the system key.
+//   - flusher (flush.go), firer (firer.go), sweeper (sweeper.go) and
+//     verifier (verifier.go) write batches, fire deadlines, archive closed
+//     sessions and verify the read model.
+//
+// The fold, the group's callbacks and the start of assigned partitions
+// take state.mu; the restorer and the verifier take it only through the
+// state's methods.
+//
 // One goroutine polls, decodes and folds (BlockRebalanceOnPoll keeps
 // rebalances between polls). Snapshots are encoded in that goroutine and
 // handed to the flush goroutine (flusher), so Redis round trips overlap
 // folding; at most one batch is in flight. The cache and the partitions'
 // state have no lock of their own: they belong to the fold goroutine, and
-// the rebalance callbacks use them under Projector.mu between polls. The
+// the rebalance callbacks use them under state.mu between polls. The
 // firer runs one goroutine per owned partition, started and stopped by the
 // rebalance callbacks; it shares nothing with the fold but the store and the
 // Kafka client (and the hints the flush goroutine sends it).
 // Readiness (Ready) reads an atomic copy of the stalled partitions and
-// pings Redis; it never takes Projector.mu, which is held across Redis
+// pings Redis; it never takes state.mu, which is held across Redis
 // calls. A bounded LRU cache holds hot snapshots; only
 // snapshots whose latest state is known to be stored are evicted, and misses
 // are read from Redis in one pipelined round trip per poll.

@@ -20,7 +20,7 @@ import (
 // flusher writes batches: it owns the flush goroutine (run), the batch in
 // flight, and the write of a batch (write, which takes writeSteps in
 // order). build, start, collect, due and finish are called by the fold
-// goroutine, under Projector.mu; the flush goroutine touches only the job
+// goroutine, under state.mu; the flush goroutine touches only the job
 // it was handed, until it closes job.done. At most one batch is in flight.
 type flusher struct {
 	store   Store
@@ -90,7 +90,7 @@ type flushJob struct {
 	// stale holds the partitions whose writes were refused because a
 	// newer owner took them over (projstore's epoch.go): nothing more of
 	// theirs is written, produced to the changelog or checkpointed, and
-	// the projector drops them (Projector.finish).
+	// the projector drops them (recovery.finish).
 	stale map[int32]bool
 }
 
@@ -108,13 +108,13 @@ func (job *flushJob) notOwned(ids []int32) {
 
 // due decides whether to start a flush now, given the dirty entries,
 // whether a partition advanced since the last batch, and whether the
-// projector is catching up (Projector.catchingUp).
+// projector is catching up (catchingUpOn).
 //
 // Caught up, it is a group commit: a batch starts as soon as the poll loop
 // has nothing more to fold and no batch is in flight; what is folded while
 // one is in flight waits for it and goes in the next batch, which starts
 // as soon as the poll loop sees the batch in flight done (the poll returns
-// early for that, see Projector.loop). Catching up, batches are large:
+// early for that, see folder.loop). Catching up, batches are large:
 // FlushSize dirty snapshots, FlushBytes of their estimated encodings
 // (dirtyBytes, cache.markDirty), or MaxFlushInterval after the previous
 // batch. The bytes bound a batch whatever its snapshots' sizes: a batch

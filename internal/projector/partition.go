@@ -4,7 +4,7 @@ import "github.com/correx/sessions/pkg/snapshot"
 
 // partState is what the projector knows of one owned partition: how far it
 // folded and which checkpoint is known to be stored. Owned by the fold
-// goroutine (and the rebalance callbacks, under Projector.mu); its sessions
+// goroutine (and the rebalance callbacks, under state.mu); its sessions
 // are in the cache.
 type partState struct {
 	id        int32

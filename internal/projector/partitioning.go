@@ -2,9 +2,11 @@ package projector
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -15,42 +17,47 @@ const partitionRefresh = 10 * time.Second
 
 // partitioning knows the topic's partition count, to tell whether a record
 // is on its key's partition (Kafka's default partitioner: murmur2 of the
-// key modulo the count). Owned by the fold goroutine, under Projector.mu.
+// key modulo the count). Part of the state, under state.mu.
 type partitioning struct {
 	n         int32 // the topic's partition count; 0 before it is known
 	refreshed time.Time
 	part      kgo.TopicPartitioner
+
+	topic string
+	log   *slog.Logger
+	// adm reads the count from the brokers; nil until Run has a client
+	// (set before the group's callbacks are let in), and in unit tests of
+	// the fold.
+	adm *kadm.Client
 }
 
-// setPartitions records the topic's partition count read at start.
-func (p *Projector) setPartitions(n int32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pt.n, p.pt.refreshed = max(p.pt.n, n), time.Now()
+// set records the topic's partition count read at start.
+func (pt *partitioning) set(n int32) {
+	pt.n, pt.refreshed = max(pt.n, n), time.Now()
 }
 
-// refreshPartitions reads the topic's partition count from the brokers. A
-// failure keeps the count known so far.
-func (p *Projector) refreshPartitions(ctx context.Context) {
-	p.pt.refreshed = time.Now()
-	if p.adm == nil {
+// refresh reads the topic's partition count from the brokers. A failure
+// keeps the count known so far.
+func (pt *partitioning) refresh(ctx context.Context) {
+	pt.refreshed = time.Now()
+	if pt.adm == nil {
 		return // not running (unit tests of the fold)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	details, err := p.adm.ListTopics(cctx, p.cfg.Topic)
+	details, err := pt.adm.ListTopics(cctx, pt.topic)
 	if err != nil {
-		p.log.Warn("reading the topic's partition count", "err", err)
+		pt.log.Warn("reading the topic's partition count", "err", err)
 		return
 	}
-	d, ok := details[p.cfg.Topic]
+	d, ok := details[pt.topic]
 	if !ok || d.Err != nil || len(d.Partitions) == 0 {
-		p.log.Warn("reading the topic's partition count", "err", d.Err)
+		pt.log.Warn("reading the topic's partition count", "err", d.Err)
 		return
 	}
-	if n := int32(len(d.Partitions)); n != p.pt.n {
-		p.log.Info("the topic's partition count", "partitions", n, "was", p.pt.n)
-		p.pt.n = n
+	if n := int32(len(d.Partitions)); n != pt.n {
+		pt.log.Info("the topic's partition count", "partitions", n, "was", pt.n)
+		pt.n = n
 	}
 }
 
@@ -59,21 +66,21 @@ func (p *Projector) refreshPartitions(ctx context.Context) {
 // again against a fresh count (at most every partitionRefresh, or every
 // second while its partition is beyond the count known), since the topic
 // may have grown.
-func (p *Projector) onKeyPartition(ctx context.Context, r *kgo.Record) bool {
-	if p.pt.part == nil {
-		p.pt.part = kafka.Partitioner().ForTopic(p.cfg.Topic)
+func (pt *partitioning) onKeyPartition(ctx context.Context, r *kgo.Record) bool {
+	if pt.part == nil {
+		pt.part = kafka.Partitioner().ForTopic(pt.topic)
 	}
 	ok := func() bool {
-		return r.Partition < p.pt.n && int32(p.pt.part.Partition(r, int(p.pt.n))) == r.Partition
+		return r.Partition < pt.n && int32(pt.part.Partition(r, int(pt.n))) == r.Partition
 	}
-	if p.pt.n > 0 && ok() {
+	if pt.n > 0 && ok() {
 		return true
 	}
-	since := time.Since(p.pt.refreshed)
-	if (r.Partition >= p.pt.n && since >= time.Second) || since >= partitionRefresh {
-		p.refreshPartitions(ctx)
+	since := time.Since(pt.refreshed)
+	if (r.Partition >= pt.n && since >= time.Second) || since >= partitionRefresh {
+		pt.refresh(ctx)
 	}
-	if p.pt.n <= r.Partition {
+	if pt.n <= r.Partition {
 		return true // the count is unknown or behind the log: no judgement
 	}
 	return ok()

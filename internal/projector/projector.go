@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
-	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -61,12 +59,16 @@ func (nopObserver) Checkpointed(snapshot.Checkpoint)                            
 // Projector folds one topic's events into snapshots. Create it with New and
 // run it with Run; it is single-use.
 //
-// It composes one part per responsibility: the cache of snapshots (cache),
-// the owned partitions' progress (partState), the flusher that writes
-// batches (flush.go), recovery and stalls (recovery.go), the group's
-// callbacks (group.go) and dead letters (deadletter.go). The fold goroutine
-// (Run's poll loop) and the rebalance callbacks share the state below under
-// mu; Ready reads only atomics, never mu.
+// It composes collaborators that each own one concern, built with what
+// they use: the state the fold and the group share under its lock
+// (state.go: the owned partitions, the cache, the stalls), the fold loop
+// (folder, fold.go), the consumer group's callbacks (group, group.go),
+// the starts, repairs and rebuilds of partitions (recovery, recovery.go),
+// the restores from the changelog (restorer, restore.go), the flusher
+// that writes batches (flush.go), the firer (firer.go), the archive
+// sweep (sweeper.go), the verifier (verifier.go) and dead letters
+// (deadLetters, deadletter.go). The projector builds them and runs them;
+// Ready reads only atomics, never the state's lock.
 type Projector struct {
 	cfg   Config
 	log   *slog.Logger
@@ -74,34 +76,26 @@ type Projector struct {
 	obs   Observer
 	extra []kgo.Opt // client options from the caller (telemetry hooks)
 
-	cl  *kgo.Client
 	adm *kadm.Client
-	// clientsSet is closed once cl, adm, flush and fire are set (connect):
-	// franz-go joins the group as soon as the client exists, so its
-	// callbacks can run before NewClient has even returned to Run.
+	// clientsSet is closed once what the client makes is built and handed
+	// to the group and the fold (connect): franz-go joins the group as
+	// soon as the client exists, so its callbacks can run before
+	// NewClient has even returned to Run.
 	clientsSet chan struct{}
 	// topicsReady is closed once Run has ensured the topics (ensureTopics):
-	// the group can assign partitions before that, and a start that read
-	// the changelog's offsets before its topic existed would find it
-	// unknown, and keep finding it so in the client's metadata cache.
+	// the group can assign partitions before that (group.adjustOffsets).
 	topicsReady chan struct{}
 
-	mu        sync.Mutex // guards everything below; held while folding and in rebalance callbacks
-	parts     map[int32]*partState
-	cache     cache
-	flush     *flusher  // built by Run with the client (connect)
-	progress  bool      // a partition advanced since the last flush was built
-	lastCheck time.Time // when the stored checkpoints were last checked
-	reducer   fsm.Reducer
-	derived   *derived    // the change feed and the derived events
-	events    []fsm.Event // decode buffer, reused across polls
-	stalls    stalls
-	pt        partitioning
-	// rebuiltNow holds the partitions rebuilt since the current poll's
-	// records were fetched: those records are not folded.
-	rebuiltNow map[int32]bool
+	// st is what the fold goroutine and the rebalance callbacks share,
+	// under st.mu (state.go).
+	st     *state
+	folder *folder // polls and folds (fold.go), built by New
+	group  *group  // the consumer group's callbacks (group.go), built by New
+	// flush writes batches, rec starts, repairs and rebuilds partitions
+	// (recovery.go); built by Run with the client (connect).
+	flush *flusher
+	rec   *recovery
 
-	assigned atomic.Int32 // partitions owned, for tests and logs
 	restores atomic.Int64 // partitions restored from the changelog, for tests and benchmarks
 	crash    crashPoints  // test hooks
 	// starting, when set by tests, is called once the group client exists
@@ -145,31 +139,43 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.log = l }
 // New returns a projector writing to store.
 func New(cfg Config, store Store, opts ...Option) *Projector {
 	p := &Projector{cfg: cfg, store: store, obs: nopObserver{}, log: slog.Default(),
-		parts: map[int32]*partState{}, cache: newCache(cfg), stalls: stalls{byPartition: map[int32]string{}},
-		rebuiltNow: map[int32]bool{}, clientsSet: make(chan struct{}), topicsReady: make(chan struct{}), clock: wallClock{},
+		clientsSet: make(chan struct{}), topicsReady: make(chan struct{}), clock: wallClock{},
 		auth: newSystemAuth()}
 	for _, o := range opts {
 		o(p)
 	}
+	p.st = newState(cfg, p.obs, newDerived(cfg, p.log, &p.crash))
+	p.folder = &folder{cfg: cfg, log: p.log, store: store, obs: p.obs, crash: &p.crash, auth: p.auth, st: p.st}
+	p.group = &group{cfg: cfg, log: p.log, st: p.st, crash: &p.crash, verify: &p.verify, clientsSet: p.clientsSet, topicsReady: p.topicsReady}
+	p.st.pt.topic, p.st.pt.log = cfg.Topic, p.log
 	if o, ok := p.obs.(interface{ watchStalls(*stalls) }); ok {
-		o.watchStalls(&p.stalls) // its stalled gauge
+		o.watchStalls(&p.st.stalls) // its stalled gauge
 	}
-	p.derived = newDerived(cfg, p.log, &p.crash)
 	return p
 }
 
 // connect builds what writes and produces through the Kafka client cl: the
-// admin client, the firer and the flusher, writing under flushCtx and
-// firing under fireCtx, then lets the group's callbacks in (clientsSet).
+// admin client, the firer, the flusher, the restorer, the sweeper, the
+// recovery and the dead letters, writing under flushCtx and firing under
+// fireCtx, hands them to the fold and the group, then lets the group's
+// callbacks in (clientsSet).
 // They are built here, not in New, because the client exists only while
 // Run runs: franz-go joins the group as soon as the client is created, so
 // a client made in New would join before Run, and its callbacks, which
 // start firing partitions and flush what is revoked, need it built.
 func (p *Projector) connect(cl *kgo.Client, flushCtx, fireCtx context.Context) {
-	p.cl, p.adm = cl, kadm.NewClient(cl)
+	// The observer as Run finds it: tests set it after New.
+	p.folder.obs, p.st.obs = p.obs, p.obs
+	p.adm = kadm.NewClient(cl)
+	p.st.pt.adm = p.adm
 	p.fire = newFirer(p.cfg, p.store, p.clock, p.obs, p.log, &p.crash, cl, fireCtx)
-	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.derived, p.fire, cl, flushCtx)
+	p.flush = newFlusher(p.cfg, p.store, p.obs, p.log, &p.crash, p.st.derived, p.fire, cl, flushCtx)
+	restore := newRestorer(p.cfg, p.flush.changelog, p.adm, p.store, p.auth, p.st, p.obs, p.log, &p.crash, &p.restores)
 	p.sweep = newSweeper(p.cfg, p.store, p.bucket, p.clock, p.obs, p.log, cl, fireCtx)
+	p.rec = newRecovery(p.cfg, p.store, p.obs, p.log, &p.crash, p.st, cl, p.adm, p.flush, p.fire, p.sweep, restore)
+	dlq := newDeadLetters(p.cfg, cl, flushCtx, p.obs, p.log, &p.crash, &p.flush.dlqErr)
+	p.folder.cl, p.folder.flush, p.folder.rec, p.folder.sweep, p.folder.dlq = cl, p.flush, p.rec, p.sweep, dlq
+	p.group.fire, p.group.sweep, p.group.flush, p.group.rec = p.fire, p.sweep, p.flush, p.rec
 	p.fire.auth, p.flush.auth = p.auth, p.auth
 	if p.sweep != nil {
 		p.sweep.beforeForget = p.beforeForget
@@ -231,10 +237,10 @@ func (p *Projector) Run(ctx context.Context) error {
 		kgo.RebalanceTimeout(p.cfg.RebalanceTimeout),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond),
-		kgo.OnPartitionsAssigned(p.onAssigned),
-		kgo.OnPartitionsRevoked(p.onRevoked),
-		kgo.OnPartitionsLost(p.onLost),
-		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
+		kgo.OnPartitionsAssigned(p.group.onAssigned),
+		kgo.OnPartitionsRevoked(p.group.onRevoked),
+		kgo.OnPartitionsLost(p.group.onLost),
+		kgo.AdjustFetchOffsetsFn(p.group.adjustOffsets),
 	)
 	opts = append(opts, producerOpts(p.cfg)...)
 	if p.cfg.InstanceID != "" {
@@ -257,8 +263,8 @@ func (p *Projector) Run(ctx context.Context) error {
 	// A graceful stop bounds the writes still to come (the batch in
 	// flight, which may be retrying against an unreachable Redis, the final
 	// flush and the revoke callbacks of the client's close).
-	defer p.limitShutdown(ctx, stopFlushing)()
-	p.verify.Store(newVerifier(p))
+	defer limitShutdown(ctx, p.cfg.shutdownTimeout(), p.log, stopFlushing)()
+	p.verify.Store(newVerifier(p.cfg, p.store, p.st, p.auth, p.obs, p.log))
 	p.connect(cl, flushCtx, fireCtx)
 	defer cl.CloseAllowingRebalance()
 	defer p.fire.stopAll() // before the client closes
@@ -267,18 +273,20 @@ func (p *Projector) Run(ctx context.Context) error {
 	if p.starting != nil {
 		p.starting(ctx)
 	}
-	if err := p.ensureTopics(ctx); err != nil {
+	n, err := ensureTopics(ctx, p.adm, p.cfg, p.st.derived.feedTopic, p.flush.changelog, p.log)
+	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped while starting: nothing was folded, but the group
 			// may have assigned this member partitions already.
-			p.leaveOnStop(cl)
+			leaveOnStop(p.cfg, p.log, cl)
 			return nil
 		}
 		return fmt.Errorf("projector: ensuring topics: %w", err)
 	}
-	if err := p.startAuth(ctx); err != nil {
+	p.st.setPartitions(n)
+	if err := p.auth.start(ctx, p.cfg, p.adm, cl, p.log); err != nil {
 		if ctx.Err() != nil {
-			p.leaveOnStop(cl)
+			leaveOnStop(p.cfg, p.log, cl)
 			return nil
 		}
 		return fmt.Errorf("projector: %w", err)
@@ -294,90 +302,20 @@ func (p *Projector) Run(ctx context.Context) error {
 	defer func() { close(p.flush.jobs); <-flusherDone }()
 
 	p.flush.last = time.Now()
-	err = p.loop(ctx)
+	err = p.folder.loop(ctx)
 	if errors.Is(err, errCrashed) || p.crash.crashed.Load() {
 		return errCrashed
 	}
 	if err != nil {
-		return p.stopError(fmt.Errorf("projector: folding: %w", err))
+		return stopError(p.flush.ctx, p.cfg.shutdownTimeout(), fmt.Errorf("projector: folding: %w", err))
 	}
-	if err := p.shutdown(); err != nil {
+	if err := p.folder.shutdown(); err != nil {
 		if errors.Is(err, errCrashed) || p.crash.crashed.Load() {
 			return errCrashed // a crash point hit during the final flush
 		}
-		return p.stopError(fmt.Errorf("projector: shutdown: %w", err))
+		return stopError(p.flush.ctx, p.cfg.shutdownTimeout(), fmt.Errorf("projector: shutdown: %w", err))
 	}
-	p.leaveOnStop(cl)
-	return nil
-}
-
-// leaveOnStop closes the group client and, for a static member told to
-// leave on shutdown, leaves the group: on every graceful stop, the one
-// while starting too, or the partitions the group assigned it stay with
-// it until the session timeout.
-func (p *Projector) leaveOnStop(cl *kgo.Client) {
-	if p.cfg.InstanceID != "" && p.cfg.LeaveOnShutdown {
-		cl.CloseAllowingRebalance()
-		p.leave()
-	}
-}
-
-func (p *Projector) loop(ctx context.Context) error {
-	for ctx.Err() == nil {
-		// The poll waits at most FlushInterval, and returns as soon as the
-		// batch in flight is written, so that what was folded meanwhile
-		// is flushed at once (group commit, see flusher.due).
-		pctx, cancel := context.WithTimeout(ctx, p.cfg.FlushInterval)
-		p.mu.Lock()
-		written := p.flush.inflightDone()
-		p.mu.Unlock()
-		if written != nil {
-			go func() {
-				select {
-				case <-written:
-					cancel()
-				case <-pctx.Done():
-				}
-			}()
-		}
-		fetches := p.cl.PollRecords(pctx, p.cfg.MaxPollRecords)
-		cancel()
-		if fetches.IsClientClosed() {
-			return nil
-		}
-		fetches.EachError(func(t string, part int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				p.log.Warn("fetch", "topic", t, "partition", part, "err", err)
-			}
-		})
-		p.mu.Lock()
-		clear(p.rebuiltNow)
-		err := p.collect(false)
-		p.dropArchived()
-		if err == nil {
-			err = p.process(ctx, fetches)
-		}
-		if err == nil && p.flush.due(p.cache.dirtyLen(), p.cache.dirtyBytes, p.progress, p.catchingUp(fetches)) {
-			err = p.startFlush()
-		}
-		if err == nil && p.flush.inflight == nil && time.Since(p.lastCheck) >= p.cfg.MaxFlushInterval {
-			p.checkCheckpoints(ctx)
-		}
-		p.cache.evict()
-		p.mu.Unlock()
-		if p.crash.crashed.Load() {
-			return errCrashed // a crash point hit between the steps above
-		}
-		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			// Stopped while reading snapshots: what was folded before is
-			// flushed by the shutdown; the rest is replayed next time.
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p.cl.AllowRebalance()
-	}
+	leaveOnStop(p.cfg, p.log, cl)
 	return nil
 }
 
@@ -385,7 +323,7 @@ func (p *Projector) loop(ctx context.Context) error {
 // ErrShutdownTimeout) ShutdownTimeout after ctx is done, unless the
 // returned function is called first. Without it, a stop during a Redis
 // outage waited for the batch in flight, retried until Redis came back.
-func (p *Projector) limitShutdown(ctx context.Context, stopFlushing context.CancelCauseFunc) (end func()) {
+func limitShutdown(ctx context.Context, timeout time.Duration, log *slog.Logger, stopFlushing context.CancelCauseFunc) (end func()) {
 	ended := make(chan struct{})
 	go func() {
 		select {
@@ -393,12 +331,12 @@ func (p *Projector) limitShutdown(ctx context.Context, stopFlushing context.Canc
 		case <-ended:
 			return
 		}
-		t := time.NewTimer(p.cfg.shutdownTimeout())
+		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			p.log.Error("the final writes did not complete in time: stopping them; the partitions' next owner folds again what they did not write",
-				"timeout", p.cfg.shutdownTimeout())
+			log.Error("the final writes did not complete in time: stopping them; the partitions' next owner folds again what they did not write",
+				"timeout", timeout)
 			stopFlushing(ErrShutdownTimeout)
 		case <-ended:
 		}
@@ -406,302 +344,14 @@ func (p *Projector) limitShutdown(ctx context.Context, stopFlushing context.Canc
 	return func() { close(ended) }
 }
 
-// stopError is err, or ErrShutdownTimeout with err's text when the writes
-// were stopped for taking too long (see limitShutdown).
-func (p *Projector) stopError(err error) error {
-	if errors.Is(context.Cause(p.flush.ctx), ErrShutdownTimeout) {
-		return fmt.Errorf("%w (%v): %v", ErrShutdownTimeout, p.cfg.shutdownTimeout(), err)
+// stopError is err, or ErrShutdownTimeout (after timeout) with err's text
+// when the writes under flushCtx were stopped for taking too long (see
+// limitShutdown).
+func stopError(flushCtx context.Context, timeout time.Duration, err error) error {
+	if errors.Is(context.Cause(flushCtx), ErrShutdownTimeout) {
+		return fmt.Errorf("%w (%v): %v", ErrShutdownTimeout, timeout, err)
 	}
 	return err
-}
-
-// shutdown writes everything owned, then leaves the group (Close). It has
-// until limitShutdown stops the writes.
-func (p *Projector) shutdown() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.collect(true); err != nil {
-		return err
-	}
-	job := p.buildJob()
-	if err := p.flush.write(p.flush.ctx, job); err != nil {
-		return fmt.Errorf("projector: final flush: %w", err)
-	}
-	p.finish(job)
-	if p.flush.changelog != "" {
-		// The changelog's checkpoint records are produced without a wait
-		// (the next write's waits for them): wait here, or closing the
-		// client drops them and a restore folds more than it need.
-		if err := p.cl.Flush(p.flush.ctx); err != nil {
-			p.log.Warn("the changelog's last checkpoint records were not acknowledged; its checkpoints stay behind", "err", err)
-		}
-	}
-	p.log.Info("flushed and checkpointed on shutdown", "snapshots", len(job.entries), "partitions", len(job.checkpoints))
-	return nil
-}
-
-// catchingUp reports whether there is more to fold than the poll gave: it
-// came back full, or the owned partitions are at least MaxPollRecords
-// behind the high watermarks their latest fetches reported (the fetch
-// buffer ran dry before the log end). A backlog under MaxPollRecords is
-// caught up: one more poll folds it, and a gap of a few offsets at a
-// partition's end (transaction markers) never makes the projector wait.
-func (p *Projector) catchingUp(fetches kgo.Fetches) bool {
-	if fetches.NumRecords() >= p.cfg.MaxPollRecords {
-		return true
-	}
-	var behind int64
-	for _, part := range p.parts {
-		if part.next >= 0 && part.hw > part.next {
-			behind += part.hw - part.next
-		}
-	}
-	return behind >= int64(p.cfg.MaxPollRecords)
-}
-
-// buildJob builds a batch of everything owned.
-func (p *Projector) buildJob() *flushJob {
-	job := p.flush.build(&p.cache, p.parts, nil)
-	p.progress = false
-	return job
-}
-
-// writing counts the encodings of job, handed to the flusher, against the
-// cache's bytes until it is collected: they are held as long as the
-// snapshots (cache.writing, cache.evict).
-func (p *Projector) writing(job *flushJob) {
-	p.cache.writing = 0
-	for _, e := range job.entries {
-		p.cache.writing += len(e.Data)
-	}
-}
-
-// startFlush hands a new batch to the flusher, after waiting for the one in
-// flight (which is what slows folding down when Redis is slow).
-func (p *Projector) startFlush() error {
-	if err := p.collect(true); err != nil {
-		return err
-	}
-	job := p.buildJob()
-	p.writing(job)
-	p.flush.start(job)
-	return nil
-}
-
-// collect applies the result of the batch in flight: when wait is set it
-// waits for it, else only if it is done.
-func (p *Projector) collect(wait bool) error {
-	job, err := p.flush.collect(wait)
-	if p.flush.inflight == nil {
-		p.cache.writing = 0
-	}
-	if job != nil {
-		p.finish(job)
-	}
-	return err
-}
-
-// process decodes the polled records, reads the snapshots of sessions not in
-// the cache in one round trip, and folds the records in order.
-func (p *Projector) process(ctx context.Context, fetches kgo.Fetches) error {
-	recs := fetches.Records()
-	if len(recs) == 0 {
-		return nil
-	}
-	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-		if part := p.parts[fp.Partition]; part != nil && fp.HighWatermark >= 0 {
-			part.hw = fp.HighWatermark
-		}
-	})
-	if cap(p.events) < len(recs) {
-		p.events = make([]fsm.Event, len(recs))
-	}
-	events := p.events[:len(recs)]
-	decodeErr := make([]error, len(recs))
-	wrongPart := make([]bool, len(recs))
-	type miss struct {
-		partition int32
-		id        string
-	}
-	var missing []miss
-	var ids []string
-	seen := map[miss]bool{}
-	for i, r := range recs {
-		part := p.parts[r.Partition]
-		if part == nil || p.rebuiltNow[r.Partition] {
-			continue // revoked between fetch and now (its new owner folds it), or being rebuilt
-		}
-		if err := p.auth.loaded().DecodeEvent(r, &events[i]); err != nil {
-			decodeErr[i] = err
-			continue
-		}
-		m := miss{r.Partition, events[i].SessionID}
-		if string(r.Key) == m.id && !p.onKeyPartition(ctx, r) {
-			wrongPart[i] = true
-			continue
-		}
-		if p.cache.get(part.id, m.id) == nil && !seen[m] && string(r.Key) == m.id {
-			seen[m] = true
-			missing = append(missing, m)
-			ids = append(ids, m.id)
-		}
-	}
-	if len(missing) > 0 {
-		snaps, tombs, err := p.getMany(ctx, ids)
-		if err != nil {
-			return err
-		}
-		for i, m := range missing {
-			p.cache.add(p.parts[m.partition], m.id, snaps[i]).tomb = tombs[i]
-		}
-	}
-	for i, r := range recs {
-		part := p.parts[r.Partition]
-		if part == nil || p.rebuiltNow[r.Partition] {
-			continue
-		}
-		if p.crash.at(crashFold) {
-			return errCrashed
-		}
-		switch {
-		case decodeErr[i] != nil:
-			p.deadLetter(r, classify(decodeErr[i]), decodeErr[i].Error())
-		case string(r.Key) != events[i].SessionID:
-			p.deadLetter(r, ReasonKeyMismatch, fmt.Sprintf("record key %q (%d bytes) is not the event's sessionId %q",
-				cutString(string(r.Key), 128), len(r.Key), events[i].SessionID))
-		case wrongPart[i]:
-			p.deadLetter(r, ReasonWrongPartition, fmt.Sprintf("key %q belongs to partition %d of %d, not %d",
-				events[i].SessionID, p.pt.part.Partition(r, int(p.pt.n)), p.pt.n, r.Partition))
-		default:
-			if err := p.fold(ctx, part, r, &events[i]); err != nil {
-				return err
-			}
-		}
-		part.next = r.Offset + 1
-		p.progress = true
-		if p.cache.dirtyBytes >= p.cfg.flushBytes() {
-			// FlushBytes of snapshots are dirty: written now, in the
-			// middle of the poll (a poll of MaxPollRecords large records
-			// would otherwise make one batch of them all). The batch's
-			// checkpoints stop at this record (part.next), and it waits
-			// for the one in flight, which paces the fold.
-			if err := p.startFlush(); err != nil {
-				return err
-			}
-			p.cache.evict()
-		}
-	}
-	clear(events) // drop references to payloads
-	return nil
-}
-
-func (p *Projector) fold(ctx context.Context, part *partState, r *kgo.Record, e *fsm.Event) error {
-	en := p.cache.get(part.id, e.SessionID)
-	if en == nil { // process reads every missing session first; never fold without the stored one
-		snaps, tombs, err := p.getMany(ctx, []string{e.SessionID})
-		if err != nil {
-			return err
-		}
-		en = p.cache.add(part, e.SessionID, snaps[0])
-		en.tomb = tombs[0]
-	}
-	p.cache.touch(en)
-	if en.tomb != nil && !en.snap.Exists() && e.Type != fsm.SessionReplaced {
-		p.foldTombstoned(r, e, en.tomb)
-		return nil
-	}
-	o, folded := en.snap.Fold(&p.reducer, e, snapshot.Position{Partition: r.Partition, Offset: r.Offset})
-	if !folded {
-		// Already reflected: a replay from the checkpoint. The batch that
-		// stored the snapshot may have crashed before its deadlines were
-		// written, so the snapshot goes in the next batch again (its put
-		// is fenced, a no-op), which arms its deadline.
-		p.cache.markDirty(en, 0)
-		p.obs.Skipped(r)
-		p.derived.skipped(r, e, &en.snap)
-		return nil
-	}
-	if o.Result == fsm.Orphan {
-		if e.Type == fsm.SessionReplaced { // the successor hears of it (reactions.go)
-			p.derived.add(r, e, &en.snap, o)
-			return nil
-		}
-		p.deadLetter(r, ReasonUnknownSession, "no SessionCreated for session "+e.SessionID)
-		return nil
-	}
-	p.cache.markDirty(en, len(r.Value))
-	p.obs.Folded(r, e, &en.snap, o)
-	p.derived.add(r, e, &en.snap, o)
-	return nil
-}
-
-// dropArchived drops from the cache the sessions the archive sweep
-// removed from Redis (sweeper.take), so that a later event finds no
-// session, as the store does. Called by the fold goroutine between polls.
-func (p *Projector) dropArchived() {
-	removed, untombed := p.sweep.take()
-	for _, a := range removed {
-		p.cache.forget(a.Position.Partition, a.SessionID, a.Position)
-	}
-	for _, t := range untombed {
-		p.cache.forgetTombstone(t.Partition, t.SessionID)
-	}
-}
-
-// foldTombstoned folds an event of an archived session (docs/retention.md,
-// "An archived id stays archived"): its
-// tombstone says it ended, so the event is rejected as for a terminal
-// session, SessionCreated duplicate_create and any other event
-// after_terminal, with the same change record, metric and span; nothing
-// is written (no snapshot reappears, and the archive is not touched). A
-// SessionReplaced of an archived predecessor keeps the path of an unknown
-// one (the successor hears of it, reactions.go).
-func (p *Projector) foldTombstoned(r *kgo.Record, e *fsm.Event, t *projstore.Tombstone) {
-	o := fsm.Outcome{Result: fsm.Rejected, Reason: fsm.ReasonAfterTerminal, From: t.State, To: t.State}
-	if e.Type == fsm.SessionCreated {
-		o.Reason = fsm.ReasonDuplicateCreate
-	}
-	var s snapshot.Snapshot
-	s.ID, s.State, s.Version = t.SessionID, t.State, t.Version
-	s.Position = snapshot.Position{Partition: r.Partition, Offset: r.Offset}
-	p.obs.Folded(r, e, &s, o)
-	p.derived.add(r, e, &s, o)
-}
-
-// getMany reads snapshots, and the tombstones of the sessions that have
-// none, retrying while Redis is unreachable; a corrupt snapshot is not
-// retried.
-func (p *Projector) getMany(ctx context.Context, ids []string) (snaps []*snapshot.Snapshot, tombs []*projstore.Tombstone, err error) {
-	err = retry(ctx, p.log, "reading snapshots", func(ctx context.Context) (err error) {
-		if snaps, err = p.store.GetMany(ctx, ids); errors.Is(err, snapshot.ErrCorrupt) {
-			return final(err)
-		} else if err != nil {
-			return err
-		}
-		var gone []string
-		for i, s := range snaps {
-			if s == nil {
-				gone = append(gone, ids[i])
-			}
-		}
-		tombs = make([]*projstore.Tombstone, len(ids))
-		if len(gone) == 0 {
-			return nil
-		}
-		ts, err := p.store.Tombstones(ctx, gone)
-		if errors.Is(err, snapshot.ErrCorrupt) {
-			return final(err)
-		} else if err != nil {
-			return err
-		}
-		for i, j := 0, 0; i < len(ids); i++ {
-			if snaps[i] == nil {
-				tombs[i], j = ts[j], j+1
-			}
-		}
-		return nil
-	})
-	return snaps, tombs, err
 }
 
 // Ready reports whether the projector can make progress: Redis answers and
@@ -714,7 +364,7 @@ func (p *Projector) Ready(ctx context.Context) error {
 	if err := p.store.Ping(ctx); err != nil {
 		return err
 	}
-	return p.stalls.err()
+	return p.st.stalls.err()
 }
 
 // Degraded lists what works less than fully without keeping the

@@ -467,7 +467,7 @@ func TestRebalanceAndZombie(t *testing.T) {
 		return false
 	})
 	b := e.start(e.config("b"), "rb", nil)
-	testwait.Until(t, "the zombie to own partitions", 30*time.Second, func() bool { return z.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
+	testwait.Until(t, "the zombie to own partitions", 30*time.Second, func() bool { return z.p.st.assigned.Load() > 0 && b.p.st.assigned.Load() > 0 })
 	e.produce(events[third : 2*third])
 	testwait.Until(t, "the zombie to freeze", 30*time.Second, frozen.Load)
 	// b leaves: the rebalance waits for the frozen member, then drops it
@@ -475,7 +475,7 @@ func TestRebalanceAndZombie(t *testing.T) {
 	if err := b.halt(); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, "a to own every partition", 30*time.Second, func() bool { return a.p.assigned.Load() == 4 })
+	testwait.Until(t, "a to own every partition", 30*time.Second, func() bool { return a.p.st.assigned.Load() == 4 })
 	e.produce(events[2*third:])
 	e.waitCaughtUp("rb", 60*time.Second)
 	close(freeze) // the zombie wakes up and writes what it folded
@@ -531,13 +531,13 @@ func TestFoldReadsAnUncachedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := New(e.config("x"), st, WithLogger(testLog()))
-	part := p.addPartition(0)
+	part := p.st.addPartition(0)
 	started := fsm.NewEvent(fsm.EventID{2}, "s-1", fsm.SessionStarted, at.Add(time.Second), fsm.Fields{})
 	rec := &kgo.Record{Partition: 0, Offset: 1, Key: []byte("s-1"), Value: fsm.AppendRecord(nil, &started)}
-	if err := p.fold(ctx, part, rec, &started); err != nil {
+	if err := p.folder.fold(ctx, part, rec, &started); err != nil {
 		t.Fatal(err)
 	}
-	en := p.cache.get(0, "s-1")
+	en := p.st.cache.get(0, "s-1")
 	if en == nil || en.snap.State != fsm.StateActive || en.snap.Version != 2 || !en.dirty {
 		t.Fatalf("fold of an uncached session: %+v", en)
 	}
@@ -581,11 +581,11 @@ func TestGracefulShutdownLeavesTheGroup(t *testing.T) {
 	}
 	a := e.start(config("a"), "leave", nil)
 	b := e.start(config("b"), "leave", nil)
-	testwait.Until(t, "both members to own partitions", 60*time.Second, func() bool { return a.p.assigned.Load() > 0 && b.p.assigned.Load() > 0 })
+	testwait.Until(t, "both members to own partitions", 60*time.Second, func() bool { return a.p.st.assigned.Load() > 0 && b.p.st.assigned.Load() > 0 })
 	if err := b.halt(); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, "a to own every partition before b's 2-minute session timeout", 60*time.Second, func() bool { return a.p.assigned.Load() == 4 })
+	testwait.Until(t, "a to own every partition before b's 2-minute session timeout", 60*time.Second, func() bool { return a.p.st.assigned.Load() == 4 })
 	e.waitCaughtUp("leave", 30*time.Second)
 	if err := a.halt(); err != nil {
 		t.Fatal(err)
@@ -605,15 +605,15 @@ func TestStopWhileStartingLeavesTheGroup(t *testing.T) {
 		return cfg
 	}
 	a := e.start(config("a"), "leave", nil)
-	testwait.Until(t, "a to own partitions", 60*time.Second, func() bool { return a.p.assigned.Load() > 0 })
+	testwait.Until(t, "a to own partitions", 60*time.Second, func() bool { return a.p.st.assigned.Load() > 0 })
 	b := e.startWith(config("b"), "leave", func(p *Projector) {
 		p.starting = func(ctx context.Context) { <-ctx.Done() }
 	})
-	testwait.Until(t, "b to be assigned partitions while starting", 60*time.Second, func() bool { return b.p.assigned.Load() > 0 })
+	testwait.Until(t, "b to be assigned partitions while starting", 60*time.Second, func() bool { return b.p.st.assigned.Load() > 0 })
 	if err := b.halt(); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, "a to own every partition before b's 2-minute session timeout", 60*time.Second, func() bool { return a.p.assigned.Load() == 4 })
+	testwait.Until(t, "a to own every partition before b's 2-minute session timeout", 60*time.Second, func() bool { return a.p.st.assigned.Load() == 4 })
 	if err := a.halt(); err != nil {
 		t.Fatal(err)
 	}
@@ -673,9 +673,9 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	cl := e.client(kgo.ConsumeTopics(topic))
 	defer cl.Close()
 	p.connect(cl, ctx, ctx)
-	part := p.addPartition(0)
+	part := p.st.addPartition(0)
 	part.next, part.ckptKnown, part.lastCkpt = 60, true, 60
-	p.rebuild(part)
+	p.rec.rebuild(part)
 	if _, err := st.Get(ctx, "poisoned"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("the rebuilt partition's snapshot survived: %v", err)
 	}
@@ -698,11 +698,11 @@ func TestRebuildDiscardsWhatFollowedTheLoss(t *testing.T) {
 	ev := fsm.NewEvent(fsm.EventID{9}, "late", fsm.SessionCreated, at, fsm.Fields{})
 	stale := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: topic, Partitions: []kgo.FetchPartition{{Partition: 0, HighWatermark: 100,
 		Records: []*kgo.Record{{Topic: topic, Partition: 0, Offset: 70, Key: []byte("late"), Value: fsm.AppendRecord(nil, &ev)}}}}}}}}
-	if err := p.process(ctx, stale); err != nil {
+	if err := p.folder.process(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	if p.cache.get(0, "late") != nil || part.next != 0 || p.cache.dirtyLen() != 0 {
-		t.Fatalf("a record polled before the rebuild was folded: next %d, dirty %d", part.next, p.cache.dirtyLen())
+	if p.st.cache.get(0, "late") != nil || part.next != 0 || p.st.cache.dirtyLen() != 0 {
+		t.Fatalf("a record polled before the rebuild was folded: next %d, dirty %d", part.next, p.st.cache.dirtyLen())
 	}
 }
 

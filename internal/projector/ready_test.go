@@ -14,8 +14,8 @@ import (
 func TestReadyDoesNotWaitForTheFold(t *testing.T) {
 	e := newEnv(t, 1)
 	p := New(e.config("x"), e.store("ready"), WithLogger(testLog()))
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ready := func() error {
@@ -32,11 +32,11 @@ func TestReadyDoesNotWaitForTheFold(t *testing.T) {
 	if err := ready(); err != nil {
 		t.Fatalf("Ready: %v, want nil", err)
 	}
-	p.stalls.stall(3, "checkpoint beyond the log")
+	p.st.stalls.stall(3, "checkpoint beyond the log")
 	if err := ready(); err == nil || !strings.Contains(err.Error(), "partition 3: checkpoint beyond the log") {
 		t.Fatalf("Ready: %v, want partition 3 stalled", err)
 	}
-	p.stalls.clear(3)
+	p.st.stalls.clear(3)
 	if err := ready(); err != nil {
 		t.Fatalf("Ready after the stall cleared: %v, want nil", err)
 	}

@@ -2,11 +2,8 @@ package projector
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sort"
-	"strings"
-	"sync/atomic"
+	"log/slog"
 	"time"
 
 	"github.com/correx/sessions/pkg/snapshot"
@@ -14,154 +11,48 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// stalls holds the partitions paused until an operator acts, with the
-// reason of each, and the partitions being rebuilt after Redis lost or
-// rolled back their read model. The maps belong to whoever holds
-// Projector.mu; readiness reads err, an atomic snapshot replaced whenever
-// either changes, so that /readyz never waits for the fold or a flush.
-type stalls struct {
-	byPartition map[int32]string
-	rebuilding  map[int32]string
-	// restoring holds the partitions being restored from the changelog,
-	// and gaps those restored from a changelog checkpoint older than the
-	// events log's start (an alert, until the partition leaves).
-	restoring map[int32]string
-	gaps      map[int32]string
-	msg       atomic.Pointer[string] // nil when none is stalled, rebuilt, restored or gapped
-	// held is len(byPartition), for the correx.projector.stalled gauge,
-	// which reads it without Projector.mu.
-	held atomic.Int64
+// recovery starts the assigned partitions at their checkpoints, repairs
+// and restores what a start finds (adjustOffsets), notices a read model
+// Redis lost or rolled back (checkCheckpoints, and the flush's
+// checkpoint writes through finish) and rebuilds the partition from the
+// log or the changelog (rebuild). It applies each written batch (collect,
+// finish) and drops the partitions a newer owner took over (dropStale).
+// It is built by Run with the client (connect); the partitions it works
+// on are the state's, under st.mu, which its callers hold except in
+// adjustOffsets, which takes it.
+type recovery struct {
+	cfg     Config
+	store   Store
+	obs     Observer
+	log     *slog.Logger
+	crash   *crashPoints
+	st      *state
+	cl      *kgo.Client
+	adm     *kadm.Client
+	flush   *flusher
+	fire    *firer
+	sweep   *sweeper
+	restore *restorer
 }
 
-// restore marks a partition as being restored from the changelog
-// (reported by /readyz) until restored is called for it.
-func (s *stalls) restore(id int32, why string) {
-	if s.restoring == nil {
-		s.restoring = map[int32]string{}
-	}
-	s.restoring[id] = why
-	s.publish()
-}
-
-func (s *stalls) restored(id int32) {
-	if _, ok := s.restoring[id]; ok {
-		delete(s.restoring, id)
-		s.publish()
-	}
-}
-
-// gap raises the alert of a partition restored over a gap in the events
-// log; it stays until the partition leaves (clearGap).
-func (s *stalls) gap(id int32, msg string) {
-	if s.gaps == nil {
-		s.gaps = map[int32]string{}
-	}
-	s.gaps[id] = msg
-	s.publish()
-}
-
-func (s *stalls) clearGap(id int32) {
-	if _, ok := s.gaps[id]; ok {
-		delete(s.gaps, id)
-		s.publish()
-	}
-}
-
-// rebuild marks a partition as being rebuilt (reported by /readyz) until
-// done is called for it.
-func (s *stalls) rebuild(id int32, why string) {
-	if s.rebuilding == nil {
-		s.rebuilding = map[int32]string{}
-	}
-	s.rebuilding[id] = why
-	s.publish()
-}
-
-func (s *stalls) done(id int32) {
-	if _, ok := s.rebuilding[id]; ok {
-		delete(s.rebuilding, id)
-		s.publish()
-	}
-}
-
-func (s *stalls) stall(id int32, reason string) {
-	s.byPartition[id] = reason
-	s.publish()
-}
-
-func (s *stalls) clear(id int32) {
-	if _, ok := s.byPartition[id]; ok {
-		delete(s.byPartition, id)
-		s.publish()
-	}
-}
-
-func (s *stalls) stalled(id int32) bool { return s.byPartition[id] != "" }
-
-// paused tells whether partition id is stalled, being rebuilt or being
-// restored: its read model is not the fold of the log it has, so nothing
-// may judge it against that log (the verifier).
-func (s *stalls) paused(id int32) bool {
-	_, rebuilding := s.rebuilding[id]
-	_, restoring := s.restoring[id]
-	return s.stalled(id) || rebuilding || restoring
-}
-
-// publish replaces the snapshot err reads, and the count held reads.
-func (s *stalls) publish() {
-	s.held.Store(int64(len(s.byPartition)))
-	n := len(s.byPartition) + len(s.rebuilding) + len(s.restoring) + len(s.gaps)
-	if n == 0 {
-		s.msg.Store(nil)
-		return
-	}
-	msgs := make([]string, 0, n)
-	for id, msg := range s.byPartition {
-		msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
-	}
-	for id, why := range s.rebuilding {
-		if _, ok := s.restoring[id]; !ok {
-			msgs = append(msgs, fmt.Sprintf("partition %d: rebuilding from the log: %s", id, why))
-		}
-	}
-	for id, why := range s.restoring {
-		msgs = append(msgs, fmt.Sprintf("partition %d: restoring from the changelog: %s", id, why))
-	}
-	for id, msg := range s.gaps {
-		msgs = append(msgs, fmt.Sprintf("partition %d: %s", id, msg))
-	}
-	sort.Strings(msgs)
-	m := strings.Join(msgs, "; ")
-	s.msg.Store(&m)
-}
-
-// err describes every stalled partition, or is nil. Safe for concurrent use.
-func (s *stalls) err() error {
-	if m := s.msg.Load(); m != nil {
-		return errors.New(*m)
-	}
-	return nil
+func newRecovery(cfg Config, store Store, obs Observer, log *slog.Logger, crash *crashPoints, st *state,
+	cl *kgo.Client, adm *kadm.Client, flush *flusher, fire *firer, sweep *sweeper, restore *restorer) *recovery {
+	return &recovery{cfg: cfg, store: store, obs: obs, log: log, crash: crash, st: st,
+		cl: cl, adm: adm, flush: flush, fire: fire, sweep: sweep, restore: restore}
 }
 
 // adjustOffsets starts every assigned partition at its Redis checkpoint
-// (the next offset to fold), once Run has ensured the topics
-// (topicsReady). A partition with none starts at the earliest offset,
+// (the next offset to fold); the group's callback calls it once Run has
+// ensured the topics (topicsReady). A partition with none starts at the earliest offset,
 // with checkpoint 0 stored first (startCheckpoints). A checkpoint beyond
 // the end of the log means the read model belongs to another log (the
 // topic was deleted and recreated, or truncated): folding from there would
 // silently skip events, so the partition is paused and /readyz reports it
 // until an operator runs `projector reset`.
-func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	parts := offsets[p.cfg.Topic]
+func (rc *recovery) adjustOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	parts := offsets[rc.cfg.Topic]
 	if len(parts) == 0 {
 		return offsets, nil
-	}
-	for _, ready := range []chan struct{}{p.clientsSet, p.topicsReady} {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
 	}
 	var ids []int32
 	for id := range parts {
@@ -170,10 +61,10 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 	// Take the partitions over before anything of theirs is written (a
 	// restore, a rebuild's deletes): from now on a previous owner that
 	// still writes is refused (projstore's epoch.go).
-	_, generation := p.cl.GroupMetadata()
+	_, generation := rc.cl.GroupMetadata()
 	for _, id := range ids {
-		if err := retry(ctx, p.log, "claiming an assigned partition", func(ctx context.Context) error {
-			_, err := p.store.Claim(ctx, p.cfg.Topic, id, generation)
+		if err := retry(ctx, rc.log, "claiming an assigned partition", func(ctx context.Context) error {
+			_, err := rc.store.Claim(ctx, rc.cfg.Topic, id, generation)
 			return err
 		}, "partition", id); err != nil {
 			return nil, err
@@ -185,25 +76,25 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 		ends  kadm.ListedOffsets
 		ob    outboxRead
 	)
-	if err := retry(ctx, p.log, "reading checkpoints for assigned partitions", func(ctx context.Context) error {
+	if err := retry(ctx, rc.log, "reading checkpoints for assigned partitions", func(ctx context.Context) error {
 		var err error
-		if cps, notes, err = p.startCheckpoints(ctx, ids); err != nil {
+		if cps, notes, err = rc.startCheckpoints(ctx, ids); err != nil {
 			return err
 		}
-		if ends, err = p.adm.ListEndOffsets(ctx, p.cfg.Topic); err != nil {
+		if ends, err = rc.adm.ListEndOffsets(ctx, rc.cfg.Topic); err != nil {
 			return err
 		}
-		ob, err = p.derived.read(ctx, p.store, p.cfg.Topic, replayStarts(ids, cps, ends, p.cfg.Topic))
+		ob, err = rc.st.derived.read(ctx, rc.store, rc.cfg.Topic, replayStarts(ids, cps, ends, rc.cfg.Topic))
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.derived.load(ob)
+	rc.st.mu.Lock()
+	defer rc.st.mu.Unlock()
+	rc.st.derived.load(ob)
 	var stall []int32
 	for _, id := range ids {
-		part := p.parts[id]
+		part := rc.st.parts[id]
 		cp := cps[id]
 		parts[id] = kgo.NewOffset().At(cp.Offset).WithEpoch(-1)
 		if part != nil {
@@ -213,33 +104,33 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 		// Nothing of the partition fires until its fold reaches the end
 		// of the log as it is now (firer.go).
 		until := cp.Offset
-		if end, ok := ends.Lookup(p.cfg.Topic, id); ok && end.Err == nil {
+		if end, ok := ends.Lookup(rc.cfg.Topic, id); ok && end.Err == nil {
 			until = max(end.Offset, cp.RebuildUntil)
 		}
-		p.fire.hold(id, until, cp.Offset)
-		if end, ok := ends.Lookup(p.cfg.Topic, id); ok && end.Err == nil && cp.Offset > end.Offset {
+		rc.fire.hold(id, until, cp.Offset)
+		if end, ok := ends.Lookup(rc.cfg.Topic, id); ok && end.Err == nil && cp.Offset > end.Offset {
 			msg := fmt.Sprintf("checkpoint %d is beyond the end of the log (%d): the topic was recreated or truncated, so the read model belongs to another log; run `projector reset` to clear it and rebuild", cp.Offset, end.Offset)
-			p.stalls.stall(id, msg)
+			rc.st.stalls.stall(id, msg)
 			stall = append(stall, id)
-			p.log.Error("partition stalled", "partition", id, "reason", msg)
+			rc.log.Error("partition stalled", "partition", id, "reason", msg)
 		} else if n := notes[id]; n.stall != "" {
-			p.stalls.stall(id, n.stall)
+			rc.st.stalls.stall(id, n.stall)
 			stall = append(stall, id)
-			p.log.Error("partition stalled", "partition", id, "reason", n.stall)
+			rc.log.Error("partition stalled", "partition", id, "reason", n.stall)
 		} else {
-			p.stalls.clear(id)
+			rc.st.stalls.clear(id)
 		}
 		if n := notes[id]; n.gap != "" {
-			p.stalls.gap(id, n.gap)
-			p.log.Error("the partition was restored over a gap in the log", "partition", id, "alert", n.gap)
+			rc.st.stalls.gap(id, n.gap)
+			rc.log.Error("the partition was restored over a gap in the log", "partition", id, "alert", n.gap)
 		}
 		if cp.RebuildUntil > 0 {
-			p.stalls.rebuild(id, fmt.Sprintf("a rebuild to offset %d was under way when the partition changed owner", cp.RebuildUntil))
-			p.log.Warn("resuming the partition's rebuild", "partition", id, "checkpoint", cp.Offset, "until", cp.RebuildUntil)
+			rc.st.stalls.rebuild(id, fmt.Sprintf("a rebuild to offset %d was under way when the partition changed owner", cp.RebuildUntil))
+			rc.log.Warn("resuming the partition's rebuild", "partition", id, "checkpoint", cp.Offset, "until", cp.RebuildUntil)
 		}
 	}
 	if len(stall) > 0 {
-		p.cl.PauseFetchPartitions(map[string][]int32{p.cfg.Topic: stall})
+		rc.cl.PauseFetchPartitions(map[string][]int32{rc.cfg.Topic: stall})
 	}
 	return offsets, nil
 }
@@ -264,18 +155,18 @@ func (p *Projector) adjustOffsets(ctx context.Context, offsets map[string]map[in
 // Then each partition at checkpoint 0 (none was stored, or a rebuild
 // resumed) is restored from the changelog when it has a checkpoint for
 // it (restoreOnStart), instead of being folded from 0.
-func (p *Projector) startCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, map[int32]restoreNote, error) {
-	cps, err := p.repairCheckpoints(ctx, ids)
+func (rc *recovery) startCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, map[int32]restoreNote, error) {
+	cps, err := rc.repairCheckpoints(ctx, ids)
 	if err != nil {
 		return nil, nil, err
 	}
-	notes, err := p.restoreOnStart(ctx, ids, cps)
+	notes, err := rc.restore.restoreOnStart(ctx, ids, cps)
 	return cps, notes, err
 }
 
 // repairCheckpoints is startCheckpoints without the restores.
-func (p *Projector) repairCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, error) {
-	cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+func (rc *recovery) repairCheckpoints(ctx context.Context, ids []int32) (map[int32]snapshot.Checkpoint, error) {
+	cps, err := rc.store.Checkpoints(ctx, rc.cfg.Topic)
 	if err != nil {
 		return nil, err
 	}
@@ -288,10 +179,10 @@ func (p *Projector) repairCheckpoints(ctx context.Context, ids []int32) (map[int
 	if len(fresh) > 0 {
 		// Not expected: written only where none is stored, and read back
 		// with whatever another writer stored meanwhile.
-		if _, err := p.store.SaveCheckpoints(ctx, p.cfg.Topic, fresh, time.Now()); err != nil {
+		if _, err := rc.store.SaveCheckpoints(ctx, rc.cfg.Topic, fresh, time.Now()); err != nil {
 			return nil, err
 		}
-		if cps, err = p.store.Checkpoints(ctx, p.cfg.Topic); err != nil {
+		if cps, err = rc.store.Checkpoints(ctx, rc.cfg.Topic); err != nil {
 			return nil, err
 		}
 	}
@@ -302,20 +193,20 @@ func (p *Projector) repairCheckpoints(ctx context.Context, ids []int32) (map[int
 			return nil, fmt.Errorf("the checkpoint of partition %d vanished as it was stored", id)
 		}
 		if cp.RebuildUntil > 0 && cp.Offset == 0 {
-			n, err := p.store.DeletePartition(ctx, id)
+			n, err := rc.store.DeletePartition(ctx, id)
 			if err != nil {
 				return nil, err
 			}
-			if err := p.store.DeleteDeadlines(ctx, p.cfg.Topic, id); err != nil {
+			if err := rc.store.DeleteDeadlines(ctx, rc.cfg.Topic, id); err != nil {
 				return nil, err
 			}
-			p.log.Info("deleted the snapshots of a partition whose rebuild had not folded anything", "partition", id, "snapshots", n)
+			rc.log.Info("deleted the snapshots of a partition whose rebuild had not folded anything", "partition", id, "snapshots", n)
 			deleted = append(deleted, cp)
 		}
 	}
 	if len(deleted) > 0 {
 		// As in rebuild: the reset must still stand after the deletes.
-		now, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+		now, err := rc.store.Checkpoints(ctx, rc.cfg.Topic)
 		if err != nil {
 			return nil, err
 		}
@@ -350,10 +241,10 @@ func replayStarts(ids []int32, cps map[int32]snapshot.Checkpoint, ends kadm.List
 // whose stored checkpoint is gone is rebuilt from the earliest offset. A
 // stalled partition is left alone: its remedy is `projector reset` and a
 // restart. Called between polls with no batch in flight.
-func (p *Projector) checkCheckpoints(ctx context.Context) {
-	p.lastCheck = time.Now()
+func (rc *recovery) checkCheckpoints(ctx context.Context) {
+	rc.st.lastCheck = time.Now()
 	known := false
-	for _, part := range p.parts {
+	for _, part := range rc.st.parts {
 		known = known || part.ckptKnown
 	}
 	if !known {
@@ -361,15 +252,15 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second) // the fold waits meanwhile
 	defer cancel()
-	cps, err := p.store.Checkpoints(cctx, p.cfg.Topic)
+	cps, err := rc.store.Checkpoints(cctx, rc.cfg.Topic)
 	if err != nil {
-		p.log.Warn("checking checkpoints", "err", err) // the next check retries
+		rc.log.Warn("checking checkpoints", "err", err) // the next check retries
 		return
 	}
-	for id, part := range p.parts {
+	for id, part := range rc.st.parts {
 		cp, ok := cps[id]
-		if part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !p.stalls.stalled(id) {
-			p.rebuild(part)
+		if part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !rc.st.stalls.stalled(id) {
+			rc.rebuild(part)
 		}
 	}
 }
@@ -397,78 +288,78 @@ func (p *Projector) checkCheckpoints(ctx context.Context) {
 // reports the rebuild until it ends; and the projector knows a stored
 // checkpoint (0) from the first record on, so a further loss during the
 // rebuild is noticed like any other (see adjustOffsets).
-func (p *Projector) rebuild(part *partState) {
+func (rc *recovery) rebuild(part *partState) {
 	why := "its checkpoint vanished from Redis"
-	if cps, err := p.store.Checkpoints(p.flush.ctx, p.cfg.Topic); err == nil {
+	if cps, err := rc.store.Checkpoints(rc.flush.ctx, rc.cfg.Topic); err == nil {
 		if cp, ok := cps[part.id]; ok && cp.Offset < part.lastCkpt {
 			why = fmt.Sprintf("Redis went back in time (checkpoint %d, %d was stored)", cp.Offset, part.lastCkpt)
 		}
 	}
-	p.log.Warn("the partition's read model was lost: rebuilding it from the earliest offset",
+	rc.log.Warn("the partition's read model was lost: rebuilding it from the earliest offset",
 		"partition", part.id, "why", why)
 	part.rebuildUntil = max(part.hw, part.lastCkpt, part.rebuildUntil, 1)
-	p.stalls.rebuild(part.id, why)
-	if r, ok := p.obs.(interface{ Rebuilt(partition int32) }); ok {
+	rc.st.stalls.rebuild(part.id, why)
+	if r, ok := rc.obs.(interface{ Rebuilt(partition int32) }); ok {
 		r.Rebuilt(part.id)
 	}
-	p.fire.hold(part.id, part.rebuildUntil, 0) // nothing fires until the rebuild is done (firer.go)
-	p.cache.dropPartition(part.id)
-	p.cache.addPartition(part.id)
-	p.derived.drop(part.id)
+	rc.fire.hold(part.id, part.rebuildUntil, 0) // nothing fires until the rebuild is done (firer.go)
+	rc.st.cache.dropPartition(part.id)
+	rc.st.cache.addPartition(part.id)
+	rc.st.derived.drop(part.id)
 	// Nothing of the partition is kept from here on: none of its records
 	// polled before the rebuild is folded, and it folds again from 0.
-	p.rebuiltNow[part.id] = true
+	rc.st.rebuiltNow[part.id] = true
 	part.next = -1
 	for round := 0; ; round++ {
-		if err := retry(p.flush.ctx, p.log, "starting the partition's rebuild", func(ctx context.Context) error {
-			return p.store.ResetCheckpoint(ctx, p.cfg.Topic, part.id, part.rebuildUntil, time.Now())
+		if err := retry(rc.flush.ctx, rc.log, "starting the partition's rebuild", func(ctx context.Context) error {
+			return rc.store.ResetCheckpoint(ctx, rc.cfg.Topic, part.id, part.rebuildUntil, time.Now())
 		}); err != nil {
 			return // stopping: the stored checkpoint is the reset, or what stood before it
 		}
-		if p.crash.at(crashRebuildReset) {
+		if rc.crash.at(crashRebuildReset) {
 			return
 		}
-		if !p.deletePartition(part.id) {
+		if !rc.deletePartition(part.id) {
 			return // stopping: the next owner deletes again (checkpoint 0, marked)
 		}
-		if p.crash.at(crashRebuildDeleted) {
+		if rc.crash.at(crashRebuildDeleted) {
 			return
 		}
 		// The reset must still stand once the deletes are done: Redis
 		// emptied, or gone back to a copy from before the reset (a
 		// failover to a replica the reset had not reached), would leave
 		// no checkpoint, or an older one over the deleted snapshots.
-		stands, err := p.resetStands(part)
+		stands, err := rc.resetStands(part)
 		if err != nil {
 			return // stopping
 		}
 		if !stands {
-			p.log.Warn("Redis lost the rebuild's reset while the partition's snapshots were deleted: starting the rebuild again",
+			rc.log.Warn("Redis lost the rebuild's reset while the partition's snapshots were deleted: starting the rebuild again",
 				"partition", part.id, "round", round+1)
 			continue
 		}
-		switch cp, outcome := p.restoreRebuilt(part); outcome {
+		switch cp, outcome := rc.restoreRebuilt(part); outcome {
 		case restoreNone:
 		case restoreAgain:
-			p.log.Warn("Redis lost the rebuild's reset during the restore from the changelog: starting the rebuild again",
+			rc.log.Warn("Redis lost the rebuild's reset during the restore from the changelog: starting the rebuild again",
 				"partition", part.id, "round", round+1)
 			continue
 		case restoreStopped:
 			return
 		case restoreDone:
 			part.loaded(cp)
-			p.fire.checkpointed(part.id, cp.Offset)
+			rc.fire.checkpointed(part.id, cp.Offset)
 			if cp.Offset >= part.rebuildUntil {
 				part.rebuildUntil = 0
-				p.stalls.done(part.id)
+				rc.st.stalls.done(part.id)
 			}
-			p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: cp.Offset}}})
+			rc.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{rc.cfg.Topic: {part.id: {Epoch: -1, Offset: cp.Offset}}})
 			return
 		}
 		break
 	}
 	part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
-	p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
+	rc.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{rc.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
 }
 
 // What restoreRebuilt did.
@@ -486,34 +377,34 @@ const (
 // for it (restore.go). A changelog checkpoint beyond the events log
 // stalls the partition like a Redis checkpoint beyond it (adjustOffsets);
 // one older than the log's start raises the gap alert.
-func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restoreOutcome) {
-	if p.flush.changelog == "" {
+func (rc *recovery) restoreRebuilt(part *partState) (snapshot.Checkpoint, restoreOutcome) {
+	if rc.flush.changelog == "" {
 		return snapshot.Checkpoint{}, restoreNone
 	}
-	p.stalls.restore(part.id, "reading the changelog")
-	defer p.stalls.restored(part.id)
+	rc.st.stalls.restore(part.id, "reading the changelog")
+	defer rc.st.stalls.restored(part.id)
 	var pl *restorePlan
-	if err := retry(p.flush.ctx, p.log, "reading the changelog", func(ctx context.Context) (err error) {
-		b, err := p.listRestoreBounds(ctx)
+	if err := retry(rc.flush.ctx, rc.log, "reading the changelog", func(ctx context.Context) (err error) {
+		b, err := rc.restore.listRestoreBounds(ctx)
 		if err != nil {
 			return err
 		}
-		pl, err = p.planRestore(ctx, part.id, b)
+		pl, err = rc.restore.planRestore(ctx, part.id, b)
 		return err
 	}, "partition", part.id); err != nil {
 		return snapshot.Checkpoint{}, restoreStopped
 	}
 	if pl != nil && pl.stall != "" {
-		p.stalls.stall(part.id, pl.stall)
-		p.log.Error("partition stalled", "partition", part.id, "reason", pl.stall)
-		p.cl.PauseFetchPartitions(map[string][]int32{p.cfg.Topic: {part.id}})
+		rc.st.stalls.stall(part.id, pl.stall)
+		rc.log.Error("partition stalled", "partition", part.id, "reason", pl.stall)
+		rc.cl.PauseFetchPartitions(map[string][]int32{rc.cfg.Topic: {part.id}})
 		return snapshot.Checkpoint{}, restoreStopped
 	}
 	if !pl.usable() {
 		return snapshot.Checkpoint{}, restoreNone
 	}
-	p.stalls.restore(part.id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
-	cp, again, err := p.restoreAfterReset(p.flush.ctx, part.id, pl)
+	rc.st.stalls.restore(part.id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
+	cp, again, err := rc.restore.restoreAfterReset(rc.flush.ctx, part.id, pl)
 	switch {
 	case err != nil:
 		return cp, restoreStopped
@@ -521,8 +412,8 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 		return cp, restoreAgain
 	}
 	if pl.gap != "" {
-		p.stalls.gap(part.id, pl.gap)
-		p.log.Error("the partition was restored over a gap in the log", "partition", part.id, "alert", pl.gap)
+		rc.st.stalls.gap(part.id, pl.gap)
+		rc.log.Error("the partition was restored over a gap in the log", "partition", part.id, "alert", pl.gap)
 	}
 	return cp, restoreDone
 }
@@ -530,11 +421,11 @@ func (p *Projector) restoreRebuilt(part *partState) (snapshot.Checkpoint, restor
 // resetStands reports whether the partition's stored checkpoint is still
 // the rebuild's reset (offset 0, marked up to part.rebuildUntil), reading
 // it until Redis answers or the flush context ends.
-func (p *Projector) resetStands(part *partState) (bool, error) {
+func (rc *recovery) resetStands(part *partState) (bool, error) {
 	var cps map[int32]snapshot.Checkpoint
-	err := retry(p.flush.ctx, p.log, "reading the partition's checkpoint after the rebuild's deletes", func(ctx context.Context) error {
+	err := retry(rc.flush.ctx, rc.log, "reading the partition's checkpoint after the rebuild's deletes", func(ctx context.Context) error {
 		var err error
-		cps, err = p.store.Checkpoints(ctx, p.cfg.Topic)
+		cps, err = rc.store.Checkpoints(ctx, rc.cfg.Topic)
 		return err
 	})
 	if err != nil {
@@ -547,21 +438,21 @@ func (p *Projector) resetStands(part *partState) (bool, error) {
 // deletePartition deletes a rebuilt partition's snapshots and armed
 // deadlines (the rebuild arms them again from the log), retrying until the
 // flush context ends; it reports whether it deleted them.
-func (p *Projector) deletePartition(id int32) bool {
-	err := retry(p.flush.ctx, p.log, "deleting the partition's snapshots before the rebuild", func(ctx context.Context) error {
-		n, err := p.store.DeletePartition(ctx, id)
+func (rc *recovery) deletePartition(id int32) bool {
+	err := retry(rc.flush.ctx, rc.log, "deleting the partition's snapshots before the rebuild", func(ctx context.Context) error {
+		n, err := rc.store.DeletePartition(ctx, id)
 		if err == nil {
-			p.log.Info("deleted the partition's snapshots before the rebuild", "partition", id, "snapshots", n)
+			rc.log.Info("deleted the partition's snapshots before the rebuild", "partition", id, "snapshots", n)
 		}
 		return err
 	})
 	if err != nil {
 		return false
 	}
-	if err := p.store.DeleteDeadlines(p.flush.ctx, p.cfg.Topic, id); err != nil {
+	if err := rc.store.DeleteDeadlines(rc.flush.ctx, rc.cfg.Topic, id); err != nil {
 		// Harmless if left: a deadline armed at a version the rebuilt
 		// session is past is superseded when it fires.
-		p.log.Warn("deleting the partition's deadlines before the rebuild", "partition", id, "err", err)
+		rc.log.Warn("deleting the partition's deadlines before the rebuild", "partition", id, "err", err)
 	}
 	return true
 }
@@ -569,16 +460,16 @@ func (p *Projector) deletePartition(id int32) bool {
 // finish records what a written batch made durable (flusher.finish), and
 // ends the rebuild of every partition whose checkpoint reached the end of
 // the log as it was when its rebuild began.
-func (p *Projector) finish(job *flushJob) {
-	p.flush.finish(job, p.parts, p.rebuild)
+func (rc *recovery) finish(job *flushJob) {
+	rc.flush.finish(job, rc.st.parts, rc.rebuild)
 	if len(job.stale) > 0 {
-		p.dropStale(job.stale)
+		rc.dropStale(job.stale)
 	}
-	for id, part := range p.parts {
+	for id, part := range rc.st.parts {
 		if part.rebuildUntil > 0 && part.ckptKnown && part.lastCkpt >= part.rebuildUntil {
 			part.rebuildUntil = 0
-			p.stalls.done(id)
-			p.log.Info("the partition is rebuilt", "partition", id, "checkpoint", part.lastCkpt)
+			rc.st.stalls.done(id)
+			rc.log.Info("the partition is rebuilt", "partition", id, "checkpoint", part.lastCkpt)
 		}
 	}
 }
@@ -588,18 +479,31 @@ func (p *Projector) finish(job *flushJob) {
 // gave them to another member while this one could not tell (it stalled);
 // the revocation comes when it rejoins. Nothing of theirs is written from
 // now on, and their deadlines and archive sweep stop here.
-func (p *Projector) dropStale(stale map[int32]bool) {
+func (rc *recovery) dropStale(stale map[int32]bool) {
 	ids := make([]int32, 0, len(stale))
 	for id := range stale {
-		if p.parts[id] != nil {
+		if rc.st.parts[id] != nil {
 			ids = append(ids, id)
 		}
 	}
 	if len(ids) == 0 {
 		return
 	}
-	p.fire.stop(ids...)
-	p.sweep.stop(ids...)
-	p.drop(ids)
-	p.log.Warn("partitions taken over by a newer owner: dropped", "partitions", ids, "owned", len(p.parts))
+	rc.fire.stop(ids...)
+	rc.sweep.stop(ids...)
+	rc.st.drop(ids)
+	rc.log.Warn("partitions taken over by a newer owner: dropped", "partitions", ids, "owned", len(rc.st.parts))
+}
+
+// collect applies the result of the batch in flight: when wait is set it
+// waits for it, else only if it is done.
+func (rc *recovery) collect(wait bool) error {
+	job, err := rc.flush.collect(wait)
+	if rc.flush.inflight == nil {
+		rc.st.cache.writing = 0
+	}
+	if job != nil {
+		rc.finish(job)
+	}
+	return err
 }

@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/projector/projstore"
-	"github.com/correx/sessions/internal/systemkey"
-	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -55,188 +52,32 @@ import (
 // restoreChunk is how many snapshots a restore writes per PutBatch.
 const restoreChunk = 1000
 
-// restorePlan is what a partition's changelog allows.
-type restorePlan struct {
-	latest     changelog.Latest
-	records    int   // changelog records read
-	eventStart int64 // the events partition's log start offset
-	eventEnd   int64 // its end offset
-	// stall, when set, says why the changelog cannot be used and the
-	// partition must wait for an operator (its checkpoint is beyond the
-	// events log: it belongs to another log).
-	stall string
-	// gap, when set, is the alert of a changelog checkpoint older than the
-	// events log's start: the restore proceeds, but events were lost.
-	gap string
-	// read is how long reading the changelog took.
-	read time.Duration
-	// bad holds, by record key, the latest record of each key that the
-	// restore cannot use (it does not decode, is not authentic, or does
-	// not hold what its place says: unusable) and that no usable record
-	// of the same key follows; decide says what they allow.
-	bad map[string]unusable
-	// entries, armed and links are what a restore writes, in session id
-	// order (prepare): the kept snapshots, their deadlines and closed
-	// entries, and each open child's link to its parent.
-	entries []snapshot.Entry
-	armed   []projstore.ArmedDeadline
-	links   []projstore.ChildLink
-	// tombs are the archived sessions' tombstones (docs/retention.md), from the
-	// changelog's archived records.
-	tombs []projstore.Tombstone
+// restorer restores partitions from the snapshot changelog: it reads a
+// partition's changelog (planRestore), writes what it kept back to the
+// store (writeRestore), stores the changelog's checkpoint as the
+// partition's (restoreAfterReset), and restores the partitions a start
+// finds at checkpoint 0 (restoreOnStart). It is built by Run with the
+// client (connect) and holds no partition of its own: the stalls it
+// reports while restoring on start are the state's, under st.mu.
+type restorer struct {
+	cfg Config
+	// changelog is the changelog's topic, "" when it is off
+	// (Config.ChangelogEnabled).
+	changelog string
+	adm       *kadm.Client
+	store     Store
+	auth      *systemAuth // checks the changelog's records
+	st        *state
+	obs       Observer
+	log       *slog.Logger
+	crash     *crashPoints
+	restores  *atomic.Int64 // partitions restored, for tests and benchmarks
 }
 
-// unusable is a changelog record the restore cannot use.
-type unusable struct {
-	offset int64
-	err    error
-}
-
-// markBad notes r as its key's latest record, unusable for err.
-func (pl *restorePlan) markBad(r *kgo.Record, err error) {
-	if pl.bad == nil {
-		pl.bad = map[string]unusable{}
-	}
-	pl.bad[string(r.Key)] = unusable{offset: r.Offset, err: err}
-}
-
-// decide settles the plan's unusable records (docs/exactly-once.md, "The
-// snapshot changelog"): a restore must never be lossy
-// because of one. It returns whether the plan is to be dropped for a fold
-// from the log's start, and sets pl.stall when neither is exact:
-//
-//   - A record whose key is no session's (not a session id, not the
-//     checkpoint key) concerns no session: it is skipped.
-//   - An unusable checkpoint record leaves the latest usable one before
-//     it, which is lower: folding from a lower checkpoint is exact (the
-//     fold skips what the restored snapshots reflect).
-//   - An unusable record of a session leaves that session's latest state
-//     unknown. Restoring the others and folding from the checkpoint would
-//     lose what the session did before it; folding the partition from the
-//     log's start is exact only when the log still holds everything (its
-//     start is offset 0) and no session of the partition was archived
-//     (the fold would bring it back). Otherwise the partition stalls
-//     with the alert, as for a changelog beyond the log.
-//   - With no usable checkpoint at all, the restore folds from 0, which
-//     is exact only from a log that starts at 0: otherwise it stalls.
-func (pl *restorePlan) decide(topic string, id int32) (fromStart bool) {
-	var sessions []string
-	for k, u := range pl.bad {
-		switch {
-		case k == changelog.CheckpointKey, !fsm.ValidSessionID(k):
-		default:
-			sessions = append(sessions, fmt.Sprintf("%q at offset %d (%v)", cut(k), u.offset, u.err))
-		}
-	}
-	if len(pl.bad) > 0 && len(sessions) == 0 && (pl.latest.HasCheckpoint || pl.eventStart == 0) {
-		return false // every unusable record skipped exactly
-	}
-	if len(sessions) == 0 && len(pl.bad) == 0 {
-		return false
-	}
-	sort.Strings(sessions)
-	if pl.eventStart == 0 && len(pl.latest.Archived) == 0 {
-		return true
-	}
-	what := "no usable checkpoint record"
-	if len(sessions) > 0 {
-		what = fmt.Sprintf("%d session(s) whose latest record cannot be used: %s", len(sessions), strings.Join(sessions[:min(3, len(sessions))], "; "))
-	}
-	pl.stall = fmt.Sprintf("the changelog's partition %d has %s; restoring without it would lose what the session did before the log's start %d (retention), and folding from the start would lose every session that began before it or bring back %d archived ones: run the build that wrote it (a newer snapshot format), restore Redis from a copy, or set CORREX_CHANGELOG=false and restart to fold from the log's start knowing what left the log is lost (topic %s)",
-		id, what, pl.eventStart, len(pl.latest.Archived), topic)
-	return false
-}
-
-func cut(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
-
-// usableRecord decodes a changelog record read at r's place, and checks
-// that it is the system's and holds what its place says
-// (docs/security.md, "System records"):
-// at or above the line it carries a MAC that verifies under the system
-// key (a nil keys checks none); a snapshot's or an archived record's
-// position is on the record's own partition, which is its key's (of the
-// events topic's n partitions), and below the events log's end (a
-// position beyond it would make the fold skip the session's next events).
-//
-// The position is not compared with the changelog's checkpoint: a
-// snapshot produced after the latest checkpoint record (its batch's
-// checkpoint record not produced yet, the writer stopped) legitimately
-// reflects events past it.
-func usableRecord(r *kgo.Record, keys *systemkey.Keys, part kgo.TopicPartitioner, n int, eventEnd int64) (changelog.Record, error) {
-	rec, err := changelog.DecodeRecord(r)
-	if err != nil {
-		return rec, err
-	}
-	if keys.ChangelogSigned(r.Partition, r.Offset) && !keys.Verify(r) {
-		return rec, fmt.Errorf("not the system's: no %s that verifies under the system key", systemkey.Header)
-	}
-	if rec.Kind == changelog.KindCheckpoint {
-		return rec, nil
-	}
-	switch {
-	case rec.Position.Partition != r.Partition:
-		return rec, fmt.Errorf("position %s on changelog partition %d", rec.Position, r.Partition)
-	case n > 0 && int32(part.Partition(r, n)) != r.Partition:
-		return rec, fmt.Errorf("key %q belongs to partition %d of %d, not %d", cut(rec.SessionID), part.Partition(r, n), n, r.Partition)
-	case rec.Position.Offset >= eventEnd:
-		return rec, fmt.Errorf("position %s at or beyond the log's end %d", rec.Position, eventEnd)
-	}
-	return rec, nil
-}
-
-// prepare decodes each kept snapshot once (the changelog's read took only
-// its head) and builds what writeRestore writes. A snapshot that does not
-// decode is its session's unusable latest record (markBad, decide).
-func (pl *restorePlan) prepare(timeouts fsm.Timeouts, forcedGrace time.Duration) error {
-	ids := make([]string, 0, len(pl.latest.Snapshots))
-	for sid := range pl.latest.Snapshots {
-		ids = append(ids, sid)
-	}
-	sort.Strings(ids)
-	pl.entries = make([]snapshot.Entry, len(ids))
-	pl.armed = make([]projstore.ArmedDeadline, len(ids))
-	pl.links = nil
-	var s snapshot.Snapshot
-	pl.entries, pl.armed = pl.entries[:0], pl.armed[:0]
-	for _, sid := range ids {
-		rec := pl.latest.Snapshots[sid]
-		if err := snapshot.Decode(rec.Snapshot, &s); err != nil {
-			if pl.bad == nil {
-				pl.bad = map[string]unusable{}
-			}
-			pl.bad[sid] = unusable{offset: -1, err: fmt.Errorf("its kept snapshot does not decode: %w", err)}
-			continue
-		}
-		pl.entries = append(pl.entries, snapshot.Entry{SessionID: sid, Data: rec.Snapshot})
-		pl.armed = append(pl.armed, armedOf(&s, timeouts, forcedGrace))
-		if par := s.ParentSessionID; par != "" && par != s.ID && fsm.ValidSessionID(par) && !s.Terminal() {
-			pl.links = append(pl.links, projstore.ChildLink{Parent: par, Child: s.ID})
-		}
-	}
-	pl.tombs = pl.tombs[:0]
-	for sid := range pl.latest.Archived {
-		t := projstore.Tombstone{SessionID: sid}
-		if f, ok := pl.latest.Finals[sid]; ok { // a record from before tombstones says only that it was archived
-			t.State, _ = fsm.ParseState(f.State)
-			t.Version = f.Version
-			if f.EndedMs > 0 {
-				t.Ended = time.UnixMilli(f.EndedMs).UTC()
-			}
-		}
-		pl.tombs = append(pl.tombs, t)
-	}
-	return nil
-}
-
-// usable reports whether the plan restores (a changelog checkpoint to
-// fold from, within the events log).
-func (pl *restorePlan) usable() bool {
-	return pl != nil && pl.stall == "" && pl.latest.HasCheckpoint && pl.latest.Checkpoint.Offset > 0
+func newRestorer(cfg Config, changelog string, adm *kadm.Client, store Store, auth *systemAuth, st *state,
+	obs Observer, log *slog.Logger, crash *crashPoints, restores *atomic.Int64) *restorer {
+	return &restorer{cfg: cfg, changelog: changelog, adm: adm, store: store, auth: auth, st: st,
+		obs: obs, log: log, crash: crash, restores: restores}
 }
 
 // restoreBounds is what a restore plan needs from Kafka besides the
@@ -249,13 +90,13 @@ type restoreBounds struct {
 
 // listRestoreBounds lists the offsets planRestore reads (two requests,
 // whatever the number of partitions).
-func (p *Projector) listRestoreBounds(ctx context.Context) (restoreBounds, error) {
+func (rs *restorer) listRestoreBounds(ctx context.Context) (restoreBounds, error) {
 	var b restoreBounds
 	var err error
-	if b.starts, err = p.adm.ListStartOffsets(ctx, p.cfg.Topic); err != nil {
+	if b.starts, err = rs.adm.ListStartOffsets(ctx, rs.cfg.Topic); err != nil {
 		return b, err
 	}
-	b.ends, err = p.adm.ListEndOffsets(ctx, p.cfg.Topic, p.flush.changelog)
+	b.ends, err = rs.adm.ListEndOffsets(ctx, rs.cfg.Topic, rs.changelog)
 	return b, err
 }
 
@@ -264,17 +105,17 @@ func (p *Projector) listRestoreBounds(ctx context.Context) (restoreBounds, error
 // It returns nil when the changelog is off, or when a record it cannot use
 // makes a fold from 0 the exact choice (decide: the log still holds all
 // of the partition); a plan with stall set when neither is exact.
-func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) (*restorePlan, error) {
-	if p.flush.changelog == "" {
+func (rs *restorer) planRestore(ctx context.Context, id int32, b restoreBounds) (*restorePlan, error) {
+	if rs.changelog == "" {
 		return nil, nil
 	}
-	topic := p.flush.changelog
+	topic := rs.changelog
 	starts, ends := b.starts, b.ends
 	pl := &restorePlan{}
-	if s, ok := starts.Lookup(p.cfg.Topic, id); ok && s.Err == nil {
+	if s, ok := starts.Lookup(rs.cfg.Topic, id); ok && s.Err == nil {
 		pl.eventStart = s.Offset
 	}
-	e, ok := ends.Lookup(p.cfg.Topic, id)
+	e, ok := ends.Lookup(rs.cfg.Topic, id)
 	if !ok || e.Err != nil {
 		return nil, fmt.Errorf("the events topic's end offset of partition %d: %v", id, e.Err)
 	}
@@ -285,9 +126,9 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 	}
 	if ce.Offset > 0 {
 		start := time.Now()
-		err := p.readChangelog(ctx, id, ce.Offset, int(len(ends[p.cfg.Topic])), pl)
+		err := rs.readChangelog(ctx, id, ce.Offset, int(len(ends[rs.cfg.Topic])), pl)
 		if err == nil && pl.latest.HasCheckpoint {
-			err = pl.prepare(p.cfg.Timeouts, p.cfg.ForcedGrace)
+			err = pl.prepare(rs.cfg.Timeouts, rs.cfg.ForcedGrace)
 		}
 		pl.read = time.Since(start)
 		if err != nil {
@@ -296,10 +137,10 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 	}
 	if len(pl.bad) > 0 {
 		for k, u := range pl.bad {
-			p.log.Error("a changelog record the restore cannot use", "partition", id, "key", cut(k), "offset", u.offset, "err", u.err)
+			rs.log.Error("a changelog record the restore cannot use", "partition", id, "key", cut(k), "offset", u.offset, "err", u.err)
 		}
 		if pl.decide(topic, id) {
-			p.log.Warn("folding the partition from the start of the log instead (the log still holds all of it)", "partition", id)
+			rs.log.Warn("folding the partition from the start of the log instead (the log still holds all of it)", "partition", id)
 			return nil, nil
 		}
 		if pl.stall != "" {
@@ -325,11 +166,11 @@ func (p *Projector) planRestore(ctx context.Context, id int32, b restoreBounds) 
 // end into pl.latest, with a client of its own. A record it cannot use
 // (usableRecord) is noted in pl.bad until a usable record of its key
 // follows (the one compaction would keep), and the reading goes on.
-func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, n int, pl *restorePlan) error {
-	topic := p.flush.changelog
-	keys := p.auth.loaded()
-	part := kafka.Partitioner().ForTopic(p.cfg.Topic)
-	cl, err := kgo.NewClient(append(p.cfg.Kafka.Opts(),
+func (rs *restorer) readChangelog(ctx context.Context, id int32, end int64, n int, pl *restorePlan) error {
+	topic := rs.changelog
+	keys := rs.auth.loaded()
+	part := kafka.Partitioner().ForTopic(rs.cfg.Topic)
+	cl, err := kgo.NewClient(append(rs.cfg.Kafka.Opts(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {id: kgo.NewOffset().AtStart()}}),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.FetchMaxPartitionBytes(16<<20),
@@ -378,17 +219,17 @@ func (p *Projector) readChangelog(ctx context.Context, id int32, end int64, n in
 // in the children index (a cascade then reaches it, as after its
 // SessionCreated: cascade.go's familyOf), writes the archived sessions'
 // tombstones, then reports how many snapshots it wrote.
-func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan) (int, error) {
+func (rs *restorer) writeRestore(ctx context.Context, id int32, pl *restorePlan) (int, error) {
 	for from := 0; from < len(pl.entries); from += restoreChunk {
 		to := min(from+restoreChunk, len(pl.entries))
-		if err := retry(ctx, p.log, "writing the restored snapshots", func(ctx context.Context) error {
-			_, err := p.store.PutBatch(ctx, pl.entries[from:to])
+		if err := retry(ctx, rs.log, "writing the restored snapshots", func(ctx context.Context) error {
+			_, err := rs.store.PutBatch(ctx, pl.entries[from:to])
 			return err
 		}, "partition", id); err != nil {
 			return 0, err
 		}
-		if err := retry(ctx, p.log, "arming the restored snapshots' deadlines", func(ctx context.Context) error {
-			_, err := p.store.ArmDeadlines(ctx, p.cfg.Topic, map[int32][]projstore.ArmedDeadline{id: pl.armed[from:to]})
+		if err := retry(ctx, rs.log, "arming the restored snapshots' deadlines", func(ctx context.Context) error {
+			_, err := rs.store.ArmDeadlines(ctx, rs.cfg.Topic, map[int32][]projstore.ArmedDeadline{id: pl.armed[from:to]})
 			return err
 		}, "partition", id); err != nil {
 			return 0, err
@@ -396,16 +237,16 @@ func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan)
 	}
 	for from := 0; from < len(pl.tombs); from += restoreChunk {
 		tombs := pl.tombs[from:min(from+restoreChunk, len(pl.tombs))]
-		if err := retry(ctx, p.log, "writing the archived sessions' tombstones", func(ctx context.Context) error {
-			return p.store.PutTombstones(ctx, id, tombs)
+		if err := retry(ctx, rs.log, "writing the archived sessions' tombstones", func(ctx context.Context) error {
+			return rs.store.PutTombstones(ctx, id, tombs)
 		}, "partition", id); err != nil {
 			return 0, err
 		}
 	}
 	for from := 0; from < len(pl.links); from += restoreChunk {
 		links := pl.links[from:min(from+restoreChunk, len(pl.links))]
-		if err := retry(ctx, p.log, "linking the restored children to their parents", func(ctx context.Context) error {
-			return p.store.AddChildren(ctx, links)
+		if err := retry(ctx, rs.log, "linking the restored children to their parents", func(ctx context.Context) error {
+			return rs.store.AddChildren(ctx, links)
 		}, "partition", id); err != nil {
 			return 0, err
 		}
@@ -418,18 +259,18 @@ func (p *Projector) writeRestore(ctx context.Context, id int32, pl *restorePlan)
 // writes the snapshots, then stores the changelog's checkpoint and reads
 // it back. again is set when Redis lost the reset meanwhile: the caller
 // starts over from the reset. A simulated crash returns errCrashed.
-func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restorePlan) (cp snapshot.Checkpoint, again bool, err error) {
+func (rs *restorer) restoreAfterReset(ctx context.Context, id int32, pl *restorePlan) (cp snapshot.Checkpoint, again bool, err error) {
 	start := time.Now()
-	n, err := p.writeRestore(ctx, id, pl)
+	n, err := rs.writeRestore(ctx, id, pl)
 	if err != nil {
 		return cp, false, err
 	}
-	if p.crash.at(crashRestoreWritten) {
+	if rs.crash.at(crashRestoreWritten) {
 		return cp, false, errCrashed
 	}
 	want := snapshot.Checkpoint{Partition: id, Offset: pl.latest.Checkpoint.Offset, HighWatermark: pl.latest.Checkpoint.HighWatermark, Expected: true}
-	err = retry(ctx, p.log, "storing the restored partition's checkpoint", func(ctx context.Context) error {
-		prev, err := p.store.SaveCheckpoints(ctx, p.cfg.Topic, []snapshot.Checkpoint{want}, time.Now())
+	err = retry(ctx, rs.log, "storing the restored partition's checkpoint", func(ctx context.Context) error {
+		prev, err := rs.store.SaveCheckpoints(ctx, rs.cfg.Topic, []snapshot.Checkpoint{want}, time.Now())
 		if err != nil {
 			return err
 		}
@@ -437,7 +278,7 @@ func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restore
 			again = true
 			return nil
 		}
-		cps, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+		cps, err := rs.store.Checkpoints(ctx, rs.cfg.Topic)
 		if err != nil {
 			return err
 		}
@@ -453,18 +294,18 @@ func (p *Projector) restoreAfterReset(ctx context.Context, id int32, pl *restore
 		return cp, again, err
 	}
 	defer func() {
-		if p.crash.at(crashRestoreCheckpoint) {
+		if rs.crash.at(crashRestoreCheckpoint) {
 			cp, err = snapshot.Checkpoint{}, errCrashed
 		}
 	}()
-	p.log.Info("restored the partition from the changelog", "partition", id, "sessions", n, "records", pl.records,
+	rs.log.Info("restored the partition from the changelog", "partition", id, "sessions", n, "records", pl.records,
 		"checkpoint", cp.Offset, "read", pl.read, "written", time.Since(start))
-	if r, ok := p.obs.(interface {
+	if r, ok := rs.obs.(interface {
 		Restored(partition int32, sessions int, gap bool)
 	}); ok {
 		r.Restored(id, n, pl.gap != "")
 	}
-	p.restores.Add(1)
+	rs.restores.Add(1)
 	return cp, false, nil
 }
 
@@ -487,8 +328,8 @@ type restoreNote struct{ stall, gap string }
 // is written (a partition's delete reads the header of every stored
 // snapshot, so deleting after another partition's restore would read all
 // of that one's too); then the partitions are written side by side.
-func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int32]snapshot.Checkpoint) (map[int32]restoreNote, error) {
-	if p.flush.changelog == "" {
+func (rs *restorer) restoreOnStart(ctx context.Context, ids []int32, cps map[int32]snapshot.Checkpoint) (map[int32]restoreNote, error) {
+	if rs.changelog == "" {
 		return nil, nil
 	}
 	var todo []int32
@@ -500,14 +341,14 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 	if len(todo) == 0 {
 		return nil, nil
 	}
-	bounds, err := p.listRestoreBounds(ctx)
+	bounds, err := rs.listRestoreBounds(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
 	plans := make(map[int32]*restorePlan, len(todo))
 	if err := sideBySide(todo, func(id int32) error {
-		pl, err := p.planRestore(ctx, id, bounds)
+		pl, err := rs.planRestore(ctx, id, bounds)
 		mu.Lock()
 		plans[id] = pl
 		mu.Unlock()
@@ -525,29 +366,23 @@ func (p *Projector) restoreOnStart(ctx context.Context, ids []int32, cps map[int
 			restore = append(restore, id)
 		}
 	}
-	defer func() {
-		p.mu.Lock()
-		for _, id := range restore {
-			p.stalls.restored(id)
-		}
-		p.mu.Unlock()
-	}()
-	p.mu.Lock()
+	defer rs.st.restored(restore)
+	why := make(map[int32]string, len(restore))
 	for _, id := range restore {
 		pl := plans[id]
-		p.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.entries), pl.latest.Checkpoint.Offset))
+		why[id] = fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.entries), pl.latest.Checkpoint.Offset)
 	}
-	p.mu.Unlock()
+	rs.st.restoring(why)
 	for _, id := range restore {
 		if cps[id].RebuildUntil == 0 {
-			if err := p.resetForRestore(ctx, id, plans[id]); err != nil {
+			if err := rs.resetForRestore(ctx, id, plans[id]); err != nil {
 				return nil, err
 			}
 		}
 	}
 	if err := sideBySide(restore, func(id int32) error {
 		pl := plans[id]
-		cp, again, err := p.restoreAfterReset(ctx, id, pl)
+		cp, again, err := rs.restoreAfterReset(ctx, id, pl)
 		if errors.Is(err, errCrashed) {
 			return final(err)
 		}
@@ -602,24 +437,24 @@ const restoreParallel = 8
 // resetForRestore resets partition id's checkpoint to 0 with the rebuild
 // mark (the events log's end as pl read it), deletes its snapshots and
 // deadlines, and reads the reset back, as a rebuild does.
-func (p *Projector) resetForRestore(ctx context.Context, id int32, pl *restorePlan) error {
+func (rs *restorer) resetForRestore(ctx context.Context, id int32, pl *restorePlan) error {
 	until := max(pl.eventEnd, 1)
-	if err := p.store.ResetCheckpoint(ctx, p.cfg.Topic, id, until, time.Now()); err != nil {
+	if err := rs.store.ResetCheckpoint(ctx, rs.cfg.Topic, id, until, time.Now()); err != nil {
 		return err
 	}
-	if p.crash.at(crashRebuildReset) {
+	if rs.crash.at(crashRebuildReset) {
 		return final(errCrashed)
 	}
-	if _, err := p.store.DeletePartition(ctx, id); err != nil {
+	if _, err := rs.store.DeletePartition(ctx, id); err != nil {
 		return err
 	}
-	if err := p.store.DeleteDeadlines(ctx, p.cfg.Topic, id); err != nil {
+	if err := rs.store.DeleteDeadlines(ctx, rs.cfg.Topic, id); err != nil {
 		return err
 	}
-	if p.crash.at(crashRebuildDeleted) {
+	if rs.crash.at(crashRebuildDeleted) {
 		return final(errCrashed)
 	}
-	now, err := p.store.Checkpoints(ctx, p.cfg.Topic)
+	now, err := rs.store.Checkpoints(ctx, rs.cfg.Topic)
 	if err != nil {
 		return err
 	}

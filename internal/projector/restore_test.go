@@ -189,7 +189,7 @@ func TestStartWaitsForItsTopics(t *testing.T) {
 			var assignedAt time.Time
 			e.kc.SleepControl(func() {
 				testwait.Eventually(30*time.Second, func() bool {
-					if p := started.Load(); assignedAt.IsZero() && p != nil && p.assigned.Load() > 0 {
+					if p := started.Load(); assignedAt.IsZero() && p != nil && p.st.assigned.Load() > 0 {
 						assignedAt = time.Now()
 					}
 					return lookedUp.Load() || (!assignedAt.IsZero() && time.Since(assignedAt) > time.Second)

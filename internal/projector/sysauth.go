@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/systemkey"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // systemAuth holds the system key (internal/systemkey, docs/security.md) once
@@ -54,31 +57,32 @@ func (a *systemAuth) loaded() *systemkey.Keys {
 // loadSystemKey loads the system key: CORREX_SYSTEM_KEY_FILE's keys, else
 // the one kept in <topic>.system (created once), with the line in either
 // case (systemkey.Ensure).
-func (p *Projector) loadSystemKey(ctx context.Context) (*systemkey.Keys, error) {
-	src := systemkey.Source{Kafka: p.cfg.Kafka, Events: p.cfg.Topic, Create: true}
-	if p.cfg.ChangelogEnabled {
-		src.Changelog = changelog.Topic(p.cfg.Topic)
+func loadSystemKey(ctx context.Context, cfg Config, adm *kadm.Client, cl *kgo.Client) (*systemkey.Keys, error) {
+	src := systemkey.Source{Kafka: cfg.Kafka, Events: cfg.Topic, Create: true}
+	if cfg.ChangelogEnabled {
+		src.Changelog = changelog.Topic(cfg.Topic)
 	}
-	if p.cfg.SystemKeyFile != "" {
-		keys, err := systemkey.LoadFile(p.cfg.SystemKeyFile)
+	if cfg.SystemKeyFile != "" {
+		keys, err := systemkey.LoadFile(cfg.SystemKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errKeyFile, err)
 		}
 		src.File = keys
 	}
-	k, err := systemkey.Ensure(ctx, p.adm, p.cl, src)
+	k, err := systemkey.Ensure(ctx, adm, cl, src)
 	if err != nil {
-		return nil, fmt.Errorf("the system key (%s): %w", systemkey.Topic(p.cfg.Topic), err)
+		return nil, fmt.Errorf("the system key (%s): %w", systemkey.Topic(cfg.Topic), err)
 	}
 	return k, nil
 }
 
-// startAuth loads the system key (loadSystemKey), waiting out Kafka's
-// errors as ensureTopics does; a bad CORREX_SYSTEM_KEY_FILE stops Run.
-func (p *Projector) startAuth(ctx context.Context) error {
+// start loads the system key (loadSystemKey) through the projector's
+// clients and publishes it, waiting out Kafka's errors as ensureTopics
+// does; a bad CORREX_SYSTEM_KEY_FILE stops Run.
+func (a *systemAuth) start(ctx context.Context, cfg Config, adm *kadm.Client, cl *kgo.Client, log *slog.Logger) error {
 	var k *systemkey.Keys
-	err := retry(ctx, p.log, "loading the system key", func(ctx context.Context) (err error) {
-		if k, err = p.loadSystemKey(ctx); err != nil && p.cfg.SystemKeyFile != "" && errors.Is(err, errKeyFile) {
+	err := retry(ctx, log, "loading the system key", func(ctx context.Context) (err error) {
+		if k, err = loadSystemKey(ctx, cfg, adm, cl); err != nil && cfg.SystemKeyFile != "" && errors.Is(err, errKeyFile) {
 			return final(err)
 		}
 		return err
@@ -86,8 +90,8 @@ func (p *Projector) startAuth(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.log.Info("system records are signed and checked from the line on", "line", k.Line().String(),
-		"key", map[bool]string{true: "CORREX_SYSTEM_KEY_FILE", false: systemkey.Topic(p.cfg.Topic)}[p.cfg.SystemKeyFile != ""])
-	p.auth.set(k)
+	log.Info("system records are signed and checked from the line on", "line", k.Line().String(),
+		"key", map[bool]string{true: "CORREX_SYSTEM_KEY_FILE", false: systemkey.Topic(cfg.Topic)}[cfg.SystemKeyFile != ""])
+	a.set(k)
 	return nil
 }

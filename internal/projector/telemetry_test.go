@@ -550,13 +550,13 @@ func TestAlertedMetricsFromTheStart(t *testing.T) {
 
 	p := New(Config{}, nil, WithObserver(obs))
 	stalled := func() float64 { return scrapeSeries(t, tel, "correx_projector_stalled")[""] }
-	p.stalls.stall(3, "a checkpoint beyond the end of the log")
-	p.stalls.stall(5, "a checkpoint beyond the end of the log")
-	p.stalls.rebuild(7, "Redis lost the checkpoint") // a rebuild is no stall
+	p.st.stalls.stall(3, "a checkpoint beyond the end of the log")
+	p.st.stalls.stall(5, "a checkpoint beyond the end of the log")
+	p.st.stalls.rebuild(7, "Redis lost the checkpoint") // a rebuild is no stall
 	if got := stalled(); got != 2 {
 		t.Errorf("correx_projector_stalled with partitions 3 and 5 stalled: %v, want 2", got)
 	}
-	p.stalls.clear(3)
+	p.st.stalls.clear(3)
 	if got := stalled(); got != 1 {
 		t.Errorf("correx_projector_stalled after partition 3 was cleared: %v, want 1", got)
 	}
@@ -578,14 +578,14 @@ func TestLagLeavesWithThePartition(t *testing.T) {
 	defer obs.Close()
 	p := New(Config{}, nil, WithObserver(obs))
 	for _, id := range []int32{1, 2} {
-		p.addPartition(id)
+		p.st.addPartition(id)
 		obs.Checkpointed(snapshot.Checkpoint{Partition: id, Offset: 10, HighWatermark: 10 + 100*int64(id)})
 	}
 	want := map[string]float64{`messaging_destination_partition_id="1"`: 100, `messaging_destination_partition_id="2"`: 200}
 	if got := scrapeSeries(t, tel, "correx_projector_lag"); !maps.Equal(got, want) {
 		t.Fatalf("correx_projector_lag: %v, want %v", got, want)
 	}
-	p.drop([]int32{1})
+	p.st.drop([]int32{1})
 	delete(want, `messaging_destination_partition_id="1"`)
 	if got := scrapeSeries(t, tel, "correx_projector_lag"); !maps.Equal(got, want) {
 		t.Errorf("correx_projector_lag after partition 1 left: %v, want %v", got, want)

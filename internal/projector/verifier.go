@@ -153,7 +153,11 @@ type VerifyStats struct {
 // session that began before the topic's partition count grew, and whose
 // key hashes to another partition now, is not judged.
 type verifier struct {
-	p      *Projector
+	topic string
+	st    *state // the partition count and the stalls, under st.mu
+	// rm is the store's read model (checkpoints, tombstones); store what
+	// the verifier needs beyond it.
+	rm     Store
 	store  verifyStore
 	obs    verifyObserver
 	log    *slog.Logger
@@ -182,20 +186,20 @@ func (nopVerifyObserver) VerifyCycle(d time.Duration) {}
 
 // newVerifier returns the projector's verifier, or nil when it is off
 // (Config.VerifyRate 0) or the store cannot run it.
-func newVerifier(p *Projector) *verifier {
-	if p.cfg.VerifyRate <= 0 {
+func newVerifier(cfg Config, store Store, st *state, auth *systemAuth, obs Observer, log *slog.Logger) *verifier {
+	if cfg.VerifyRate <= 0 {
 		return nil
 	}
-	vs, ok := p.store.(verifyStore)
+	vs, ok := store.(verifyStore)
 	if !ok {
-		p.log.Warn("the store cannot run the background verifier: it is off")
+		log.Warn("the store cannot run the background verifier: it is off")
 		return nil
 	}
-	v := &verifier{p: p, store: vs, obs: nopVerifyObserver{}, log: p.log.With("verify", "background"),
-		rate: p.cfg.VerifyRate, repair: p.cfg.VerifyRepair, owned: map[int32]bool{},
-		reader: &sessionlog.Reader{Kafka: p.cfg.Kafka, Topic: p.cfg.Topic,
-			Decode: func(r *kgo.Record, e *fsm.Event) error { return p.auth.loaded().DecodeEvent(r, e) }}}
-	if o, ok := p.obs.(verifyObserver); ok {
+	v := &verifier{topic: cfg.Topic, st: st, rm: store, store: vs, obs: nopVerifyObserver{}, log: log.With("verify", "background"),
+		rate: cfg.VerifyRate, repair: cfg.VerifyRepair, owned: map[int32]bool{},
+		reader: &sessionlog.Reader{Kafka: cfg.Kafka, Topic: cfg.Topic,
+			Decode: func(r *kgo.Record, e *fsm.Event) error { return auth.loaded().DecodeEvent(r, e) }}}
+	if o, ok := obs.(verifyObserver); ok {
 		v.obs = o
 	}
 	return v
@@ -324,7 +328,7 @@ func (v *verifier) publish(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := v.store.PublishVerify(pctx, v.p.cfg.Topic, d); err != nil {
+	if err := v.store.PublishVerify(pctx, v.topic, d); err != nil {
 		v.log.Warn("publishing the verifier's report", "err", err)
 		v.pmu.Lock()
 		v.pending = mergeDelta(d, v.pending)
@@ -359,15 +363,13 @@ func (v *verifier) cycle(ctx context.Context, pc *pacer, parts []int32) (int, []
 	if len(parts) == 0 {
 		return 0, nil, nil
 	}
-	v.p.mu.Lock()
-	n := v.p.pt.n
-	v.p.mu.Unlock()
+	n := v.st.partitionCount()
 	if n <= 0 {
 		return 0, nil, nil
 	}
 	// Only the partitions ready to verify (see partition) are listed:
 	// while every one catches up, a cycle reads nothing more.
-	cps, err := v.p.store.Checkpoints(ctx, v.p.cfg.Topic)
+	cps, err := v.rm.Checkpoints(ctx, v.topic)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -388,7 +390,7 @@ func (v *verifier) cycle(ctx context.Context, pc *pacer, parts []int32) (int, []
 	if len(want) == 0 {
 		return 0, nil, nil
 	}
-	part := kafka.Partitioner().ForTopic(v.p.cfg.Topic)
+	part := kafka.Partitioner().ForTopic(v.topic)
 	stored := map[int32][]string{}
 	var rec kgo.Record
 	err = v.store.SessionIDs(ctx, func(id string) {
@@ -424,11 +426,7 @@ func (v *verifier) cycle(ctx context.Context, pc *pacer, parts []int32) (int, []
 // log, a bad changelog record), being rebuilt or being restored: its read
 // model is then not the fold of the log the verifier would read, and
 // judging it against that log would report, and repair, what is not wrong.
-func (v *verifier) paused(id int32) bool {
-	v.p.mu.Lock()
-	defer v.p.mu.Unlock()
-	return v.p.stalls.paused(id)
-}
+func (v *verifier) paused(id int32) bool { return v.st.paused(id) }
 
 // verifiable tells whether partition id is ready to verify: it has a
 // checkpoint, no rebuild is marked, and it is not catching up (a lag above
@@ -502,7 +500,7 @@ func (v *verifier) advance(ctx context.Context, m *partModel, to int64) error {
 // checkpoint reads the partition's stored checkpoint; errReadModelMoved
 // when there is none, a rebuild is marked, or it is lower than base.
 func (v *verifier) checkpoint(ctx context.Context, id int32, base int64) (int64, error) {
-	cps, err := v.p.store.Checkpoints(ctx, v.p.cfg.Topic)
+	cps, err := v.rm.Checkpoints(ctx, v.topic)
 	if err != nil {
 		return 0, err
 	}
@@ -516,7 +514,7 @@ func (v *verifier) checkpoint(ctx context.Context, id int32, base int64) (int64,
 // partition verifies one partition and returns how many sessions it
 // compared.
 func (v *verifier) partition(ctx context.Context, pc *pacer, id, n int32, part kgo.TopicPartitioner, stored []string) (int, error) {
-	cps, err := v.p.store.Checkpoints(ctx, v.p.cfg.Topic)
+	cps, err := v.rm.Checkpoints(ctx, v.topic)
 	if err != nil {
 		return 0, err
 	}
@@ -632,7 +630,7 @@ func (v *verifier) check(ctx context.Context, m *partModel, sid string) error {
 			continue
 		}
 		if kind == MismatchMissing {
-			ts, err := v.p.store.Tombstones(ctx, []string{sid})
+			ts, err := v.rm.Tombstones(ctx, []string{sid})
 			if err != nil {
 				return err
 			}
