@@ -129,68 +129,41 @@ type stalls struct {
 	held atomic.Int64
 }
 
-// restore marks a partition as being restored from the changelog
-// (reported by /readyz) until restored is called for it.
-func (s *stalls) restore(id int32, why string) {
-	if s.restoring == nil {
-		s.restoring = map[int32]string{}
+// mark sets a partition's reason in one of the maps (made on first use)
+// and republishes the message; unmark removes it, if it is there.
+func (s *stalls) mark(m *map[int32]string, id int32, why string) {
+	if *m == nil {
+		*m = map[int32]string{}
 	}
-	s.restoring[id] = why
+	(*m)[id] = why
 	s.publish()
 }
 
-func (s *stalls) restored(id int32) {
-	if _, ok := s.restoring[id]; ok {
-		delete(s.restoring, id)
+func (s *stalls) unmark(m map[int32]string, id int32) {
+	if _, ok := m[id]; ok {
+		delete(m, id)
 		s.publish()
 	}
 }
+
+// restore marks a partition as being restored from the changelog
+// (reported by /readyz) until restored is called for it.
+func (s *stalls) restore(id int32, why string) { s.mark(&s.restoring, id, why) }
+func (s *stalls) restored(id int32)            { s.unmark(s.restoring, id) }
 
 // gap raises the alert of a partition restored over a gap in the events
 // log; it stays until the partition leaves (clearGap).
-func (s *stalls) gap(id int32, msg string) {
-	if s.gaps == nil {
-		s.gaps = map[int32]string{}
-	}
-	s.gaps[id] = msg
-	s.publish()
-}
-
-func (s *stalls) clearGap(id int32) {
-	if _, ok := s.gaps[id]; ok {
-		delete(s.gaps, id)
-		s.publish()
-	}
-}
+func (s *stalls) gap(id int32, msg string) { s.mark(&s.gaps, id, msg) }
+func (s *stalls) clearGap(id int32)        { s.unmark(s.gaps, id) }
 
 // rebuild marks a partition as being rebuilt (reported by /readyz) until
 // done is called for it.
-func (s *stalls) rebuild(id int32, why string) {
-	if s.rebuilding == nil {
-		s.rebuilding = map[int32]string{}
-	}
-	s.rebuilding[id] = why
-	s.publish()
-}
+func (s *stalls) rebuild(id int32, why string) { s.mark(&s.rebuilding, id, why) }
+func (s *stalls) done(id int32)                { s.unmark(s.rebuilding, id) }
 
-func (s *stalls) done(id int32) {
-	if _, ok := s.rebuilding[id]; ok {
-		delete(s.rebuilding, id)
-		s.publish()
-	}
-}
-
-func (s *stalls) stall(id int32, reason string) {
-	s.byPartition[id] = reason
-	s.publish()
-}
-
-func (s *stalls) clear(id int32) {
-	if _, ok := s.byPartition[id]; ok {
-		delete(s.byPartition, id)
-		s.publish()
-	}
-}
+// stall marks a partition stalled until clear is called for it.
+func (s *stalls) stall(id int32, reason string) { s.mark(&s.byPartition, id, reason) }
+func (s *stalls) clear(id int32)                { s.unmark(s.byPartition, id) }
 
 func (s *stalls) stalled(id int32) bool { return s.byPartition[id] != "" }
 
