@@ -142,6 +142,8 @@ func TestOpenErrors(t *testing.T) {
 		{"ftp://x/y", `unknown scheme "ftp"`},
 		{"file:///nonexistent/dir/for/archive", "no such file"},
 		{"::", "archive URL"},
+		{"file://otherhost/dir", `not one on host "otherhost"`},
+		{"file://", "names no directory"},
 	} {
 		_, err := Open(ctx, tc.url)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

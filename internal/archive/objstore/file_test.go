@@ -50,3 +50,19 @@ func TestFileWriteIsSynced(t *testing.T) {
 	}
 	r.Close()
 }
+
+// TestFileRelativeURL: file://./dir names dir in the working directory.
+func TestFileRelativeURL(t *testing.T) {
+	u, err := url.Parse("file://./archive/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenFile(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := filepath.Abs(filepath.Join("archive", "x"))
+	if b.Dir() != want {
+		t.Errorf("Dir() = %q, want %q", b.Dir(), want)
+	}
+}
