@@ -77,7 +77,8 @@ func TestMakeRunStopsWithStatusZero(t *testing.T) {
 	}
 	master, tty := openPTY(t)
 	var out syncBuffer
-	go func() { _, _ = io.Copy(&out, master) }()
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&out, master); close(copied) }()
 	cmd := exec.Command(makePath, "-s", "-C", "../..", "run",
 		"ARGS=-data-dir= -demo=false -kafka-port 0 -ingest-addr 127.0.0.1:0 -query-addr 127.0.0.1:0 -projector-addr 127.0.0.1:0 -progress 200ms")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
@@ -110,6 +111,12 @@ func TestMakeRunStopsWithStatusZero(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("make run did not stop after Ctrl-C:\n%s", out.String())
+	}
+	// The process has exited, but its last lines may still be on their way
+	// through the terminal: read until the terminal has nothing more.
+	select {
+	case <-copied:
+	case <-time.After(10 * time.Second):
 	}
 	if !strings.Contains(out.String(), "stopped") {
 		t.Errorf("no clean stop in the output:\n%s", out.String())
