@@ -55,7 +55,7 @@ type readModel interface {
 // rebuildStore starts a lost partition's rebuild (recovery.go).
 type rebuildStore interface {
 	ResetCheckpoint(ctx context.Context, topic string, partition int32, until int64, now time.Time) error
-	DeletePartition(ctx context.Context, partition int32) (int, error)
+	DeletePartition(ctx context.Context, partitions ...int32) (int, error)
 	DeleteDeadlines(ctx context.Context, topic string, partition int32) error
 }
 

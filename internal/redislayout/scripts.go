@@ -187,25 +187,28 @@ return out
 `)
 
 // DeletePartitionScript deletes, in one bucket, the snapshots whose position
-// is on a given partition, and their index entries. It reads each snapshot's
-// header with GETRANGE; the snapshot keys are built from the bucket's key
-// base, so they share the bucket's hash tag (one Cluster slot).
+// is on one of the given partitions, and their index entries, reading the
+// bucket's snapshots once whatever the number of partitions. It reads each
+// snapshot's header with GETRANGE; the snapshot keys are built from the
+// bucket's key base, so they share the bucket's hash tag (one Cluster slot).
 //
 //	KEYS[1]   the bucket's state index
 //	KEYS[2]   the bucket's epochs
 //	ARGV[1]   the bucket's snapshot key base ("<prefix>:{bNNN}:s:")
-//	ARGV[2]   the partition
-//	ARGV[3]   the writer's epoch (0: none)
+//	ARGV[2..] pairs: a partition, and the writer's epoch of it (0: none)
 //
-// Returns how many snapshots it deleted, or -1 (nothing deleted) when the
-// writer's epoch is lower than the bucket's epoch of the partition.
-// Tombstones stay: they say what was archived, which a rebuild must not
-// bring back.
+// Returns how many snapshots it deleted, or -i (nothing deleted) when the
+// writer's epoch of the i-th partition (from 1) is lower than the bucket's
+// epoch of it. Tombstones stay: they say what was archived, which a
+// rebuild must not bring back.
 var DeletePartitionScript = redis.NewScript(luaHeader + `
 local names = ` + luaStateNames + `
-local partition = tonumber(ARGV[2])
-local owner = redis.call('HGET', KEYS[2], ARGV[2])
-if tonumber(ARGV[3]) > 0 and owner and tonumber(owner) > tonumber(ARGV[3]) then return -1 end
+local want = {}
+for i = 2, #ARGV, 2 do
+  local owner = redis.call('HGET', KEYS[2], ARGV[i])
+  if tonumber(ARGV[i + 1]) > 0 and owner and tonumber(owner) > tonumber(ARGV[i + 1]) then return -(i / 2) end
+  want[tonumber(ARGV[i])] = true
+end
 local members = redis.call('ZRANGEBYLEX', KEYS[1], '[*:', '[*:\255')
 local n = 0
 for _, m in ipairs(members) do
@@ -214,7 +217,7 @@ for _, m in ipairs(members) do
   local h = redis.call('GETRANGE', key, 0, 13)
   if #h == 14 then
     local p, _, st = header(h)
-    if p == partition then
+    if want[p] then
       redis.call('DEL', key)
       if names[st] then
         redis.call('ZREM', KEYS[1], m, names[st] .. ':' .. id)

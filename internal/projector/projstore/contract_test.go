@@ -96,6 +96,31 @@ var contract = []struct {
 			t.Fatalf("second delete: %d %v", n, err)
 		}
 	}},
+	{"delete several partitions' snapshots in one call", func(t *testing.T, newStore func(*testing.T) Store) {
+		st := newStore(t)
+		ctx := t.Context()
+		var batch []*snapshot.Snapshot
+		for i := range 400 {
+			batch = append(batch, snapIn(t, fmt.Sprintf("m-%d", i), []fsm.State{fsm.StateActive, fsm.StateCompleted}[i%2], int32(i%4), int64(i)))
+		}
+		put(t, st, batch...)
+		if n, err := st.DeletePartition(ctx); err != nil || n != 0 {
+			t.Fatalf("a delete of no partition: %d %v", n, err)
+		}
+		n, err := st.DeletePartition(ctx, 3, 1)
+		if err != nil || n != 200 {
+			t.Fatalf("deleted %d of partitions 1 and 3: %v, want 200", n, err)
+		}
+		for i := range 400 {
+			_, err := st.Get(ctx, fmt.Sprintf("m-%d", i))
+			if gone := errors.Is(err, snapshot.ErrNotFound); gone != (i%4 == 1 || i%4 == 3) {
+				t.Fatalf("m-%d (partition %d): %v", i, i%4, err)
+			}
+		}
+		if counts, _ := st.Count(ctx); counts.Total != 200 || counts.ByState[fsm.StateActive]+counts.ByState[fsm.StateCompleted] != 200 {
+			t.Fatalf("index after the delete: %+v", counts)
+		}
+	}},
 	{"children", func(t *testing.T, newStore func(*testing.T) Store) {
 		st := newStore(t)
 		ctx := t.Context()

@@ -2,6 +2,7 @@ package projstore_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,10 +64,12 @@ func TestStaleOwnerWritesNothing(t *testing.T) {
 	for name, err := range map[string]error{
 		"forget":           second(old.Forget(ctx, "ev", 0, []projstore.Archived{{SessionID: "o-1", Position: snapshot.Position{Partition: 0, Offset: 5}}})),
 		"delete partition": second(old.DeletePartition(ctx, 0)),
-		"delete deadlines": old.DeleteDeadlines(ctx, "ev", 0),
-		"reset checkpoint": old.ResetCheckpoint(ctx, "ev", 0, 10, t0),
-		"remove fired":     second(old.RemoveFired(ctx, "ev", 0, armed[0])),
-		"tombstones":       old.PutTombstones(ctx, 0, []projstore.Tombstone{{SessionID: "o-9", State: fsm.StateCompleted}}),
+		// Partition 1 is still the old owner's, 0 no longer: nothing of either is deleted.
+		"delete partitions": second(old.DeletePartition(ctx, 1, 0)),
+		"delete deadlines":  old.DeleteDeadlines(ctx, "ev", 0),
+		"reset checkpoint":  old.ResetCheckpoint(ctx, "ev", 0, 10, t0),
+		"remove fired":      second(old.RemoveFired(ctx, "ev", 0, armed[0])),
+		"tombstones":        old.PutTombstones(ctx, 0, []projstore.Tombstone{{SessionID: "o-9", State: fsm.StateCompleted}}),
 	} {
 		if !errors.Is(err, projstore.ErrNotOwner) {
 			t.Errorf("the old owner's %s: %v, want ErrNotOwner", name, err)
@@ -74,6 +77,12 @@ func TestStaleOwnerWritesNothing(t *testing.T) {
 	}
 	if s, err := cur.Get(ctx, "o-1"); err != nil || s.Position.Offset != 5 {
 		t.Fatalf("o-1 after the stale owner's removal: %+v %v", s, err)
+	}
+	if s, err := cur.Get(ctx, "o-3"); err != nil || s.Position.Partition != 1 {
+		t.Fatalf("o-3 (partition 1) after the stale owner's delete of partitions 1 and 0: %+v %v, want it kept", s, err)
+	}
+	if _, err := old.DeletePartition(ctx, 1, 0); err == nil || !strings.Contains(err.Error(), "partition 0,") {
+		t.Fatalf("the old owner's delete of partitions 1 and 0: %v, want ErrNotOwner naming partition 0", err)
 	}
 	// The new owner writes.
 	if res := put(t, cur, snap(t, "o-1", 0, 12)); res.Written != 1 {

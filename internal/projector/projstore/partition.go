@@ -3,6 +3,7 @@ package projstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/correx/sessions/internal/redislayout"
@@ -36,22 +37,35 @@ func (s *Store) ResetCheckpoint(ctx context.Context, topic string, partition int
 	return nil
 }
 
-// DeletePartition deletes every stored snapshot whose position is on
-// partition, with its index entries, and returns how many it deleted. A
-// projector that finds its partition's checkpoint gone (Redis emptied) calls
+// DeletePartition deletes every stored snapshot whose position is on one
+// of partitions, with its index entries, and returns how many it deleted. A
+// projector that finds a partition's checkpoint gone (Redis emptied) calls
 // it, after ResetCheckpoint, before folding the partition again from the
 // earliest offset: snapshots
 // written after the loss may have been folded without the history Redis
 // lost, and the skip rule would otherwise protect them from the rebuild. It
-// reads every bucket (one script call each, pipelined); it is for that rare
-// recovery, not for routine use. A Store that no longer owns the
-// partition (epoch.go) deletes nothing (ErrNotOwner). The partition's
-// tombstones stay: what was archived stays archived.
-func (s *Store) DeletePartition(ctx context.Context, partition int32) (int, error) {
+// reads every bucket once (one script call each, pipelined), whatever the
+// number of partitions: a projector that lost several partitions at once
+// deletes them in one call, rather than reading every stored snapshot once
+// per partition. It is for that rare recovery, not for routine use. A
+// Store that no longer owns one of the partitions (epoch.go) deletes
+// nothing (ErrNotOwner). The partitions' tombstones stay: what was archived
+// stays archived.
+func (s *Store) DeletePartition(ctx context.Context, partitions ...int32) (int, error) {
+	if len(partitions) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 1+2*len(partitions))
+	args = append(args, "")
+	for _, p := range partitions {
+		args = append(args, p, s.epochs.get(p))
+	}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		cmds := make([]*redis.Cmd, redislayout.Buckets)
 		for b := range cmds {
-			cmds[b] = redislayout.DeletePartitionScript.EvalSha(ctx, pipe, []string{s.keys.Index(b), s.keys.Epochs(b)}, s.keys.SnapshotBase(b), partition, s.epochs.get(partition))
+			bargs := slices.Clone(args)
+			bargs[0] = s.keys.SnapshotBase(b)
+			cmds[b] = redislayout.DeletePartitionScript.EvalSha(ctx, pipe, []string{s.keys.Index(b), s.keys.Epochs(b)}, bargs...)
 		}
 		return cmds
 	})
@@ -65,7 +79,7 @@ func (s *Store) DeletePartition(ctx context.Context, partition int32) (int, erro
 			return n, &snapshot.StoreError{Op: "delete", Err: err}
 		}
 		if v < 0 {
-			return n, s.notOwner("delete", partition)
+			return n, s.notOwner("delete", partitions[-v-1])
 		}
 		n += v
 	}
