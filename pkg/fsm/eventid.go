@@ -30,7 +30,10 @@ func NewEventID(now time.Time) (EventID, error) {
 func (id EventID) IsZero() bool { return id == EventID{} }
 
 // String returns the canonical lowercase 8-4-4-4-12 form.
-func (id EventID) String() string { return string(id.AppendText(nil)) }
+func (id EventID) String() string {
+	var buf [36]byte
+	return string(id.AppendText(buf[:0]))
+}
 
 // AppendText appends the canonical form of id to dst.
 func (id EventID) AppendText(dst []byte) []byte {

@@ -485,7 +485,7 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 		s.Approval.PendingSince = at
 		s.Approval.RequestID = e.Fields.RequestID
 		if !ValidRequestID(s.Approval.RequestID) {
-			s.Approval.RequestID = e.ID.String()
+			s.Approval.RequestID = e.ID.String() // one allocation: the string itself
 		}
 		s.Approval.PendingReason = cutText(e.Fields.Reason, MaxReasonBytes)
 	case ApprovalGranted:
@@ -501,7 +501,7 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 			s.Cancellation.CompletedAt = at
 		} else {
 			s.Cancellation = Cancellation{Requested: true, RequestedAt: at,
-				Reason: "timeout:" + e.Fields.Timeout.String(), Timeout: e.Fields.Timeout}
+				Reason: timeoutReason(e.Fields.Timeout), Timeout: e.Fields.Timeout}
 		}
 	case SessionCancelled:
 		s.Cancellation.Completed = true
@@ -541,6 +541,23 @@ func (r *Reducer) transition(s *Session, e *Event, rule *Rule, at int64) int64 {
 	s.transitions.push(Transition{From: from, To: to, Type: e.Type, EventID: e.ID, At: at}, TransitionsKept)
 	r.applied(s, e, at)
 	return closed
+}
+
+// timeoutReasons are the cancellation reasons a TimeoutExpired sets,
+// "timeout:<kind>", made once rather than at every expiry.
+var timeoutReasons = func() (r [NumTimeoutKinds]string) {
+	for k := range TimeoutKind(NumTimeoutKinds) {
+		r[k] = "timeout:" + k.String()
+	}
+	return r
+}()
+
+// timeoutReason is the cancellation reason of a timeout of kind k.
+func timeoutReason(k TimeoutKind) string {
+	if int(k) < NumTimeoutKinds {
+		return timeoutReasons[k]
+	}
+	return "timeout:" + k.String()
 }
 
 // applied records what every applied event changes: version, last event,
