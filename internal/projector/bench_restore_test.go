@@ -1,6 +1,8 @@
 package projector
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/changelog"
+	"github.com/correx/sessions/internal/projector/projstore"
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -158,4 +162,119 @@ func (e *benchEnv) multiplyChangelog(b *testing.B, n int) int {
 		}
 	}
 	return len(recs)
+}
+
+// BenchmarkRestoreRunning measures a restore under a running projector,
+// the common case of a lost Redis: a projector with the changelog on
+// catches up on a pre-filled topic (BENCH_SESSIONS sessions, default
+// 20,000, about 400,000 events over 12 partitions), Redis is emptied
+// (FLUSHALL) while it runs, and the benchmark times the FLUSHALL to every
+// partition's checkpoint back at the log's end with every session stored
+// again, each partition restored from the changelog (the run fails
+// otherwise):
+//
+//   - running-1x-s: with the changelog as that catch-up wrote it;
+//   - running-6x-s: with every record of the changelog produced 5 more
+//     times (as 5 more full folds would; not compacted), so 6x the
+//     changelog's history over the same sessions, and 6x/1x, its time
+//     over running-1x-s. The restore reads the whole changelog, so some
+//     of its time grows with the history; the writes and the deletes
+//     before them should grow with the sessions alone.
+//
+// The projector checks for a lost Redis every 50 ms here (its
+// MaxFlushInterval; 2 s by default), so that the time to notice the loss
+// is not most of the figure.
+//
+// Run it once: go test -run='^$' -bench=RestoreRunning -benchtime=1x.
+func BenchmarkRestoreRunning(b *testing.B) {
+	sessions := 20000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_SESSIONS")); err == nil {
+		sessions = v
+	}
+	e := newBenchEnv(b, sessions)
+	for i := 0; b.Loop(); i++ {
+		if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, changelog.Topic(topic)); err != nil {
+			b.Fatal(err)
+		}
+		cl.Close()
+		one := e.restoreRunning(b, fmt.Sprintf("run%d", i), sessions, 0)
+		six := e.restoreRunning(b, fmt.Sprintf("run%d", i), sessions, 5)
+		b.ReportMetric(float64(e.events), "events")
+		b.ReportMetric(one.Seconds(), "running-1x-s")
+		b.ReportMetric(six.Seconds(), "running-6x-s")
+		b.ReportMetric(six.Seconds()/one.Seconds(), "6x/1x")
+	}
+}
+
+// restoreRunning runs a projector with the changelog on until it is caught
+// up (restoring from the changelog what it can), multiplies the changelog
+// by 1+more, empties Redis under it, and returns the time from the
+// FLUSHALL to every checkpoint at the log's end and every session stored.
+func (e *benchEnv) restoreRunning(b *testing.B, prefix string, sessions, more int) time.Duration {
+	b.Helper()
+	st, err := projstore.New(e.rdb, prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reads, err := snapshot.NewStore(e.rdb, prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := e.config("g-"+prefix, "bench-"+prefix)
+	cfg.ChangelogEnabled = true
+	cfg.MaxFlushInterval = 50 * time.Millisecond
+	ends := endOffsets(b, e.brokers)
+	p := New(cfg, st, WithLogger(testLog()))
+	c, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(c) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			b.Fatal(err)
+		}
+	}()
+	// back waits until every checkpoint is at the log's end, every session
+	// is stored and at least restores partitions were restored (the
+	// counter grows once a restore stored its checkpoint).
+	back := func(restores int64) {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if cps, err := st.Checkpoints(ctx, topic); err == nil && caughtUp(cps, ends) && p.restores.Load() >= restores {
+				if n, err := reads.Count(ctx); err == nil && n.Total == int64(sessions) {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("not back within 2 minutes: %d partitions restored, want %d", p.restores.Load(), restores)
+			}
+			select {
+			case err := <-done:
+				b.Fatalf("projector stopped: %v", err)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	back(0) // caught up (a fold, or a restore of what the last run wrote)
+	if more > 0 {
+		e.multiplyChangelog(b, more)
+	}
+	restored := p.restores.Load()
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	back(restored + 12)
+	elapsed := time.Since(start)
+	if n := p.restores.Load() - restored; n != 12 {
+		b.Fatalf("%d partitions restored from the changelog after the FLUSHALL, want 12", n)
+	}
+	return elapsed
 }

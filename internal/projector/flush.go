@@ -534,9 +534,9 @@ func (f *flusher) replicated(ctx context.Context, mark *projstore.ReplicationMar
 // each snapshot (which makes it evictable) and each partition's stored
 // checkpoint. A checkpoint that was expected in Redis and was not there
 // means Redis lost the read model (emptied, or restored from an old
-// backup): lost is called for the partition, which is rebuilt from the
-// earliest offset.
-func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*partState)) {
+// backup): lost is called once with every such partition, which are
+// rebuilt from the earliest offset.
+func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(...*partState)) {
 	for i, en := range job.refs {
 		if job.stale[job.positions[i].Partition] {
 			continue
@@ -545,6 +545,7 @@ func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*p
 			en.durable, en.hasDurable = job.positions[i], true
 		}
 	}
+	var gone []*partState
 	for i, cp := range job.checkpoints {
 		part := parts[cp.Partition]
 		if part == nil {
@@ -554,11 +555,14 @@ func (f *flusher) finish(job *flushJob, parts map[int32]*partState, lost func(*p
 			continue // a newer owner has it: the projector drops it
 		}
 		if i < len(job.prev) && job.prev[i].Lost(cp) {
-			lost(part) // the store wrote nothing over the hole
+			gone = append(gone, part) // the store wrote nothing over the hole
 			continue
 		}
 		part.stored(cp)
 		f.fire.checkpointed(cp.Partition, cp.Offset)
+	}
+	if len(gone) > 0 {
+		lost(gone...)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/correx/sessions/pkg/snapshot"
@@ -257,20 +258,22 @@ func (rc *recovery) checkCheckpoints(ctx context.Context) {
 		rc.log.Warn("checking checkpoints", "err", err) // the next check retries
 		return
 	}
+	var lost []*partState
 	for id, part := range rc.st.parts {
 		cp, ok := cps[id]
 		if part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !rc.st.stalls.stalled(id) {
-			rc.rebuild(part)
+			lost = append(lost, part)
 		}
 	}
+	rc.rebuild(lost...)
 }
 
-// rebuild folds a partition again from the earliest offset after Redis lost
-// its checkpoint. It drops the partition's cached state and deletes the
-// partition's snapshots from Redis first: after the loss, some may have been
+// rebuild folds partitions again from the earliest offset after Redis lost
+// their checkpoints. It drops each partition's cached state and deletes
+// the partitions' snapshots from Redis first: after the loss, some may have been
 // folded without the history Redis lost (a session evicted from the cache,
 // then a duplicate SessionCreated), and the skip rule would otherwise protect
-// such a snapshot from the rebuild. Records of the partition already polled
+// such a snapshot from the rebuild. Records of the partitions already polled
 // are not folded (see rebuiltNow); the replay delivers them again.
 //
 // The same happens when the stored checkpoint is lower than the one this
@@ -279,7 +282,7 @@ func (rc *recovery) checkCheckpoints(ctx context.Context) {
 // written after the stored point may be gone with it while this
 // projector's cache still holds them.
 //
-// The rebuild is durable before anything is deleted: the partition's
+// The rebuild is durable before anything is deleted: each partition's
 // checkpoint is first put back to 0 with a mark saying how far the rebuild
 // runs (projstore.Store.ResetCheckpoint). A projector killed anywhere in the
 // rebuild thus starts again from 0 (not from a checkpoint that Redis kept
@@ -288,38 +291,53 @@ func (rc *recovery) checkCheckpoints(ctx context.Context) {
 // reports the rebuild until it ends; and the projector knows a stored
 // checkpoint (0) from the first record on, so a further loss during the
 // rebuild is noticed like any other (see adjustOffsets).
-func (rc *recovery) rebuild(part *partState) {
-	why := "its checkpoint vanished from Redis"
-	if cps, err := rc.store.Checkpoints(rc.flush.ctx, rc.cfg.Topic); err == nil {
+//
+// Partitions lost together (Redis emptied loses them all) are rebuilt
+// together, in steps, as a start restores them (restoreOnStart): every
+// reset, then one delete of all of them (which reads each stored
+// snapshot's header once, not once per partition), then the restores
+// from the changelog side by side. Deleting a partition after another one
+// was restored would read all of that one's snapshots again: one partition
+// after another, a rebuild of P partitions read P times the sessions.
+func (rc *recovery) rebuild(parts ...*partState) {
+	if len(parts) == 0 {
+		return
+	}
+	cps, _ := rc.store.Checkpoints(rc.flush.ctx, rc.cfg.Topic) // for the log only
+	for _, part := range parts {
+		why := "its checkpoint vanished from Redis"
 		if cp, ok := cps[part.id]; ok && cp.Offset < part.lastCkpt {
 			why = fmt.Sprintf("Redis went back in time (checkpoint %d, %d was stored)", cp.Offset, part.lastCkpt)
 		}
-	}
-	rc.log.Warn("the partition's read model was lost: rebuilding it from the earliest offset",
-		"partition", part.id, "why", why)
-	part.rebuildUntil = max(part.hw, part.lastCkpt, part.rebuildUntil, 1)
-	rc.st.stalls.rebuild(part.id, why)
-	if r, ok := rc.obs.(interface{ Rebuilt(partition int32) }); ok {
-		r.Rebuilt(part.id)
-	}
-	rc.fire.hold(part.id, part.rebuildUntil, 0) // nothing fires until the rebuild is done (firer.go)
-	rc.st.cache.dropPartition(part.id)
-	rc.st.cache.addPartition(part.id)
-	rc.st.derived.drop(part.id)
-	// Nothing of the partition is kept from here on: none of its records
-	// polled before the rebuild is folded, and it folds again from 0.
-	rc.st.rebuiltNow[part.id] = true
-	part.next = -1
-	for round := 0; ; round++ {
-		if err := retry(rc.flush.ctx, rc.log, "starting the partition's rebuild", func(ctx context.Context) error {
-			return rc.store.ResetCheckpoint(ctx, rc.cfg.Topic, part.id, part.rebuildUntil, time.Now())
-		}); err != nil {
-			return // stopping: the stored checkpoint is the reset, or what stood before it
+		rc.log.Warn("the partition's read model was lost: rebuilding it from the earliest offset",
+			"partition", part.id, "why", why)
+		part.rebuildUntil = max(part.hw, part.lastCkpt, part.rebuildUntil, 1)
+		rc.st.stalls.rebuild(part.id, why)
+		if r, ok := rc.obs.(interface{ Rebuilt(partition int32) }); ok {
+			r.Rebuilt(part.id)
 		}
-		if rc.crash.at(crashRebuildReset) {
-			return
+		rc.fire.hold(part.id, part.rebuildUntil, 0) // nothing fires until the rebuild is done (firer.go)
+		rc.st.cache.dropPartition(part.id)
+		rc.st.cache.addPartition(part.id)
+		rc.st.derived.drop(part.id)
+		// Nothing of the partition is kept from here on: none of its records
+		// polled before the rebuild is folded, and it folds again from 0.
+		rc.st.rebuiltNow[part.id] = true
+		part.next = -1
+	}
+	pending := parts
+	for round := 0; len(pending) > 0; round++ {
+		for _, part := range pending {
+			if err := retry(rc.flush.ctx, rc.log, "starting the partition's rebuild", func(ctx context.Context) error {
+				return rc.store.ResetCheckpoint(ctx, rc.cfg.Topic, part.id, part.rebuildUntil, time.Now())
+			}, "partition", part.id); err != nil {
+				return // stopping: the stored checkpoint is the reset, or what stood before it
+			}
+			if rc.crash.at(crashRebuildReset) {
+				return
+			}
 		}
-		if !rc.deletePartition(part.id) {
+		if !rc.deletePartitions(pending) {
 			return // stopping: the next owner deletes again (checkpoint 0, marked)
 		}
 		if rc.crash.at(crashRebuildDeleted) {
@@ -329,37 +347,47 @@ func (rc *recovery) rebuild(part *partState) {
 		// emptied, or gone back to a copy from before the reset (a
 		// failover to a replica the reset had not reached), would leave
 		// no checkpoint, or an older one over the deleted snapshots.
-		stands, err := rc.resetStands(part)
+		stands, err := rc.resetsStand(pending)
 		if err != nil {
 			return // stopping
 		}
-		if !stands {
+		var again, restore []*partState
+		for _, part := range pending {
+			if stands[part.id] {
+				restore = append(restore, part)
+				continue
+			}
 			rc.log.Warn("Redis lost the rebuild's reset while the partition's snapshots were deleted: starting the rebuild again",
 				"partition", part.id, "round", round+1)
-			continue
+			again = append(again, part)
 		}
-		switch cp, outcome := rc.restoreRebuilt(part); outcome {
-		case restoreNone:
-		case restoreAgain:
-			rc.log.Warn("Redis lost the rebuild's reset during the restore from the changelog: starting the rebuild again",
-				"partition", part.id, "round", round+1)
-			continue
-		case restoreStopped:
+		done := rc.restoreRebuilt(restore)
+		if rc.crash.crashed.Load() {
 			return
-		case restoreDone:
-			part.loaded(cp)
-			rc.fire.checkpointed(part.id, cp.Offset)
-			if cp.Offset >= part.rebuildUntil {
-				part.rebuildUntil = 0
-				rc.st.stalls.done(part.id)
+		}
+		for _, part := range restore {
+			switch r := done[part.id]; r.outcome {
+			case restoreNone:
+				part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
+				rc.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{rc.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
+			case restoreAgain:
+				rc.log.Warn("Redis lost the rebuild's reset during the restore from the changelog: starting the rebuild again",
+					"partition", part.id, "round", round+1)
+				again = append(again, part)
+			case restoreStopped:
+				// Stopping, or the partition stalled: left as it is.
+			case restoreDone:
+				part.loaded(r.cp)
+				rc.fire.checkpointed(part.id, r.cp.Offset)
+				if r.cp.Offset >= part.rebuildUntil {
+					part.rebuildUntil = 0
+					rc.st.stalls.done(part.id)
+				}
+				rc.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{rc.cfg.Topic: {part.id: {Epoch: -1, Offset: r.cp.Offset}}})
 			}
-			rc.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{rc.cfg.Topic: {part.id: {Epoch: -1, Offset: cp.Offset}}})
-			return
 		}
-		break
+		pending = again
 	}
-	part.loaded(snapshot.Checkpoint{Partition: part.id, HighWatermark: -1})
-	rc.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{rc.cfg.Topic: {part.id: {Epoch: -1, Offset: 0}}})
 }
 
 // What restoreRebuilt did.
@@ -372,56 +400,107 @@ const (
 	restoreStopped                       // stopping (or a simulated crash), or the partition is stalled
 )
 
-// restoreRebuilt restores a partition being rebuilt (its checkpoint reset
-// and its snapshots deleted) from the changelog, when it has a checkpoint
-// for it (restore.go). A changelog checkpoint beyond the events log
-// stalls the partition like a Redis checkpoint beyond it (adjustOffsets);
-// one older than the log's start raises the gap alert.
-func (rc *recovery) restoreRebuilt(part *partState) (snapshot.Checkpoint, restoreOutcome) {
-	if rc.flush.changelog == "" {
-		return snapshot.Checkpoint{}, restoreNone
-	}
-	rc.st.stalls.restore(part.id, "reading the changelog")
-	defer rc.st.stalls.restored(part.id)
-	var pl *restorePlan
-	if err := retry(rc.flush.ctx, rc.log, "reading the changelog", func(ctx context.Context) (err error) {
-		b, err := rc.restore.listRestoreBounds(ctx)
-		if err != nil {
-			return err
-		}
-		pl, err = rc.restore.planRestore(ctx, part.id, b)
-		return err
-	}, "partition", part.id); err != nil {
-		return snapshot.Checkpoint{}, restoreStopped
-	}
-	if pl != nil && pl.stall != "" {
-		rc.st.stalls.stall(part.id, pl.stall)
-		rc.log.Error("partition stalled", "partition", part.id, "reason", pl.stall)
-		rc.cl.PauseFetchPartitions(map[string][]int32{rc.cfg.Topic: {part.id}})
-		return snapshot.Checkpoint{}, restoreStopped
-	}
-	if !pl.usable() {
-		return snapshot.Checkpoint{}, restoreNone
-	}
-	rc.st.stalls.restore(part.id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
-	cp, again, err := rc.restore.restoreAfterReset(rc.flush.ctx, part.id, pl)
-	switch {
-	case err != nil:
-		return cp, restoreStopped
-	case again:
-		return cp, restoreAgain
-	}
-	if pl.gap != "" {
-		rc.st.stalls.gap(part.id, pl.gap)
-		rc.log.Error("the partition was restored over a gap in the log", "partition", part.id, "alert", pl.gap)
-	}
-	return cp, restoreDone
+// rebuilt is what restoreRebuilt did for a partition, and the checkpoint
+// it restored.
+type rebuilt struct {
+	cp      snapshot.Checkpoint
+	outcome restoreOutcome
 }
 
-// resetStands reports whether the partition's stored checkpoint is still
-// the rebuild's reset (offset 0, marked up to part.rebuildUntil), reading
-// it until Redis answers or the flush context ends.
-func (rc *recovery) resetStands(part *partState) (bool, error) {
+// restoreRebuilt restores partitions being rebuilt (their checkpoints reset
+// and their snapshots deleted) from the changelog, when it has a checkpoint
+// for them (restore.go): their changelogs are read side by side, then
+// written side by side (restoreParallel at a time). A changelog checkpoint
+// beyond the events log stalls the partition like a Redis checkpoint
+// beyond it (adjustOffsets); one older than the log's start raises the gap
+// alert. The stall marks are set here, on the caller's goroutine, which
+// holds st.mu; the goroutines only read and write Kafka and Redis.
+func (rc *recovery) restoreRebuilt(parts []*partState) map[int32]rebuilt {
+	out := make(map[int32]rebuilt, len(parts))
+	if len(parts) == 0 {
+		return out
+	}
+	if rc.flush.changelog == "" {
+		for _, part := range parts {
+			out[part.id] = rebuilt{outcome: restoreNone}
+		}
+		return out
+	}
+	ids := make([]int32, len(parts))
+	for i, part := range parts {
+		ids[i] = part.id
+		out[part.id] = rebuilt{outcome: restoreStopped}
+		rc.st.stalls.restore(part.id, "reading the changelog")
+	}
+	defer func() {
+		for _, id := range ids {
+			rc.st.stalls.restored(id)
+		}
+	}()
+	var b restoreBounds
+	if err := retry(rc.flush.ctx, rc.log, "listing the offsets the restore reads", func(ctx context.Context) (err error) {
+		b, err = rc.restore.listRestoreBounds(ctx)
+		return err
+	}); err != nil {
+		return out // stopping
+	}
+	var mu sync.Mutex
+	plans := make(map[int32]*restorePlan, len(ids))
+	_ = sideBySide(ids, func(id int32) error {
+		return retry(rc.flush.ctx, rc.log, "reading the changelog", func(ctx context.Context) error {
+			pl, err := rc.restore.planRestore(ctx, id, b)
+			if err == nil {
+				mu.Lock()
+				plans[id] = pl
+				mu.Unlock()
+			}
+			return err
+		}, "partition", id)
+	})
+	var write []int32
+	for _, id := range ids {
+		pl, ok := plans[id]
+		switch {
+		case !ok:
+			// Stopping: out says so.
+		case pl != nil && pl.stall != "":
+			rc.st.stalls.stall(id, pl.stall)
+			rc.log.Error("partition stalled", "partition", id, "reason", pl.stall)
+			rc.cl.PauseFetchPartitions(map[string][]int32{rc.cfg.Topic: {id}})
+		case !pl.usable():
+			out[id] = rebuilt{outcome: restoreNone}
+		default:
+			rc.st.stalls.restore(id, fmt.Sprintf("%d sessions, to checkpoint %d", len(pl.latest.Snapshots), pl.latest.Checkpoint.Offset))
+			write = append(write, id)
+		}
+	}
+	_ = sideBySide(write, func(id int32) error {
+		cp, again, err := rc.restore.restoreAfterReset(rc.flush.ctx, id, plans[id])
+		r := rebuilt{cp: cp, outcome: restoreDone}
+		switch {
+		case err != nil:
+			r.outcome = restoreStopped
+		case again:
+			r.outcome = restoreAgain
+		}
+		mu.Lock()
+		out[id] = r
+		mu.Unlock()
+		return err
+	})
+	for _, id := range write {
+		if pl := plans[id]; out[id].outcome == restoreDone && pl.gap != "" {
+			rc.st.stalls.gap(id, pl.gap)
+			rc.log.Error("the partition was restored over a gap in the log", "partition", id, "alert", pl.gap)
+		}
+	}
+	return out
+}
+
+// resetsStand reports, for each of parts, whether its stored checkpoint is
+// still the rebuild's reset (offset 0, marked up to part.rebuildUntil),
+// reading the checkpoints until Redis answers or the flush context ends.
+func (rc *recovery) resetsStand(parts []*partState) (map[int32]bool, error) {
 	var cps map[int32]snapshot.Checkpoint
 	err := retry(rc.flush.ctx, rc.log, "reading the partition's checkpoint after the rebuild's deletes", func(ctx context.Context) error {
 		var err error
@@ -429,30 +508,41 @@ func (rc *recovery) resetStands(part *partState) (bool, error) {
 		return err
 	})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	cp, ok := cps[part.id]
-	return ok && cp.Offset == 0 && cp.RebuildUntil == part.rebuildUntil, nil
+	stands := make(map[int32]bool, len(parts))
+	for _, part := range parts {
+		cp, ok := cps[part.id]
+		stands[part.id] = ok && cp.Offset == 0 && cp.RebuildUntil == part.rebuildUntil
+	}
+	return stands, nil
 }
 
-// deletePartition deletes a rebuilt partition's snapshots and armed
-// deadlines (the rebuild arms them again from the log), retrying until the
-// flush context ends; it reports whether it deleted them.
-func (rc *recovery) deletePartition(id int32) bool {
-	err := retry(rc.flush.ctx, rc.log, "deleting the partition's snapshots before the rebuild", func(ctx context.Context) error {
-		n, err := rc.store.DeletePartition(ctx, id)
+// deletePartitions deletes the rebuilt partitions' snapshots (in one
+// pass over the buckets) and armed deadlines (the rebuild arms them again
+// from the log), retrying until the flush context ends; it reports
+// whether it deleted them.
+func (rc *recovery) deletePartitions(parts []*partState) bool {
+	ids := make([]int32, len(parts))
+	for i, part := range parts {
+		ids[i] = part.id
+	}
+	err := retry(rc.flush.ctx, rc.log, "deleting the partitions' snapshots before the rebuild", func(ctx context.Context) error {
+		n, err := rc.store.DeletePartition(ctx, ids...)
 		if err == nil {
-			rc.log.Info("deleted the partition's snapshots before the rebuild", "partition", id, "snapshots", n)
+			rc.log.Info("deleted the partitions' snapshots before the rebuild", "partitions", ids, "snapshots", n)
 		}
 		return err
-	})
+	}, "partitions", ids)
 	if err != nil {
 		return false
 	}
-	if err := rc.store.DeleteDeadlines(rc.flush.ctx, rc.cfg.Topic, id); err != nil {
-		// Harmless if left: a deadline armed at a version the rebuilt
-		// session is past is superseded when it fires.
-		rc.log.Warn("deleting the partition's deadlines before the rebuild", "partition", id, "err", err)
+	for _, id := range ids {
+		if err := rc.store.DeleteDeadlines(rc.flush.ctx, rc.cfg.Topic, id); err != nil {
+			// Harmless if left: a deadline armed at a version the rebuilt
+			// session is past is superseded when it fires.
+			rc.log.Warn("deleting the partition's deadlines before the rebuild", "partition", id, "err", err)
+		}
 	}
 	return true
 }

@@ -647,7 +647,9 @@ func TestRestoreNeverLossyUnderATrimmedLog(t *testing.T) {
 		}
 		r, c = e.startCounting("n", nil)
 		e.waitCaughtUp("n", 60*time.Second)
-		ready = r.p.Ready(ctx)
+		// The restore stores the checkpoint, then clears its readiness
+		// mark: ready follows the checkpoint by a moment.
+		testwait.Eventually(10*time.Second, func() bool { ready = r.p.Ready(ctx); return ready == nil })
 		if err := r.halt(); err != nil {
 			t.Fatal(err)
 		}
