@@ -41,8 +41,10 @@ type Handler struct {
 	replayer Replayer
 	log      *slog.Logger
 	// poll is how often a waiting read checks the projector's progress
-	// (Options.PollEvery).
-	poll time.Duration
+	// (Options.PollEvery); progress wakes it at each checkpoint write
+	// (Options.Progress), nil without.
+	poll     time.Duration
+	progress *progressHub
 	// replayLimit bounds a replay or rebuild (Options.ReplayLimit).
 	replayLimit time.Duration
 	waits       *waitSlots
@@ -72,8 +74,13 @@ type Options struct {
 	MaxReplays int // concurrent replays (default 4)
 	Log        *slog.Logger
 	// PollEvery is how often a waiting read checks the projector's
-	// progress; default 20ms.
+	// progress; default 20ms. With Progress, a waiting read checks at each
+	// checkpoint write of its partition, and on its own only every
+	// 250ms or PollEvery, whichever is longer.
 	PollEvery time.Duration
+	// Progress delivers the partitions whose checkpoints were written
+	// (snapshot.Store.Progress); nil: waiting reads poll.
+	Progress <-chan int32
 	// ReplayLimit is the longest a replay or a rebuild may read the log
 	// (then 503); default 30s.
 	ReplayLimit time.Duration
@@ -179,6 +186,9 @@ func NewHandler(store Store, topic string, replayer Replayer, o Options) *Handle
 		histCursors: newSealer(historyKeyLabel, o.CursorKey), archCursors: newSealer(archiveKeyLabel, o.CursorKey), folds: newFoldCache(o.HistoryCache), metrics: newMetrics(o.Meter, o.Log),
 		logStarts: &logStartCache{src: o.LogStarts, every: logStartsEvery}, archive: o.Archive,
 		archiveReads: newWaitSlots(o.MaxArchiveReads, o.MaxArchiveReadsPerPrincipal), heads: newHeadCache(o.ArchiveHeadCache)}
+	if o.Progress != nil {
+		h.progress = newProgressHub(o.Progress)
+	}
 	if o.Archive != nil {
 		watchArchive(o.Meter, o.Archive, o.Log)
 	}

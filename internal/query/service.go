@@ -320,6 +320,13 @@ func Serve(ctx context.Context, cfg Config, rt service.Runtime) error {
 			return nil
 		}
 	}
+	// Waiting reads wake at each checkpoint write rather than polling
+	// Redis; without the channel (a Redis user not granted it) they poll.
+	if progress, err := store.Progress(ctx, cfg.Topic); err != nil {
+		rt.Logger().Warn("reads waiting for a position poll Redis every 20ms: the checkpoint writes cannot be subscribed to (a Redis 7 user needs the channel: &<prefix>:*)", "err", err)
+	} else {
+		opts.Progress = progress
+	}
 	h := NewHandler(store, cfg.Topic, replayer, opts)
 	err = rt.HTTP(ctx, service.Endpoint{Addr: cfg.HTTPAddr, API: h, UI: console.New(), Ready: store.Ping, Degraded: degraded, TLS: cfg.TLS})
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/correx/sessions/internal/auth"
 	"github.com/correx/sessions/internal/httpx"
-	"github.com/correx/sessions/pkg/backoff"
 	"github.com/correx/sessions/pkg/snapshot"
 )
 
@@ -100,7 +99,10 @@ var (
 // read returns the snapshot, first waiting (up to wait) until partition P is
 // folded up to offset O when minPos is set. The position counts as reached
 // when the partition's checkpoint is past O, or when the snapshot itself is
-// at or past it (snapshots are written before checkpoints).
+// at or past it (snapshots are written before checkpoints). It checks
+// again at each checkpoint write of P when they are announced
+// (Options.Progress), and every progressPoll besides; without them, every
+// PollEvery.
 func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Position, wait time.Duration) (*snapshot.Snapshot, error) {
 	if minPos == nil {
 		return h.get(ctx, id)
@@ -110,7 +112,15 @@ func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Pos
 	}
 	defer h.waits.give(who)
 	deadline := time.Now().Add(wait)
+	poll := h.poll
+	if h.progress != nil {
+		poll = max(poll, progressPoll)
+	}
 	for {
+		var woken <-chan struct{}
+		if h.progress != nil {
+			woken = h.progress.wait(minPos.Partition) // before the reads: a write after them wakes this round
+		}
 		snap, err := h.get(ctx, id)
 		if err != nil && !errors.Is(err, snapshot.ErrNotFound) {
 			return nil, err
@@ -131,9 +141,15 @@ func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Pos
 		if !time.Now().Before(deadline) {
 			return nil, errNotReached
 		}
-		if err := backoff.Sleep(ctx, min(h.poll, time.Until(deadline))); err != nil {
-			return nil, err
+		t := time.NewTimer(min(poll, time.Until(deadline)))
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
 		}
+		t.Stop()
 	}
 }
 

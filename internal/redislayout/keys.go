@@ -137,6 +137,11 @@ func (k *Keys) SnapshotBase(bucket int) string { return k.tags[bucket] + ":s:" }
 // Checkpoints returns the key of a topic's checkpoints.
 func (k *Keys) Checkpoints(topic string) string { return k.prefix + ":ckpt:" + topic }
 
+// Progress returns the pub/sub channel on which checkpoint writes of a
+// topic are announced (the partitions written, comma-separated). A
+// channel, not a key: it holds nothing and belongs to no Cluster slot.
+func (k *Keys) Progress(topic string) string { return k.prefix + ":progress:" + topic }
+
 // Outbox returns the key of a topic's outbox.
 func (k *Keys) Outbox(topic string) string { return fmt.Sprintf("%s:outbox:%s", k.prefix, topic) }
 

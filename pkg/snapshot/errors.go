@@ -37,7 +37,7 @@ var ErrNotOwner = errors.New("the partition has a newer owner")
 // Err is Redis's error, or wraps ErrCorrupt or ErrNotReplicated.
 type StoreError struct {
 	// Op is the operation: "ping", "get", "put", "list", "count",
-	// "checkpoint" or "reset"; the projector's store
+	// "checkpoint", "reset" or "subscribe" (Progress); the projector's store
 	// (internal/projector/projstore) adds "delete", "children", "outbox",
 	// "arm deadlines", "due", "next deadline", "remove fired", "delete
 	// deadlines" and "replication".

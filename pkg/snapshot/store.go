@@ -403,12 +403,24 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 		}
 		args = append(args, cp.Partition, cp.Offset, cp.HighWatermark, expected, cp.Known, cp.Epoch)
 	}
+	parts := make([]byte, 0, 4*len(cps))
+	for i, cp := range cps {
+		if i > 0 {
+			parts = append(parts, ',')
+		}
+		parts = strconv.AppendInt(parts, int64(cp.Partition), 10)
+	}
 	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		return []*redis.Cmd{redislayout.CheckpointScript.EvalSha(ctx, pipe, []string{key}, args...)}
 	})
 	if err != nil {
 		return nil, &StoreError{Op: "checkpoint", Key: key, Err: err}
 	}
+	// Announced once written (Progress), whatever the script kept: a reader
+	// woken reads the checkpoints and decides. The announcement may fail
+	// (a Redis user without the channel, &<prefix>:*): readers then find
+	// the checkpoint by polling, and the checkpoint stands.
+	_ = s.rdb.Publish(ctx, s.keys.Progress(topic), parts).Err()
 	prev, err := cmds[0].Int64Slice()
 	if err == nil && len(prev) != len(cps) {
 		err = corrupt("script answered for %d of %d checkpoints", len(prev), len(cps))
@@ -425,6 +437,49 @@ func (s *Store) SaveCheckpoints(ctx context.Context, topic string, cps []Checkpo
 			out[i] = PriorCheckpoint{NotOwner: true}
 		}
 	}
+	return out, nil
+}
+
+// Progress reports the partitions of topic whose checkpoints a writer
+// saved: SaveCheckpoints announces them on a Redis channel, and a reader
+// waiting for a position (the query service's ?minPosition=&wait=) wakes
+// on them instead of polling the checkpoints. Redis pub/sub delivers at
+// most once, and nothing while the subscription reconnects, and a
+// partition is dropped when the channel is full: a reader must still
+// check on its own now and then. It returns an error when Redis refuses
+// the subscription (a Redis 7 user needs the channel: &<prefix>:*). The
+// channel is closed once ctx ends.
+func (s *Store) Progress(ctx context.Context, topic string) (<-chan int32, error) {
+	name := s.keys.Progress(topic)
+	ps := s.rdb.Subscribe(ctx, name)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, &StoreError{Op: "subscribe", Key: name, Err: err}
+	}
+	out := make(chan int32, 256)
+	go func() {
+		defer close(out)
+		defer func() { _ = ps.Close() }()
+		msgs := ps.Channel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				for p := range strings.SplitSeq(m.Payload, ",") {
+					if n, err := strconv.ParseInt(p, 10, 32); err == nil {
+						select {
+						case out <- int32(n):
+						default:
+						}
+					}
+				}
+			}
+		}
+	}()
 	return out, nil
 }
 

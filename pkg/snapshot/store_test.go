@@ -42,11 +42,13 @@ func TestStoreContract(t *testing.T) {
 
 // TestStoreSurface holds the public store to its contract: the exported
 // methods of *snapshot.Store are those of snapshottest.Store, which Run
-// checks, the Redis store's setup, and the read of the verifiers' report
-// the query service answers /v1/verify with, nothing more. What the
-// projector keeps beside the snapshots is internal/projector/projstore's.
+// checks, the Redis store's setup, the read of the verifiers' report
+// the query service answers /v1/verify with, and the announcements of
+// checkpoint writes its waiting reads wake on (Progress), nothing more.
+// What the projector keeps beside the snapshots is
+// internal/projector/projstore's.
 func TestStoreSurface(t *testing.T) {
-	setup := []string{"Ping", "VerifyReport", "WaitReplicas", "WithTimeoutDefaults"}
+	setup := []string{"Ping", "Progress", "VerifyReport", "WaitReplicas", "WithTimeoutDefaults"}
 	contract := reflect.TypeFor[snapshottest.Store]()
 	var want []string
 	for i := range contract.NumMethod() {
@@ -61,6 +63,53 @@ func TestStoreSurface(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("exported methods of *snapshot.Store:\n got %v\nwant %v (snapshottest.Store and %v)", got, want, setup)
+	}
+}
+
+// TestProgressAnnouncesCheckpointWrites: every SaveCheckpoints announces
+// the partitions it wrote to the subscribers of the topic's progress, on
+// every deployment, and only to those of that topic.
+func TestProgressAnnouncesCheckpointWrites(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			rdb, _ := tg.Open(t)
+			st, err := snapshot.NewStore(rdb, "pr")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, cancel := context.WithCancel(t.Context())
+			progress, err := st.Progress(sub, "ev")
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := st.Progress(sub, "other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.SaveCheckpoints(ctx, "ev", []snapshot.Checkpoint{{Partition: 3, Offset: 7}, {Partition: 11, Offset: 2}}, t0); err != nil {
+				t.Fatal(err)
+			}
+			var got []int32
+			for len(got) < 2 {
+				select {
+				case p := <-progress:
+					got = append(got, p)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("announced %v within 10 s, want [3 11]", got)
+				}
+			}
+			if !slices.Equal(got, []int32{3, 11}) {
+				t.Fatalf("announced %v, want [3 11]", got)
+			}
+			select {
+			case p := <-other:
+				t.Fatalf("another topic's subscriber was told of partition %d", p)
+			case <-time.After(100 * time.Millisecond):
+			}
+			cancel()
+			for range progress { // closed once the context ends
+			}
+		})
 	}
 }
 
