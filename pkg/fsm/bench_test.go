@@ -22,16 +22,23 @@ import (
 func BenchmarkReducer(b *testing.B) {
 	g := workload.New(1, workload.Options{InvalidShare: 0.05, DuplicateShare: 0.05})
 	sessions := g.Sessions("s", 2000, time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC))
+	foldStream(b, g.Interleave(sessions))
+}
+
+// foldStream folds stream, each session from scratch at each iteration,
+// and reports the cost per event.
+func foldStream(b *testing.B, stream []fsm.Event) {
 	index := map[string]int{}
-	for i, s := range sessions {
-		index[s[0].SessionID] = i
-	}
-	stream := g.Interleave(sessions)
 	owner := make([]int, len(stream))
 	for i := range stream {
-		owner[i] = index[stream[i].SessionID]
+		id, ok := index[stream[i].SessionID]
+		if !ok {
+			id = len(index)
+			index[stream[i].SessionID] = id
+		}
+		owner[i] = id
 	}
-	state := make([]fsm.Session, len(sessions))
+	state := make([]fsm.Session, len(index))
 	var r fsm.Reducer
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -60,33 +67,7 @@ func BenchmarkReducer(b *testing.B) {
 // commit can be timed on them: check that commit out, copy this file's
 // benchmark and the stream there, and alternate the two runs.
 func BenchmarkReducerPinned(b *testing.B) {
-	stream := pinnedStream(b, "testdata/reducer-workload-963f0cc.bin.gz")
-	index := map[string]int{}
-	owner := make([]int, len(stream))
-	for i := range stream {
-		id, ok := index[stream[i].SessionID]
-		if !ok {
-			id = len(index)
-			index[stream[i].SessionID] = id
-		}
-		owner[i] = id
-	}
-	state := make([]fsm.Session, len(index))
-	var r fsm.Reducer
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	b.ResetTimer()
-	for b.Loop() {
-		clear(state)
-		for i := range stream {
-			r.Apply(&state[owner[i]], &stream[i])
-		}
-	}
-	b.StopTimer()
-	runtime.ReadMemStats(&after)
-	events := float64(b.N) * float64(len(stream))
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
-	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/events, "allocs/event")
+	foldStream(b, pinnedStream(b, "testdata/reducer-workload-963f0cc.bin.gz"))
 }
 
 // pinnedStream reads the records of a pinned stream (gzip; each record an
