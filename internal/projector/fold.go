@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/correx/sessions/internal/projector/projstore"
@@ -213,8 +214,21 @@ func (f *folder) process(ctx context.Context, fetches kgo.Fetches) error {
 		if err != nil {
 			return err
 		}
+		var fresh []int32 // partitions of the sessions that look new
 		for i, m := range missing {
-			f.st.cache.add(f.st.parts[m.partition], m.id, snaps[i]).tomb = tombs[i]
+			if snaps[i] == nil && tombs[i] == nil && !slices.Contains(fresh, m.partition) {
+				fresh = append(fresh, m.partition)
+			}
+		}
+		if len(fresh) > 0 {
+			if err := f.rec.checkMisses(ctx, fresh); err != nil {
+				return err
+			}
+		}
+		for i, m := range missing {
+			if part := f.st.parts[m.partition]; part != nil && !f.st.rebuiltNow[m.partition] {
+				f.st.cache.add(part, m.id, snaps[i]).tomb = tombs[i]
+			}
 		}
 	}
 	for i, r := range recs {

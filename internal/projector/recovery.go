@@ -259,13 +259,62 @@ func (rc *recovery) checkCheckpoints(ctx context.Context) {
 		return
 	}
 	var lost []*partState
-	for id, part := range rc.st.parts {
-		cp, ok := cps[id]
-		if part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !rc.st.stalls.stalled(id) {
+	for _, part := range rc.st.parts {
+		if rc.lostAt(part, cps) {
 			lost = append(lost, part)
 		}
 	}
 	rc.rebuild(lost...)
+}
+
+// lostAt reports whether cps, the stored checkpoints, say that Redis lost
+// part's read model: the projector knows a checkpoint is stored and none
+// is, or a lower one (Redis went back in time). A stalled partition is
+// left alone: its remedy is `projector reset` and a restart.
+func (rc *recovery) lostAt(part *partState, cps map[int32]snapshot.Checkpoint) bool {
+	cp, ok := cps[part.id]
+	return part.ckptKnown && (!ok || cp.Offset < part.lastCkpt) && !rc.st.stalls.stalled(part.id)
+}
+
+// checkMisses is called when the fold read no snapshot of some sessions
+// (they look new) on partitions ids: if Redis lost those partitions'
+// read models (emptied, or gone back in time), a session it forgot would
+// be folded as new, and what that fold derives (its changes in the feed, a
+// resent SessionCreated applied again as version 1, later events
+// rejected) would go out before a checkpoint write noticed the loss. The
+// checkpoints are read after the snapshots, so a loss that made a read
+// miss shows in them. Each partition lost is rebuilt now, once the batch
+// in flight is written: the records of it already polled are not folded
+// (rebuiltNow), and the rebuild folds them again from its start.
+func (rc *recovery) checkMisses(ctx context.Context, ids []int32) error {
+	var cps map[int32]snapshot.Checkpoint
+	if err := retry(ctx, rc.log, "reading the checkpoints after snapshots were missing", func(ctx context.Context) (err error) {
+		cps, err = rc.store.Checkpoints(ctx, rc.cfg.Topic)
+		return err
+	}); err != nil {
+		return err
+	}
+	var lost []*partState
+	for _, id := range ids {
+		if part := rc.st.parts[id]; part != nil && rc.lostAt(part, cps) {
+			lost = append(lost, part)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	if err := rc.collect(true); err != nil {
+		return err
+	}
+	var still []*partState
+	for _, part := range lost {
+		// The batch just written may have found the loss and rebuilt it.
+		if rc.st.parts[part.id] == part && !rc.st.rebuiltNow[part.id] {
+			still = append(still, part)
+		}
+	}
+	rc.rebuild(still...)
+	return nil
 }
 
 // rebuild folds partitions again from the earliest offset after Redis lost

@@ -314,6 +314,9 @@ func TestRestoreSkipsArchived(t *testing.T) {
 	}
 	r, c := e.startCounting("d", nil)
 	e.waitCaughtUp("d", 60*time.Second)
+	// A restore counts itself once its checkpoint is stored and read back:
+	// the count follows the checkpoints by a moment.
+	testwait.Eventually(10*time.Second, func() bool { return c.restores.Load() == 2 })
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
