@@ -22,6 +22,7 @@ import (
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/backoff"
+	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/wire"
 )
@@ -69,18 +70,17 @@ const (
 	// the check, about 1.8 million in 30 minutes.
 	chaosDurationRate = 1000
 	// lossEventsPerSession is about how many events a session of the load
-	// has (17 measured); a duration's load is sized with fewer, so that
-	// it lasts longer than the duration.
-	lossEventsPerSession = 15
+	// has (20.5 measured): a duration's load is sized with it.
+	lossEventsPerSession = 20
 )
 
 // memoryBounds bound the peak resident memory (VmHWM, read from /proc
 // right before each process is killed, or at the end) of every service
 // process of a chaos run, by binary: about twice the highest measured in
-// runs of 4 and 12 faults on a 2-core machine (the services are built
+// runs of 4 faults on a busy 2-core machine (the services are built
 // without the race detector): the broker 31 MiB, ingest 35 MiB, the query
-// service 110 MiB (16 watches resumed over a thousand times), a projector
-// 153 MiB.
+// service 114 MiB (16 watches resumed a thousand times), a projector
+// 163 MiB.
 var memoryBounds = map[string]int64{
 	"kafkabroker": 64 << 20,
 	"ingest":      72 << 20,
@@ -167,7 +167,9 @@ func TestChaos(t *testing.T) {
 		sessions: max(lossSessions, 1500*faults)}
 	if duration > 0 {
 		setup.rate = chaosDurationRate
-		setup.sessions = int(duration.Seconds()*chaosDurationRate/lossEventsPerSession) + lossSessions
+		// The faults begin once lossFaultsFrom events are accepted, and
+		// the load goes on 10% longer than the duration after that.
+		setup.sessions = int((1.1*duration.Seconds()*chaosDurationRate + lossFaultsFrom) / lossEventsPerSession)
 	}
 	exact := 0
 	for i := range runs {
@@ -180,7 +182,11 @@ func TestChaos(t *testing.T) {
 			exact++
 		}
 	}
-	t.Logf("chaos: exact in %d of %d runs (seeds %d to %d, %d faults each)", exact, runs, seed, seed+uint64(runs)-1, faults)
+	each := fmt.Sprintf("%d faults each", faults)
+	if duration > 0 {
+		each = fmt.Sprintf("faults for %v each", duration)
+	}
+	t.Logf("chaos: exact in %d of %d runs (seeds %d to %d, %s)", exact, runs, seed, seed+uint64(runs)-1, each)
 }
 
 // The kinds of fault a chaos run lands.
@@ -336,6 +342,7 @@ func (s *lossStack) withinMemory(t *testing.T) {
 type feedWatchers struct {
 	ws      []*feedWatcher
 	cutting atomic.Bool // cut each stream 0.3-2.5 s after it opens
+	broker  string      // the feed's, to show what it holds
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -363,10 +370,10 @@ type feedWatcher struct {
 // two (1 to n), and returns once each received its first block (the
 // cursor it starts from, the feed's end): every change of the load comes
 // after. They are cut once cutting is set.
-func watchFeed(t *testing.T, ctx context.Context, queryURL string, cfg loadgen.Config, n int, seed uint64) *feedWatchers {
+func watchFeed(t *testing.T, ctx context.Context, queryURL, broker string, cfg loadgen.Config, n int, seed uint64) *feedWatchers {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	fw := &feedWatchers{cancel: cancel}
+	fw := &feedWatchers{cancel: cancel, broker: broker}
 	t.Cleanup(func() { cancel(); fw.wg.Wait() })
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * n}}
 	t.Cleanup(hc.CloseIdleConnections)
@@ -599,30 +606,32 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report) {
 			t.Fatalf("the watch of %s covers none of the load's sessions: the load's ids are spelled otherwise", w.prefix)
 		}
 	}
-	testwait.UntilSeen(t, "every watch delivered every change of its sessions", 120*time.Second, func() (bool, string) {
+	// Waited for, then checked below: a watch that lacks changes is
+	// reported with what it lacks and what the feed holds.
+	testwait.Eventually(120*time.Second, func() bool {
 		for i, w := range fw.ws {
 			w.mu.Lock()
-			failed := w.err != nil
-			short := ""
+			failed, short := w.err != nil, false
 			for id, fed := range want[i] {
-				if n := len(w.got[id]); n < len(fed) {
-					short = fmt.Sprintf("the watch of %s: %d of the %d changes of %s", w.prefix, n, len(fed), id)
+				if len(w.got[id]) < len(fed) {
+					short = true
 					break
 				}
 			}
 			w.mu.Unlock()
 			if failed {
-				return true, "" // reported below
+				return true // reported below
 			}
-			if short != "" {
-				return false, short
+			if short {
+				return false
 			}
 		}
-		return true, ""
+		return true
 	})
 	fw.cancel()
 	fw.wg.Wait()
 	var changes, repeats, opens, cuts, ends, wrong int
+	var wrongIDs []string
 	for i, w := range fw.ws {
 		if w.err != nil {
 			t.Errorf("the watch of %s: %v", w.prefix, w.err)
@@ -630,10 +639,17 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report) {
 		if w.cuts == 0 {
 			t.Errorf("the watch of %s was never cut and resumed (%d streams)", w.prefix, w.opens)
 		}
-		for _, id := range slices.Sorted(maps.Keys(w.got)) {
+		ids := slices.Sorted(maps.Keys(want[i]))
+		for id := range w.got {
+			if _, ok := want[i][id]; !ok {
+				ids = append(ids, id)
+			}
+		}
+		for _, id := range ids {
 			if got, fed := w.got[id], want[i][id]; !slices.Equal(got, fed) {
 				if wrong++; wrong <= 5 {
-					t.Errorf("the watch of %s delivered for %s:\n%v\nthe feed of the fold of what ingest acknowledged:\n%v", w.prefix, id, got, fed)
+					t.Errorf("the watch of %s delivered for %s:\n%v\nthe changes of the fold of what ingest acknowledged:\n%v", w.prefix, id, got, fed)
+					wrongIDs = append(wrongIDs, id)
 				}
 			}
 		}
@@ -641,6 +657,17 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report) {
 	}
 	if wrong > 5 {
 		t.Errorf("and %d other sessions delivered otherwise", wrong-5)
+	}
+	if wrong > 0 {
+		// What the feed holds of them: whether the changes a watch lacks
+		// were written to it.
+		for _, r := range readTopic(t, fw.broker, feed.Topic(lossTopic)) {
+			if slices.Contains(wrongIDs, string(r.Key)) {
+				var c wire.Change
+				err := wire.Decode(r.Value, &c)
+				t.Logf("the feed holds at %d:%d: %s %s version %d %s event %s at %v (%v)", r.Partition, r.Offset, c.SessionID, c.Type, c.Version, c.Outcome, c.EventID, c.Position, err)
+			}
+		}
 	}
 	t.Logf("%d watches: %d changes delivered (%d again), over %d streams: %d cut and resumed, %d ended by the service",
 		len(fw.ws), changes, repeats, opens, cuts, ends)

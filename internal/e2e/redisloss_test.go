@@ -310,7 +310,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 		Client: apiCheck.Client(nil)}
 	var watchers *feedWatchers
 	if setup.watchers > 0 {
-		watchers = watchFeed(t, ctx, s.queryURL, cfg, setup.watchers, rng.Uint64())
+		watchers = watchFeed(t, ctx, s.queryURL, s.brokerAddr, cfg, setup.watchers, rng.Uint64())
 	}
 	var accepted atomic.Int64
 	cfg.Progress = func(n int) { accepted.Add(int64(n)) }
