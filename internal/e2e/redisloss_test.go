@@ -2,8 +2,10 @@ package e2e_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -116,7 +118,9 @@ func TestRedisLossAcrossProjectorKills(t *testing.T) {
 			exact := 0
 			for i := range runs {
 				s := seed + uint64(i)
-				if t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { lossRun(t, bin, s, tc.replica, lossSessions, tc.faults) }) {
+				if t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
+					lossRun(t, bin, s, lossSetup{replica: tc.replica, sessions: lossSessions}, tc.faults)
+				}) {
 					exact++
 				}
 			}
@@ -140,8 +144,9 @@ func emptiedTwice(t *testing.T, s *lossStack, rng *rand.Rand) string {
 		}
 	}
 	restart := func() string {
-		s.restartProjector(t)
-		s.proj.waitLog(t, "partitions assigned", 30*time.Second)
+		before := s.projLogged("partitions assigned")
+		s.restartProjector(t, 0)
+		s.waitProjLog(t, "partitions assigned", before, 30*time.Second)
 		return "projector killed and restarted, assigned"
 	}
 	steps := []string{restart(), s.pause(rng, 0, 600)}
@@ -186,6 +191,7 @@ func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 	}
 	steps := []string{"replica paused", s.pause(rng, 800, 1200)}
 	primaryOffset := replOffset(t, s.rdb, "master_repl_offset")
+	rebuilds := s.projLogged(rebuildStarted)
 	s.primary.Stop() // SIGKILL
 	testwait.UntilSeen(t, "the replica seeing its primary gone", 10*time.Second, func() (bool, string) {
 		info, err := rc.Info(ctx, "replication").Result()
@@ -202,16 +208,17 @@ func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 			t.Fatalf("%v on the replica: %v", cmd, err)
 		}
 	}
+	s.redis = s.replica
 	steps = append(steps, fmt.Sprintf("primary killed, replica %d bytes of replication behind promoted on its port", primaryOffset-replicaOffset))
 	// The projector notices the rollback at its next checkpoint write and
 	// rebuilds; it is killed in that rebuild, and maybe again in the next.
-	s.proj.waitLog(t, rebuildStarted, 30*time.Second)
+	s.waitProjLog(t, rebuildStarted, rebuilds, 30*time.Second)
 	steps = append(steps, "rebuild begun", s.pause(rng, 0, 300))
-	s.restartProjector(t)
+	s.restartProjector(t, 0)
 	steps = append(steps, "projector killed and restarted")
 	if rng.IntN(2) == 0 {
 		steps = append(steps, s.pause(rng, 200, 1200))
-		s.restartProjector(t)
+		s.restartProjector(t, 0)
 		steps = append(steps, "projector killed and restarted")
 	}
 	return strings.Join(steps, ", ")
@@ -238,34 +245,73 @@ func replOffset(t *testing.T, c *redis.Client, field string) int64 {
 
 // lossStack is the pipeline as processes on one Redis address.
 type lossStack struct {
-	bin                 map[string]string
-	primary, replica    *redistest.Server // replica: nil unless asked
-	rdb                 *redis.Client     // at the services' Redis address
-	brokerAddr          string
-	ingestURL, queryURL string
-	projURL             string
-	projEnv             map[string]string
-	proj                *process
-	projs               []*process // every projector process, for their logs
+	bin              map[string]string
+	primary, replica *redistest.Server // replica: nil unless asked
+	// redis is the redis-server serving the services' address: the
+	// primary, or the replica once promoted on the primary's port.
+	redis      *redistest.Server
+	rdb        *redis.Client // at the services' Redis address
+	brokerAddr string
+	brokerEnv  map[string]string // KFAKE_DATA_DIR: the log survives a restart
+	broker     *process
+	ingest     *process
+	query      *process
+	ingestURL  string
+	queryURL   string
+	// projEnv, proj and projURL are each projector instance's environment
+	// (its own CORREX_INSTANCE_ID, one consumer group), running process and
+	// base URL.
+	projEnv []map[string]string
+	proj    []*process
+	projURL []string
+	projs   []*process // every projector process, for their logs
+	// peaks are the peak resident memory (VmHWM) of the service processes
+	// killed so far, each read right before its kill.
+	peaks []procPeak
+}
+
+// procPeak is a service process's peak resident memory.
+type procPeak struct {
+	name  string
+	bytes int64
+}
+
+// lossSetup is the stack and the load lossRun builds.
+type lossSetup struct {
+	replica    bool    // a replica beside the primary (laggingFailover)
+	projectors int     // projector processes in the group; 1 unless set
+	sessions   int     // sessions of the load
+	rate       float64 // the load's events a second; lossRate unless set
+	// watchers is how many watches of the change feed open before the
+	// load (feedWatchers) and must each be complete once the run ends.
+	watchers int
+	// memory requires each service process's peak resident memory within
+	// memoryBounds.
+	memory bool
 }
 
 const lossTopic = "correx.session-events"
 
-func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool, sessions int, faults func(*testing.T, *lossStack, *rand.Rand) string) {
+func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, faults func(*testing.T, *lossStack, *rand.Rand) string) {
 	rng := rand.New(rand.NewPCG(seed, 0x1055))
 	s := &lossStack{bin: bin, primary: redistest.Start(t, "--repl-diskless-sync-delay", "0")}
-	if withReplica {
+	s.redis = s.primary
+	if setup.replica {
 		s.replica = redistest.StartReplica(t, s.primary)
 	}
 	s.rdb = redis.NewClient(&redis.Options{Addr: s.primary.Addr})
 	t.Cleanup(func() { _ = s.rdb.Close() })
-	s.start(t)
+	s.start(t, max(setup.projectors, 1))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := loadgen.Config{IngestURL: s.ingestURL, QueryURL: s.queryURL, Sessions: sessions, Concurrency: 6, Batch: 20,
-		Rate: lossRate, InvalidShare: 0.03, DuplicateShare: 0.03, Seed: seed, Prefix: "pl", KeepWritten: true,
+	cfg := loadgen.Config{IngestURL: s.ingestURL, QueryURL: s.queryURL, Sessions: setup.sessions, Concurrency: 6, Batch: 20,
+		Rate: cmp.Or(setup.rate, lossRate), InvalidShare: 0.03, DuplicateShare: 0.03, Seed: seed, Prefix: "pl", KeepWritten: true,
 		Client: apiCheck.Client(nil)}
+	var watchers *feedWatchers
+	if setup.watchers > 0 {
+		watchers = watchFeed(t, ctx, s.queryURL, s.brokerAddr, cfg, setup.watchers, rng.Uint64())
+	}
 	var accepted atomic.Int64
 	cfg.Progress = func(n int) { accepted.Add(int64(n)) }
 	loadDone := make(chan loadResult, 1)
@@ -291,22 +337,24 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, withReplica bool,
 	s.caughtUp(t)
 	caughtUp := time.Since(loaded)
 
-	rebuilds, resumed := 0, 0
-	for _, p := range s.projs {
-		rebuilds += strings.Count(p.output(), rebuildStarted)
-		resumed += strings.Count(p.output(), "resuming the partition's rebuild")
-	}
+	rebuilds, resumed := s.projLogged(rebuildStarted), s.projLogged("resuming the partition's rebuild")
 	t.Logf("%s; %d events in %d requests (%d resent) for %d sessions; checkpoints at the log's end %v after the load; %d partition rebuilds begun and %d resumed by a new process, over %d projector processes",
 		schedule, rep.Events, rep.Requests, rep.Retries, rep.Sessions, caughtUp.Round(time.Millisecond), rebuilds, resumed, len(s.projs))
 	s.verify(t, cfg, rep)
 	s.verifierSilent(t)
+	if watchers != nil {
+		watchers.complete(t, rep)
+	}
+	if setup.memory {
+		s.withinMemory(t)
+	}
 }
 
 // verifierSilent requires that the background verifier, which every
 // projector of the run ran (CORREX_VERIFY_RATE, lossVerifyRate), reported
 // no mismatch through the faults: the read model was exact at the end
 // (verify), so a mismatch logged on the way was a false positive, a
-// snapshot reported while it moved. It also requires that the running
+// snapshot reported while it moved. It also requires that each running
 // projector's verifier checked sessions, so that the silence is not that
 // of a verifier that never ran.
 func (s *lossStack) verifierSilent(t *testing.T) {
@@ -322,20 +370,23 @@ func (s *lossStack) verifierSilent(t *testing.T) {
 	if len(lines) > 0 {
 		t.Errorf("the background verifier reported %d mismatches of an exact read model, for example:\n%s", len(lines), strings.Join(lines[:min(len(lines), 5)], "\n"))
 	}
-	var checked float64
-	testwait.UntilSeen(t, "the projector's verifier checking sessions", 60*time.Second, func() (bool, string) {
-		n, ok := metric(t, s.projURL, "correx_verify_checked_total")
-		checked = n
-		return ok && n > 0, fmt.Sprintf("correx_verify_checked_total %v (exported: %v)", n, ok)
-	})
-	t.Logf("the background verifier: no mismatch logged by %d projector processes; the last one checked %.0f sessions", len(s.projs), checked)
+	checked := make([]float64, len(s.projURL))
+	for i, u := range s.projURL {
+		testwait.UntilSeen(t, fmt.Sprintf("projector %d's verifier checking sessions", i+1), 60*time.Second, func() (bool, string) {
+			n, ok := metric(t, u, "correx_verify_checked_total")
+			checked[i] = n
+			return ok && n > 0, fmt.Sprintf("correx_verify_checked_total %v (exported: %v)", n, ok)
+		})
+	}
+	t.Logf("the background verifier: no mismatch logged by %d projector processes; the running ones checked %v sessions", len(s.projs), checked)
 }
 
-// start starts the broker, ingest, the query service and a projector, and
-// waits until each is ready.
-func (s *lossStack) start(t *testing.T) {
+// start starts the broker, ingest, the query service and n projectors in
+// one consumer group, and waits until each is ready.
+func (s *lossStack) start(t *testing.T, n int) {
 	t.Helper()
-	_, s.brokerAddr = startBroker(t, s.bin["kafkabroker"], map[string]string{"KFAKE_PARTITIONS": "6", "KFAKE_LOG_LEVEL": "warn"})
+	s.brokerEnv = map[string]string{"KFAKE_PARTITIONS": "6", "KFAKE_LOG_LEVEL": "warn", "KFAKE_DATA_DIR": t.TempDir()}
+	s.broker, s.brokerAddr = startBroker(t, s.bin["kafkabroker"], maps.Clone(s.brokerEnv))
 	env := func(extra ...string) map[string]string {
 		m := map[string]string{
 			"CORREX_KAFKA_BROKERS":  s.brokerAddr,
@@ -352,37 +403,81 @@ func (s *lossStack) start(t *testing.T) {
 		}
 		return m
 	}
-	ingest, query := env(), env()
-	// The projector exports its metrics (verifierSilent reads them) and
+	s.ingest, s.ingestURL = startHTTPService(t, "ingest", s.bin["ingest"], env())
+	s.query, s.queryURL = startHTTPService(t, "query", s.bin["query"], env())
+	// Each projector exports its metrics (verifierSilent reads them) and
 	// verifies faster than its default, so that its cycles cover the
 	// sessions while the faults land.
-	s.projEnv = env("CORREX_INSTANCE_ID", "loss-1", "OTEL_METRICS_EXPORTER", "prometheus",
-		"CORREX_VERIFY_RATE", strconv.Itoa(lossVerifyRate))
-	_, s.ingestURL = startHTTPService(t, "ingest", s.bin["ingest"], ingest)
-	_, s.queryURL = startHTTPService(t, "query", s.bin["query"], query)
-	s.startProjector(t)
-	for _, base := range []string{s.ingestURL, s.queryURL, s.projURL} {
+	for i := range n {
+		s.projEnv = append(s.projEnv, env("CORREX_INSTANCE_ID", fmt.Sprintf("loss-%d", i+1), "OTEL_METRICS_EXPORTER", "prometheus",
+			"CORREX_VERIFY_RATE", strconv.Itoa(lossVerifyRate)))
+		s.proj, s.projURL = append(s.proj, nil), append(s.projURL, "")
+		s.startProjector(t, i)
+	}
+	for _, base := range append([]string{s.ingestURL, s.queryURL}, s.projURL...) {
 		waitHTTP(t, base+"/readyz", 60*time.Second)
 	}
 }
 
-func (s *lossStack) startProjector(t *testing.T) {
+// startProjector starts projector instance i.
+func (s *lossStack) startProjector(t *testing.T, i int) {
 	t.Helper()
 	// A new process listens on a new port: projURL follows it.
-	s.proj, s.projURL = startHTTPService(t, "projector", s.bin["projector"], s.projEnv)
-	s.projs = append(s.projs, s.proj)
+	s.proj[i], s.projURL[i] = startHTTPService(t, "projector", s.bin["projector"], maps.Clone(s.projEnv[i]))
+	s.projs = append(s.projs, s.proj[i])
 }
 
-// restartProjector kills the projector (SIGKILL: nothing is flushed) and
-// starts it again with the same group instance id, so that it takes its
-// partitions back at once.
-func (s *lossStack) restartProjector(t *testing.T) {
+// restartProjector kills projector instance i (SIGKILL: nothing is
+// flushed) and starts it again with the same group instance id, so that
+// it takes its partitions back at once.
+func (s *lossStack) restartProjector(t *testing.T, i int) {
 	t.Helper()
-	if err := s.proj.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	s.kill(t, "projector", s.proj[i])
+	s.startProjector(t, i)
+}
+
+// kill kills a service process (SIGKILL), noting its peak resident memory
+// first.
+func (s *lossStack) kill(t *testing.T, name string, p *process) {
+	t.Helper()
+	s.peaks = append(s.peaks, procPeak{name, procStatusBytes(p, "VmHWM:")})
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-s.proj.done
-	s.startProjector(t)
+	<-p.done
+}
+
+// startBrokerAgain starts the broker again, once killed, on the address
+// the first one reported and on the same data directory: the services
+// were given that address and reconnect to it.
+func (s *lossStack) startBrokerAgain(t *testing.T) {
+	t.Helper()
+	env := maps.Clone(s.brokerEnv)
+	env["KFAKE_LISTEN_ADDR"] = s.brokerAddr
+	s.broker = startService(t, "kafkabroker", s.bin["kafkabroker"], env)
+	if addr := s.broker.logAddr(t, "broker ready", "advertised", 30*time.Second); addr != s.brokerAddr {
+		t.Fatalf("the broker started again at %s, want %s", addr, s.brokerAddr)
+	}
+}
+
+// projLogged counts the lines of every projector process of the run that
+// contain msg.
+func (s *lossStack) projLogged(msg string) int {
+	n := 0
+	for _, p := range s.projs {
+		n += strings.Count(p.output(), msg)
+	}
+	return n
+}
+
+// waitProjLog waits up to d until the projector processes logged msg more
+// than the before times projLogged counted.
+func (s *lossStack) waitProjLog(t *testing.T, msg string, before int, d time.Duration) {
+	t.Helper()
+	testwait.UntilSeen(t, fmt.Sprintf("a projector logging %q", msg), d, func() (bool, string) {
+		n := s.projLogged(msg)
+		return n > before, fmt.Sprintf("logged %d times, %d before", n, before)
+	})
 }
 
 // pause lets the run go on for a random time between lo and hi
@@ -395,7 +490,7 @@ func (s *lossStack) pause(rng *rand.Rand, lo, hi int) string {
 }
 
 // caughtUp waits until every partition's checkpoint has reached the log's
-// end (as it is once the load ended) and the projector is ready (no
+// end (as it is once the load ended) and every projector is ready (no
 // partition rebuilding or stalled).
 func (s *lossStack) caughtUp(t *testing.T) {
 	t.Helper()
@@ -412,7 +507,7 @@ func (s *lossStack) caughtUp(t *testing.T) {
 	ends := map[int32]int64{}
 	lo.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	store := s.store(t)
-	testwait.UntilSeen(t, "every checkpoint at the log's end and the projector ready", 120*time.Second, func() (bool, string) {
+	testwait.UntilSeen(t, "every checkpoint at the log's end and the projectors ready", 120*time.Second, func() (bool, string) {
 		cps, err := store.Checkpoints(ctx, lossTopic)
 		if err != nil {
 			return false, err.Error()
@@ -422,8 +517,10 @@ func (s *lossStack) caughtUp(t *testing.T) {
 				return false, fmt.Sprintf("checkpoints %v, log's end %v", cps, ends)
 			}
 		}
-		if st := getStatus(s.projURL + "/readyz"); st != 200 {
-			return false, fmt.Sprintf("projector /readyz %d", st)
+		for i, u := range s.projURL {
+			if st := getStatus(u + "/readyz"); st != 200 {
+				return false, fmt.Sprintf("projector %d /readyz %d", i+1, st)
+			}
 		}
 		return true, ""
 	})
