@@ -112,14 +112,14 @@ func (h *Handler) read(ctx context.Context, who, id string, minPos *snapshot.Pos
 	}
 	defer h.waits.give(who)
 	deadline := time.Now().Add(wait)
-	poll := h.poll
-	if h.progress != nil {
-		poll = max(poll, progressPoll)
-	}
 	for {
-		var woken <-chan struct{}
+		var woken <-chan struct{} // nil: no announcements (none, or they stopped)
 		if h.progress != nil {
 			woken = h.progress.wait(minPos.Partition) // before the reads: a write after them wakes this round
+		}
+		poll := h.poll
+		if woken != nil {
+			poll = max(poll, progressPoll)
 		}
 		snap, err := h.get(ctx, id)
 		if err != nil && !errors.Is(err, snapshot.ErrNotFound) {
