@@ -484,14 +484,6 @@ func (p *process) running() bool {
 
 func (p *process) output() string { return p.out.String() }
 
-func (p *process) waitLog(t testing.TB, s string, d time.Duration) {
-	t.Helper()
-	testwait.Eventually(d, func() bool { return strings.Contains(p.output(), s) || !p.running() })
-	if !strings.Contains(p.output(), s) {
-		t.Fatalf("no %q:\n%s", s, p.output())
-	}
-}
-
 // peakRSS reads the process's peak resident set (VmHWM) from /proc.
 func (p *process) peakRSS(t *testing.T) int64 {
 	t.Helper()
