@@ -17,19 +17,19 @@ import (
 
 // waitSettled waits until every partition's checkpoint under prefix has
 // reached the end of the log, and the log has not grown meanwhile: the
-// derived events produced by the flushes are folded too.
+// derived events produced by the flushes are folded too. It fails once
+// neither has moved for a minute.
 func (e *env) waitSettled(prefix string) {
 	e.t.Helper()
-	var cps map[int32]snapshot.Checkpoint
-	var ends map[int32]int64
-	if !testwait.Eventually(60*time.Second, func() bool {
-		var err error
-		ends = endOffsets(e.t, e.brokers)
-		cps, err = e.store(prefix).Checkpoints(ctx, topic)
-		return err == nil && caughtUp(cps, ends) && fmt.Sprint(endOffsets(e.t, e.brokers)) == fmt.Sprint(ends)
-	}) {
-		e.t.Fatalf("not settled: checkpoints %v, ends %v", cps, ends)
-	}
+	testwait.WhileProgressing(e.t, "the checkpoints at the log's end, and the log's end still", 60*time.Second, func() (bool, string) {
+		ends := endOffsets(e.t, e.brokers)
+		cps, err := e.store(prefix).Checkpoints(ctx, topic)
+		if err != nil {
+			return false, err.Error()
+		}
+		return caughtUp(cps, ends) && fmt.Sprint(endOffsets(e.t, e.brokers)) == fmt.Sprint(ends),
+			fmt.Sprintf("checkpoints %v, ends %v", checkpointOffsets(cps), ends)
+	})
 }
 
 // feedConfig is the test configuration with the change feed on.

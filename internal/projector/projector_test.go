@@ -78,11 +78,18 @@ func (e *env) client(opts ...kgo.Opt) *kgo.Client {
 // produce writes events as ingest would, in order.
 func (e *env) produce(events []fsm.Event) {
 	e.t.Helper()
+	e.produceAt(events, time.Time{})
+}
+
+// produceAt produces events with the record timestamp ts (the time of the
+// produce when ts is zero).
+func (e *env) produceAt(events []fsm.Event, ts time.Time) {
+	e.t.Helper()
 	cl := e.client()
 	defer cl.Close()
 	recs := make([]*kgo.Record, len(events))
 	for i := range events {
-		recs[i] = &kgo.Record{Key: []byte(events[i].SessionID), Value: fsm.AppendRecord(nil, &events[i])}
+		recs[i] = &kgo.Record{Key: []byte(events[i].SessionID), Value: fsm.AppendRecord(nil, &events[i]), Timestamp: ts}
 	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		e.t.Fatal(err)
@@ -161,18 +168,27 @@ func caughtUp(cps map[int32]snapshot.Checkpoint, ends map[int32]int64) bool {
 }
 
 // waitCaughtUp waits until every partition's checkpoint under prefix has
-// reached the end of the log.
-func (e *env) waitCaughtUp(prefix string, timeout time.Duration) {
+// reached the end of the log, for as long as the checkpoints move: it
+// fails once they have not moved for stall.
+func (e *env) waitCaughtUp(prefix string, stall time.Duration) {
 	e.t.Helper()
 	ends := endOffsets(e.t, e.brokers)
-	var cps map[int32]snapshot.Checkpoint
-	if !testwait.Eventually(timeout, func() bool {
-		var err error
-		cps, err = e.store(prefix).Checkpoints(ctx, topic)
-		return err == nil && caughtUp(cps, ends)
-	}) {
-		e.t.Fatalf("not caught up after %v: checkpoints %v, ends %v", timeout, cps, ends)
+	testwait.WhileProgressing(e.t, "the checkpoints at the log's end", stall, func() (bool, string) {
+		cps, err := e.store(prefix).Checkpoints(ctx, topic)
+		if err != nil {
+			return false, err.Error()
+		}
+		return caughtUp(cps, ends), fmt.Sprintf("checkpoints %v, ends %v", checkpointOffsets(cps), ends)
+	})
+}
+
+// checkpointOffsets are the offsets of cps, by partition.
+func checkpointOffsets(cps map[int32]snapshot.Checkpoint) map[int32]int64 {
+	out := make(map[int32]int64, len(cps))
+	for p, cp := range cps {
+		out[p] = cp.Offset
 	}
+	return out
 }
 
 // dump returns every stored snapshot under prefix, encoded, by session id.

@@ -44,6 +44,31 @@ func UntilSeen(t testing.TB, what string, timeout time.Duration, cond func() (bo
 	}
 }
 
+// WhileProgressing polls cond until it returns true, and fails the test
+// with "no progress for <stall> waiting for <what>: <seen>" once what cond
+// says it saw has not changed for stall. It bounds a wait by the lack of
+// progress rather than by the time the work takes: a loaded machine slows
+// such a wait down without failing it, and a stuck one still fails it
+// within stall. seen must describe the progress (offsets, counts), not
+// something that changes without it (a clock).
+func WhileProgressing(t testing.TB, what string, stall time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	since := time.Now()
+	for i := 0; ; i++ {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if i == 0 || seen != last {
+			last, since = seen, time.Now()
+		} else if time.Since(since) >= stall {
+			t.Fatalf("no progress for %v waiting for %s: %s", stall, what, seen)
+		}
+		time.Sleep(pause.Wait(i))
+	}
+}
+
 // Eventually polls cond until it returns true, for at most timeout, and
 // reports whether it did. cond is called at least once, and once more at
 // the deadline, so a condition that holds by then is not reported false.

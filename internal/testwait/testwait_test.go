@@ -91,3 +91,37 @@ func TestEventually(t *testing.T) {
 		t.Error("a condition that holds at the deadline was reported false")
 	}
 }
+
+func TestWhileProgressingWaitsAsLongAsTheStateMoves(t *testing.T) {
+	calls := 0
+	start := time.Now()
+	if msg := run(func(tb testing.TB) {
+		testwait.WhileProgressing(tb, "the offsets", 40*time.Millisecond, func() (bool, string) {
+			calls++
+			time.Sleep(5 * time.Millisecond)
+			return time.Since(start) > 200*time.Millisecond, fmt.Sprintf("offset %d", calls)
+		})
+	}); msg != "" {
+		t.Fatalf("failed while the state moved: %s", msg)
+	}
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Fatalf("returned after %v, before the condition held", waited)
+	}
+}
+
+func TestWhileProgressingFailsOnceTheStateStops(t *testing.T) {
+	calls := 0
+	start := time.Now()
+	msg := run(func(tb testing.TB) {
+		testwait.WhileProgressing(tb, "the offsets", 60*time.Millisecond, func() (bool, string) {
+			calls++
+			return false, fmt.Sprintf("offset %d", min(calls, 3))
+		})
+	})
+	if want := "no progress for 60ms waiting for the offsets: offset 3"; msg != want {
+		t.Errorf("failure = %q, want %q", msg, want)
+	}
+	if waited := time.Since(start); waited < 60*time.Millisecond {
+		t.Errorf("gave up after %v, before 60ms without progress", waited)
+	}
+}
