@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -401,8 +402,9 @@ func TestRestoreAtEveryCrashPoint(t *testing.T) {
 	}
 }
 
-// TestRestoreWithAFiniteLog runs over an events topic with a short
-// retention.ms, which kfake applies on ApplyRetention: a restore from a
+// TestRestoreWithAFiniteLog runs over an events topic with a retention.ms,
+// which kfake applies on ApplyRetention, and records produced with
+// timestamps that place them before or after it: a restore from a
 // changelog checkpoint at or after the log's start is exact, and one from
 // a checkpoint older than the log's start (the events in between are gone)
 // restores what the changelog holds and raises the alert: /readyz names
@@ -413,7 +415,23 @@ func TestRestoreWithAFiniteLog(t *testing.T) {
 	e := &env{t: t, brokers: cluster.ListenAddrs(), rdb: srv.Client(t), srv: srv}
 	cl := e.client()
 	adm := kadm.NewClient(cl)
-	retention := "1000"
+	// Which records expire is set by their timestamps, not by the clock:
+	// kfake drops a batch older than retention.ms only on ApplyRetention,
+	// so a slow machine cannot expire a batch the test wants kept.
+	setRetention := func(d time.Duration) {
+		t.Helper()
+		ms := strconv.FormatInt(d.Milliseconds(), 10)
+		for _, tp := range []string{topic, kafka.DLQTopic(topic)} {
+			rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: &ms}}, tp)
+			if err == nil {
+				_, err = rs.On(tp, nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	retention := strconv.FormatInt((2 * time.Hour).Milliseconds(), 10)
 	for _, tp := range []string{topic, kafka.DLQTopic(topic)} {
 		if _, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"retention.ms": &retention}, tp); err != nil {
 			t.Fatal(err)
@@ -428,19 +446,15 @@ func TestRestoreWithAFiniteLog(t *testing.T) {
 		o, _ := starts.Lookup(topic, 0)
 		return o.Offset
 	}
-	expire := func() {
-		t.Helper()
-		time.Sleep(1200 * time.Millisecond) // past retention.ms
-	}
+	now := time.Now()
 	a, b := workloadEvents(71, 40), workloadEvents(72, 40)
-	e.produce(a)
+	e.produceAt(a, now.Add(-3*time.Hour)) // past the retention of 2 hours
 	r, _ := e.startCounting("f", nil)
 	e.waitCaughtUp("f", 60*time.Second)
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
-	expire()
-	e.produce(b)
+	e.produceAt(b, now.Add(-time.Hour))
 	want := e.reference("ref") // a and b, before a expires
 	cluster.ApplyRetention()
 	if s, end := start(), int64(len(a)); s != end {
@@ -464,10 +478,11 @@ func TestRestoreWithAFiniteLog(t *testing.T) {
 
 	// The changelog's checkpoint is now at the end of b. d expires before
 	// any projector folds it: the next restore starts before the log.
+	// With a retention of 30 minutes, b and d expire, g stays.
 	d, g := workloadEvents(73, 30), workloadEvents(74, 30)
-	e.produce(d)
-	expire()
-	e.produce(g)
+	e.produceAt(d, now.Add(-time.Hour))
+	e.produceAt(g, now)
+	setRetention(30 * time.Minute)
 	cluster.ApplyRetention()
 	if s := start(); s != int64(len(a)+len(b)+len(d)) {
 		t.Fatalf("the log starts at %d after retention, want %d", s, len(a)+len(b)+len(d))
