@@ -1,6 +1,7 @@
 package query_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -109,6 +110,55 @@ func TestListingPagesAreBoundedInBytes(t *testing.T) {
 		if c != 1 {
 			t.Errorf("%s listed %d times", id, c)
 		}
+	}
+}
+
+// slowList is a store whose every listing read takes delay longer.
+type slowList struct {
+	*snapshot.Store
+	delay time.Duration
+}
+
+func (s slowList) ListFiltered(ctx context.Context, state fsm.State, prefix string, f snapshot.Filter, cursor string, limit int) (snapshot.Page, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return snapshot.Page{}, ctx.Err()
+	}
+	return s.Store.ListFiltered(ctx, state, prefix, f, cursor, limit)
+}
+
+// A page of large snapshots takes several reads of Redis: each has its own
+// RedisTimeout, not the page as a whole (which also spends time encoding
+// what it read). Reads of 60% of RedisTimeout each serve the page.
+func TestListingChunksEachHaveTheRedisTimeout(t *testing.T) {
+	f := newFixture(t)
+	const n = 100
+	goal := strings.Repeat("g", 64<<10)
+	for i := range n {
+		f.putGoal(fmt.Sprintf("big-%03d", i), 0, int64(i), goal)
+	}
+	h := query.NewHandler(slowList{f.store, query.RedisTimeout * 6 / 10}, topic, nil, query.Options{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/sessions?limit=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	var page struct {
+		Sessions []json.RawMessage `json:"sessions"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		t.Fatal(err)
+	}
+	// More sessions than the first chunk's: the page took two reads or more.
+	if len(page.Sessions) <= 32 {
+		t.Fatalf("the page holds %d sessions: it took one read, and tests nothing", len(page.Sessions))
 	}
 }
 

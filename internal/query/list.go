@@ -46,9 +46,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state, prefix, filter := f.state, f.prefix, f.store()
-	ctx, cancel := context.WithTimeout(r.Context(), RedisTimeout)
-	defer cancel()
-	body, err := h.listPage(ctx, state, prefix, filter, q.Get("cursor"), limit)
+	body, err := h.listPage(r.Context(), state, prefix, filter, q.Get("cursor"), limit)
 	if errors.Is(err, snapshot.ErrBadCursor) {
 		badRequest(w, "cursor", "is not a cursor this service issued; start again without it")
 		return
@@ -75,7 +73,8 @@ const (
 )
 
 // listPage encodes the ListResponse of at most limit index entries from
-// cursor, stopping before the session that would take the page past
+// cursor, each chunk read within RedisTimeout (a page of large snapshots
+// takes several chunks, and the time spent encoding them is not Redis's), stopping before the session that would take the page past
 // MaxListBytes (the first session is always taken, so paging advances
 // whatever the sizes stored). Next then continues right after the last
 // session of the page: none is skipped or repeated. With a label or parent
@@ -87,7 +86,9 @@ func (h *Handler) listPage(ctx context.Context, state fsm.State, prefix string, 
 	n, next, chunk := 0, "", min(limit, minListChunk)
 fill:
 	for limit > 0 {
-		page, err := h.store.ListFiltered(ctx, state, prefix, filter, cursor, chunk)
+		cctx, cancel := context.WithTimeout(ctx, RedisTimeout)
+		page, err := h.store.ListFiltered(cctx, state, prefix, filter, cursor, chunk)
+		cancel()
 		if err != nil {
 			return nil, err
 		}

@@ -22,7 +22,7 @@ const (
 	// session, whatever its size), and its cursor continues from there.
 	MaxListBytes = 4 << 20
 	// RedisTimeout bounds the Redis work of a request (of each round of
-	// a waiting read): a hung Redis gets a 503 with Retry-After in time,
+	// a waiting read, of each chunk of a listing page): a hung Redis gets a 503 with Retry-After in time,
 	// not a request held until the client gives up.
 	RedisTimeout = 2 * time.Second
 )
