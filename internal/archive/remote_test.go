@@ -92,7 +92,9 @@ func TestRemoteWriteBoundedByProgress(t *testing.T) {
 	srv := s3test.Start(t)
 	url := srv.Bucket(t, "progress")
 	ctx := context.Background()
-	const timeout = 500 * time.Millisecond
+	// Long enough that the S3 server, on a loaded machine, takes a part
+	// well within it (500 ms did not).
+	const timeout = 1500 * time.Millisecond
 	r, err := StartRemote(ctx, url, RemoteOptions{Timeout: timeout, Probe: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -103,9 +105,9 @@ func TestRemoteWriteBoundedByProgress(t *testing.T) {
 	hist := history(4000, 0)
 	slow := func(yield func(wire.HistoryEntry) error) error {
 		for i, e := range hist {
-			if i%100 == 99 {
-				// A slow log read: 40 pauses, 4 timeouts in all.
-				time.Sleep(timeout / 10)
+			if i%200 == 199 {
+				// A slow log read: 20 pauses, 4 timeouts in all.
+				time.Sleep(timeout / 5)
 			}
 			if err := yield(e); err != nil {
 				return err
