@@ -4,7 +4,7 @@
 It speaks the HTTP API described in the README:
 
   * send(events)            POST  <ingest>/v1/events          -> the last event's position "P:O"
-  * get(id, min_position)   GET   <query>/v1/sessions/{id}?minPosition=P:O&wait=2s
+  * get(id, min_position)   GET   <query>/v1/sessions/{id}?minPosition=P:O&wait=10s
   * watch(id, cursor)       GET   <query>/v1/sessions/{id}/watch   (Server-Sent Events)
 
 Configuration comes from the same variables as the Go tools:
@@ -71,7 +71,7 @@ class Client:
         with self._request("POST", self.ingest + "/v1/events", {"events": events}) as resp:
             return json.load(resp)["position"]
 
-    def get(self, session_id, min_position=None, wait="2s"):
+    def get(self, session_id, min_position=None, wait="10s"):
         """The snapshot; with min_position, once the projector has folded up to it."""
         url = self.query + "/v1/sessions/" + urllib.parse.quote(session_id, safe=":")
         if min_position:
