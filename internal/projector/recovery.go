@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -287,6 +288,15 @@ func (rc *recovery) lostAt(part *partState, cps map[int32]snapshot.Checkpoint) b
 // in flight is written: the records of it already polled are not folded
 // (rebuiltNow), and the rebuild folds them again from its start.
 func (rc *recovery) checkMisses(ctx context.Context, ids []int32) error {
+	// Only a partition whose stored checkpoint this projector knows can be
+	// found lost (lostAt): a partition folding from its start, before its
+	// first checkpoint write, costs no read.
+	if !slices.ContainsFunc(ids, func(id int32) bool {
+		part := rc.st.parts[id]
+		return part != nil && part.ckptKnown && !rc.st.stalls.stalled(id)
+	}) {
+		return nil
+	}
 	var cps map[int32]snapshot.Checkpoint
 	if err := retry(ctx, rc.log, "reading the checkpoints after snapshots were missing", func(ctx context.Context) (err error) {
 		cps, err = rc.store.Checkpoints(ctx, rc.cfg.Topic)
