@@ -92,7 +92,7 @@ var memoryBounds = map[string]int64{
 
 // TestChaos runs the services as processes (the broker, ingest, the query
 // service, two projectors in one consumer group, redis-server with a
-// replica) under a steady verified load through ingest (1,500 sessions a
+// replica) under a steady verified load through ingest (750 sessions a
 // fault, 3,000 at least, 6,000 events a second), with 16 watches of the
 // change feed open, and lands a seeded schedule of faults drawn from
 // every kind, back to back and overlapping while the load is sent:
@@ -166,7 +166,7 @@ func TestChaos(t *testing.T) {
 	bin := buildServices(t, "kafkabroker", "ingest", "projector", "query")
 	setup := lossSetup{replica: true, projectors: chaosProjectors, watchers: chaosWatchers, memory: true,
 		// A load long enough for every fault to land while it is sent.
-		sessions: max(lossSessions, 1500*faults)}
+		sessions: max(lossSessions, 750*faults)}
 	if duration > 0 {
 		setup.rate = chaosDurationRate
 		// The faults begin once lossFaultsFrom events are accepted, and
@@ -215,17 +215,20 @@ func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) s
 	// held continues what the previous fault stopped: it is held through
 	// the next fault and its pause.
 	var held func()
-	redisStopped := false
+	redisStopped, projStopped := false, false
 	// draw deals the next kind of the deck that can land now: FLUSHALL, a
 	// failover and another stop wait for a stopped redis-server to be
 	// continued, so they come after (a second stop of the same server,
 	// continued by the first one's hold, left redis-server running with a
 	// hold still to come: a failover in between killed the server the
-	// hold then continued).
+	// hold then continued). A failover also waits for a stopped projector:
+	// while the group waits for it, the other may own nothing and write
+	// nothing for the replica to miss.
 	draw := func() int {
 		for {
 			if j := slices.IndexFunc(deck, func(k int) bool {
-				return !redisStopped || k != faultFlushAll && k != faultFailover && k != faultRedisStopped
+				return (!redisStopped || k != faultFlushAll && k != faultFailover && k != faultRedisStopped) &&
+					(!projStopped || k != faultFailover)
 			}); j >= 0 {
 				k := deck[j]
 				deck = slices.Delete(deck, j, j+1)
@@ -263,8 +266,10 @@ func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) s
 			if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			projStopped = true
 			began := time.Now()
 			hold = func() {
+				projStopped = false
 				if p.running() { // not killed meanwhile
 					if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 						t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -178,7 +179,7 @@ func emptiedTwice(t *testing.T, s *lossStack, rng *rand.Rand) string {
 const rebuildStarted = "rebuilding it from the earliest offset"
 
 // laggingFailover holds the replica's replication stream unapplied for
-// 0.8-1.2 s, kills the primary, promotes the replica on the primary's port,
+// 0.8-1.2 s and until the replica has missed a checkpoint write, kills the primary, promotes the replica on the primary's port,
 // then kills and restarts the projector 0-0.3 s after it begins rebuilding,
 // and half the time again 0.2-1.2 s later.
 func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
@@ -190,6 +191,21 @@ func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 		t.Fatal(err)
 	}
 	steps := []string{"replica paused", s.pause(rng, 800, 1200)}
+	// The replica must miss a checkpoint write, or the projector has
+	// nothing to notice: a projector can write nothing for longer than the
+	// pause (its group rebalancing after a kill, the broker restarting).
+	ckpts := redislayout.NewKeys("correx").Checkpoints(lossTopic)
+	testwait.UntilSeen(t, "a checkpoint write the paused replica has not applied", 60*time.Second, func() (bool, string) {
+		p, err := s.rdb.HGetAll(ctx, ckpts).Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		r, err := rc.HGetAll(ctx, ckpts).Result()
+		if err != nil {
+			return false, err.Error()
+		}
+		return !maps.Equal(p, r), fmt.Sprintf("primary %v, replica %v", p, r)
+	})
 	primaryOffset := replOffset(t, s.rdb, "master_repl_offset")
 	rebuilds := s.projLogged(rebuildStarted)
 	s.primary.Stop() // SIGKILL
