@@ -179,9 +179,10 @@ func emptiedTwice(t *testing.T, s *lossStack, rng *rand.Rand) string {
 const rebuildStarted = "rebuilding it from the earliest offset"
 
 // laggingFailover holds the replica's replication stream unapplied for
-// 0.8-1.2 s and until the replica has missed a checkpoint write, kills the primary, promotes the replica on the primary's port,
-// then kills and restarts the projector 0-0.3 s after it begins rebuilding,
-// and half the time again 0.2-1.2 s later.
+// 0.8-1.2 s and until the replica has missed a checkpoint write, kills the
+// primary, promotes the replica on the primary's port, then kills and
+// restarts the projector 0-0.3 s after it begins rebuilding, and half the
+// time again 0.2-1.2 s later.
 func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 	ctx := context.Background()
 	rc := redis.NewClient(&redis.Options{Addr: s.replica.Addr})

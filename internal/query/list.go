@@ -73,10 +73,11 @@ const (
 )
 
 // listPage encodes the ListResponse of at most limit index entries from
-// cursor, each chunk read within RedisTimeout (a page of large snapshots
-// takes several chunks, and the time spent encoding them is not Redis's), stopping before the session that would take the page past
+// cursor, stopping before the session that would take the page past
 // MaxListBytes (the first session is always taken, so paging advances
-// whatever the sizes stored). Next then continues right after the last
+// whatever the sizes stored). Each chunk is read within RedisTimeout: a
+// page of large snapshots takes several, and the time spent encoding
+// them is not Redis's. Next then continues right after the last
 // session of the page: none is skipped or repeated. With a label or parent
 // filter, limit counts the sessions examined (see snapshot.ListFiltered):
 // the page may hold fewer, or none, and still carry next.
