@@ -1,9 +1,10 @@
 // Package sessionlog owns reading sessions' records back from the events
 // log, outside any consumer group: one session's records (the query
 // service's replay and history), the histories of a batch of sessions of
-// a partition (the projector's archive sweep), and the history entry that
-// says what the fold did with each (GET /v1/sessions/{id}/history, and the
-// archive's objects).
+// a partition (the projector's archive sweep), a partition read forward a
+// little at a time on one connection (Cursor: the projector's background
+// verifier), and the history entry that says what the fold did with each
+// (GET /v1/sessions/{id}/history, and the archive's objects).
 //
 // # Memory
 //

@@ -106,60 +106,12 @@ func (r *Reader) Read(ctx context.Context, p int32, from, end int64, fn func(e *
 	if from > end {
 		return nil
 	}
-	opts := append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{r.Topic: {p: kgo.NewOffset().At(from)}}),
-		kgo.FetchMaxBytes(FetchBytes), kgo.FetchMaxPartitionBytes(FetchBytes), kgo.MaxConcurrentFetches(1)}, r.Opts...)
-	cl, err := kafka.NewClient(r.Kafka, opts...)
+	c, err := r.Cursor(p, from)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	decode := r.Decode
-	if decode == nil {
-		decode = kafka.DecodeEvent
-	}
-	hw, err := highWatermark(ctx, cl.Client, r.Topic, p)
-	if err != nil {
-		return err
-	}
-	var beyond error
-	if end >= hw {
-		beyond = fmt.Errorf("%w: offset %d of partition %d, and the log ends at %d", ErrBeyondLog, end, p, hw-1)
-		if end = hw - 1; from > end {
-			return beyond
-		}
-	}
-	var e fsm.Event
-	for {
-		fetches := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("reading the log stopped before offset %d: %w", end, cl.Explain(err))
-		}
-		var ferr error
-		fetches.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
-		if ferr != nil {
-			return cl.Explain(ferr)
-		}
-		done := false
-		fetches.EachRecord(func(rec *kgo.Record) {
-			if done || rec.Offset > end {
-				done = true
-				return
-			}
-			if rec.Offset == end {
-				done = true
-			}
-			if decode(rec, &e) != nil || string(rec.Key) != e.SessionID {
-				return // a record the projector set aside
-			}
-			if !fn(&e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset}) {
-				done = true
-			}
-		})
-		if done {
-			return beyond
-		}
-	}
+	defer c.Close()
+	return c.ReadTo(ctx, end, fn)
 }
 
 // Entry is what the fold did with e at pos, s being the session after it.

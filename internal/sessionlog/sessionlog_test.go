@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/correx/sessions/pkg/wire"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 const topic = "sessionlog-test"
@@ -185,5 +187,112 @@ func TestHistoriesNeverCallsAShortenedHistoryComplete(t *testing.T) {
 	want := []string{"old complete=false earliest=1 streamed=false", "new complete=true earliest=0 streamed=true"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("handed\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestCursorReadsForwardOnOneConnection: a cursor that follows a growing
+// log, a few records at a time (as the verifier follows a checkpoint
+// under writes), hands out each record once, in order, the same records
+// a single Read of the whole range gives, including those a fetch
+// brought past what a call asked for; ErrBeyondLog for a range past the
+// log's end leaves it at the end; and it connects to the broker no more
+// often than one Read does, however many reads it serves.
+func TestCursorReadsForwardOnOneConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := kafkatest.Start(t)
+	var conns atomic.Int64 // ApiVersions: the first request of every connection
+	c.ControlKey(int16(kmsg.ApiVersions), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		conns.Add(1)
+		return nil, nil, false
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
+	sent := 0
+	produce := func(n int) {
+		t.Helper()
+		for range n {
+			sent++
+			at = at.Add(time.Second)
+			e := fsm.NewEvent(fsm.EventID{5, byte(sent)}, fmt.Sprintf("s%d", sent%3), fsm.SessionCreated, at, fsm.Fields{Goal: "g"})
+			if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(e.SessionID), Value: fsm.AppendRecord(nil, &e)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(40)
+	r := &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
+	type rec struct {
+		off int64
+		id  string
+	}
+	read := func(from, end int64) ([]rec, error) {
+		var out []rec
+		err := r.Read(ctx, 0, from, end, func(e *fsm.Event, pos snapshot.Position) bool {
+			out = append(out, rec{pos.Offset, e.SessionID})
+			return true
+		})
+		return out, err
+	}
+	before := conns.Load()
+	if _, err := read(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	perRead := conns.Load() - before
+
+	cur, err := r.Cursor(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	before = conns.Load()
+	var got []rec
+	take := func(e *fsm.Event, pos snapshot.Position) bool {
+		got = append(got, rec{pos.Offset, e.SessionID})
+		return true
+	}
+	// Three records a call over what is there (a fetch brings all 40),
+	// then the log grows between calls.
+	for end := int64(2); end < 40; end += 3 {
+		if err := cur.ReadTo(ctx, end, take); err != nil {
+			t.Fatalf("to %d: %v", end, err)
+		}
+		if n := int64(len(got)); n != end+1 || got[n-1].off != end || cur.Next() != end+1 {
+			t.Fatalf("to %d: %d records, the last %+v, next %d", end, n, got[n-1], cur.Next())
+		}
+	}
+	for range 10 {
+		produce(2)
+		if err := cur.ReadTo(ctx, cur.Next()+1, take); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = cur.ReadTo(ctx, 100, take)
+	if !errors.Is(err, sessionlog.ErrBeyondLog) || cur.Next() != 60 {
+		t.Fatalf("past the end: %v, next %d; want ErrBeyondLog at 60", err, cur.Next())
+	}
+	if err := cur.ReadTo(ctx, 59, take); err != nil {
+		t.Fatal(err) // already read: nothing to do
+	}
+	cursorConns := conns.Load() - before
+
+	want, err := read(0, 59)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || len(want) != 60 {
+		t.Fatalf("the cursor handed out %d records\n%+v\none read gives %d\n%+v", len(got), got, len(want), want)
+	}
+	t.Logf("one Read connected %d times; the cursor's 25 reads, %d times", perRead, cursorConns)
+	if perRead == 0 || cursorConns > perRead {
+		t.Fatalf("the cursor's 25 reads connected %d times; one Read connects %d times", cursorConns, perRead)
 	}
 }
