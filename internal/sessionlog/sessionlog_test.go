@@ -16,6 +16,7 @@ import (
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/correx/sessions/pkg/wire"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -31,15 +32,7 @@ const topic = "sessionlog-test"
 func TestHistoriesReadsThePartitionOnceAndMatchesEachSessionsScan(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := kafkatest.Start(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, 1); err != nil {
-		t.Fatal(err)
-	}
+	_, cl, r := startLog(ctx, t)
 	at := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
 	n := byte(0)
 	ev := func(id string, typ fsm.EventType) fsm.Event {
@@ -70,7 +63,6 @@ func TestHistoriesReadsThePartitionOnceAndMatchesEachSessionsScan(t *testing.T) 
 	produce(ev("b", fsm.SessionCancelled), true)
 	produce(ev("b", fsm.ModelRequested), false) // after b's stored position: not in its history
 
-	r := &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
 	want := map[string][]wire.HistoryEntry{}
 	for _, id := range []string{"a", "b"} {
 		s := stored[id]
@@ -133,16 +125,8 @@ func TestHistoriesReadsThePartitionOnceAndMatchesEachSessionsScan(t *testing.T) 
 func TestHistoriesNeverCallsAShortenedHistoryComplete(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := kafkatest.Start(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	_, cl, r := startLog(ctx, t)
 	adm := kadm.NewClient(cl)
-	if _, err := kafka.EnsureTopic(ctx, adm, topic, 1); err != nil {
-		t.Fatal(err)
-	}
 	at := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
 	stored := map[string]*snapshot.Snapshot{"old": {}, "new": {}}
 	reds := map[string]*fsm.Reducer{"old": {}, "new": {}}
@@ -157,7 +141,6 @@ func TestHistoriesNeverCallsAShortenedHistoryComplete(t *testing.T) {
 		}
 		stored[x.id].Fold(reds[x.id], &e, snapshot.Position{Partition: rec.Partition, Offset: rec.Offset})
 	}
-	r := &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
 	deleteBelow := func(off int64) {
 		t.Helper()
 		os := kadm.Offsets{}
@@ -174,7 +157,7 @@ func TestHistoriesNeverCallsAShortenedHistoryComplete(t *testing.T) {
 	// budget 1: new's history is read alone, when fn consumes it, and
 	// new's creation leaves the log first.
 	var got []string
-	err = r.Histories(ctx, 0, []*snapshot.Snapshot{stored["old"], stored["new"]}, 1, func(s *snapshot.Snapshot, h sessionlog.History) error {
+	err := r.Histories(ctx, 0, []*snapshot.Snapshot{stored["old"], stored["new"]}, 1, func(s *snapshot.Snapshot, h sessionlog.History) error {
 		got = append(got, fmt.Sprintf("%s complete=%v earliest=%d streamed=%v", s.ID, h.Complete, h.EarliestOffset, h.Streamed()))
 		if s.ID == "new" {
 			deleteBelow(2)
@@ -200,21 +183,13 @@ func TestHistoriesNeverCallsAShortenedHistoryComplete(t *testing.T) {
 func TestCursorReadsForwardOnOneConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := kafkatest.Start(t)
+	c, cl, r := startLog(ctx, t)
 	var conns atomic.Int64 // ApiVersions: the first request of every connection
 	c.ControlKey(int16(kmsg.ApiVersions), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		conns.Add(1)
 		return nil, nil, false
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, 1); err != nil {
-		t.Fatal(err)
-	}
 	at := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
 	sent := 0
 	produce := func(n int) {
@@ -229,7 +204,6 @@ func TestCursorReadsForwardOnOneConnection(t *testing.T) {
 		}
 	}
 	produce(40)
-	r := &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
 	type rec struct {
 		off int64
 		id  string
@@ -295,4 +269,20 @@ func TestCursorReadsForwardOnOneConnection(t *testing.T) {
 	if perRead == 0 || cursorConns > perRead {
 		t.Fatalf("the cursor's 25 reads connected %d times; one Read connects %d times", cursorConns, perRead)
 	}
+}
+
+// startLog starts a broker with the topic (one partition), and returns
+// it, a client producing to the topic and a Reader of it.
+func startLog(ctx context.Context, t *testing.T) (*kfake.Cluster, *kgo.Client, *sessionlog.Reader) {
+	t.Helper()
+	c := kafkatest.Start(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kafka.Partitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if _, err := kafka.EnsureTopic(ctx, kadm.NewClient(cl), topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	return c, cl, &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
 }
