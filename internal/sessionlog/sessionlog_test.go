@@ -286,3 +286,50 @@ func startLog(ctx context.Context, t *testing.T) (*kfake.Cluster, *kgo.Client, *
 	}
 	return c, cl, &sessionlog.Reader{Kafka: kafka.Config{Brokers: c.ListenAddrs(), ClientID: "sessionlog-test"}, Topic: topic}
 }
+
+// TestCursorBrokenStaysBroken: a read stopped other than by the log's end
+// (here its context, ended) breaks the cursor for good: every later call,
+// with a live context too, returns that error and hands out nothing, not
+// the records a fetch had already brought past the last call, since what
+// the stopped read took may be missing between them.
+func TestCursorBrokenStaysBroken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, cl, r := startLog(ctx, t)
+	at := time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		e := fsm.NewEvent(fsm.EventID{6, byte(i)}, "s", fsm.SessionCreated, at.Add(time.Duration(i)*time.Second), fsm.Fields{Goal: "g"})
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(e.SessionID), Value: fsm.AppendRecord(nil, &e)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, err := r.Cursor(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cur.Close()
+	var got []int64
+	take := func(_ *fsm.Event, pos snapshot.Position) bool {
+		got = append(got, pos.Offset)
+		return true
+	}
+	if err := cur.ReadTo(ctx, 2, take); err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(ctx)
+	end()
+	// Past the high watermark last read: the call reads it again, with
+	// the ended context.
+	if err := cur.ReadTo(ended, 20, take); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a read with an ended context returned %v, want context.Canceled", err)
+	}
+	for _, to := range []int64{5, 9, 20} {
+		err := cur.ReadTo(ctx, to, take)
+		if !errors.Is(err, context.Canceled) || errors.Is(err, sessionlog.ErrBeyondLog) {
+			t.Fatalf("to %d after the break: %v, want the break's error", to, err)
+		}
+	}
+	if want := []int64{0, 1, 2}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("handed out offsets %v, want %v and nothing after the break", got, want)
+	}
+}
