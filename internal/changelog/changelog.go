@@ -20,6 +20,7 @@
 package changelog
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,7 +217,12 @@ type Latest struct {
 	HasCheckpoint bool
 }
 
-// Add keeps r if it is the latest of its key.
+// Add keeps r if it is the latest of its key. A snapshot it keeps is
+// copied: a fetched record's value is a slice of its whole batch (franz-go
+// decodes a batch's records in place), so a kept slice would hold the
+// batch in memory, and a restore, which keeps a record from nearly every
+// batch, would hold nearly the whole changelog partition, every
+// superseded snapshot included, instead of one snapshot a session.
 func (l *Latest) Add(r Record) {
 	if l.Snapshots == nil {
 		l.Snapshots, l.Archived = map[string]Record{}, map[string]snapshot.Position{}
@@ -244,6 +250,7 @@ func (l *Latest) Add(r Record) {
 		}
 		delete(l.Archived, r.SessionID)
 		delete(l.Finals, r.SessionID)
+		r.Snapshot = bytes.Clone(r.Snapshot)
 		l.Snapshots[r.SessionID] = r
 	}
 }
