@@ -21,6 +21,7 @@ import (
 	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/testwait"
+	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -305,6 +306,9 @@ type lossSetup struct {
 	// memory requires each service process's peak resident memory within
 	// memoryBounds.
 	memory bool
+	// timeouts are the sessions' own (loadgen.Config.Timeouts); none
+	// unless set.
+	timeouts fsm.Timeouts
 }
 
 const lossTopic = "correx.session-events"
@@ -324,7 +328,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 	defer cancel()
 	cfg := loadgen.Config{IngestURL: s.ingestURL, QueryURL: s.queryURL, Sessions: setup.sessions, Concurrency: 6, Batch: 20,
 		Rate: cmp.Or(setup.rate, lossRate), InvalidShare: 0.03, DuplicateShare: 0.03, Seed: seed, Prefix: "pl", KeepWritten: true,
-		Client: apiCheck.Client(nil)}
+		Client: apiCheck.Client(nil), Timeouts: setup.timeouts}
 	var watchers *feedWatchers
 	if setup.watchers > 0 {
 		watchers = watchFeed(t, ctx, s.queryURL, s.brokerAddr, cfg, setup.watchers, rng.Uint64())
@@ -363,7 +367,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 		watchers.complete(t, rep)
 	}
 	if setup.memory {
-		s.withinMemory(t)
+		s.withinMemory(t, rep)
 	}
 }
 
