@@ -158,6 +158,9 @@ func (d *derived) cascade(ctx context.Context, store Store, job *flushJob, emit 
 	var links, left []projstore.ChildLink
 	var born, ended []*change
 	for _, fb := range job.changes {
+		if job.stale[fb.partition] {
+			continue // a newer owner has it: its children are the new owner's to record and reach
+		}
 		for i := range fb.changes {
 			ch := &fb.changes[i]
 			switch {

@@ -357,12 +357,17 @@ func (d *derived) persist(ctx context.Context, store Store, topic string, job *f
 
 // encode builds the batch's records in a goroutine of its own, so that the
 // encoding overlaps the snapshots' write; the returned function waits for
-// them. Called by whoever writes the batch, before the snapshots.
-func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
+// them, with the partition each record's source record is on. Called by
+// whoever writes the batch, before the snapshots.
+func (d *derived) encode(job *flushJob) (wait func() (recs []*kgo.Record, from []int32)) {
 	if len(job.changes) == 0 {
-		return func() []*kgo.Record { return nil }
+		return func() ([]*kgo.Record, []int32) { return nil, nil }
 	}
-	done := make(chan []*kgo.Record, 1)
+	type encoded struct {
+		recs []*kgo.Record
+		from []int32
+	}
+	done := make(chan encoded, 1)
 	go func() {
 		n := 0
 		for _, fb := range job.changes {
@@ -377,6 +382,7 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 		}
 		recs := make([]kgo.Record, n)
 		out := make([]*kgo.Record, 0, n)
+		from := make([]int32, 0, n)
 		var buf []byte // feed values are cut from shared chunks: far fewer allocations
 		for _, fb := range job.changes {
 			for j := range fb.changes {
@@ -388,17 +394,20 @@ func (d *derived) encode(job *flushJob) (wait func() []*kgo.Record) {
 					start := len(buf)
 					buf = ch.appendJSON(buf, fb.partition)
 					recs[len(out)] = feedRecord(d.feedTopic, fb.partition, ch, buf[start:len(buf):len(buf)])
-					out = append(out, &recs[len(out)])
+					out, from = append(out, &recs[len(out)]), append(from, fb.partition)
 				}
 				if ch.react != nil {
 					recs[len(out)] = ch.react.record(d.eventsTopic, ch)
-					out = append(out, &recs[len(out)])
+					out, from = append(out, &recs[len(out)]), append(from, fb.partition)
 				}
 			}
 		}
-		done <- out
+		done <- encoded{out, from}
 	}()
-	return func() []*kgo.Record { return <-done }
+	return func() ([]*kgo.Record, []int32) {
+		e := <-done
+		return e.recs, e.from
+	}
 }
 
 // feedRecord returns the change feed's record of ch, whose source record

@@ -272,9 +272,10 @@ var writeSteps = [...]struct {
 type batchWrite struct {
 	job *flushJob
 	// records returns the batch's change feed records and derived events,
-	// encoded while the snapshots are written (see derived.encode), once:
-	// a batch written again produces the same records again.
-	records func() []*kgo.Record
+	// encoded while the snapshots are written (see derived.encode), once,
+	// with the partition of each one's source record: a batch written
+	// again produces the same records again.
+	records func() ([]*kgo.Record, []int32)
 	// mark is where the Redis Cluster masters stood before the writes
 	// (markReplication).
 	mark *projstore.ReplicationMark
@@ -305,11 +306,13 @@ func (f *flusher) write(ctx context.Context, job *flushJob) (err error) {
 	w := &batchWrite{job: job}
 	encoded := f.derived.encode(job) // ends on its own if the records are never asked for
 	var recs []*kgo.Record
-	w.records = func() []*kgo.Record {
+	var from []int32
+	w.records = func() ([]*kgo.Record, []int32) {
 		if encoded != nil {
-			recs, encoded = encoded(), nil
+			recs, from = encoded()
+			encoded = nil
 		}
-		return recs
+		return recs, from
 	}
 	for i, round := 0, 0; i < len(writeSteps); {
 		s := &writeSteps[i]
@@ -377,9 +380,22 @@ func (f *flusher) writeDeadlines(ctx context.Context, w *batchWrite) error {
 
 // produceRecords hands the change feed's records and the derived events
 // to the Kafka client (derived.produce): after the snapshots, before the
-// checkpoints, which wait for their acknowledgement.
+// checkpoints, which wait for their acknowledgement. Those of a partition
+// whose snapshots a newer owner refused (job.stale) are dropped: this
+// projector no longer owns it, and what it folded there may be wrong (a
+// snapshot read while the new owner rebuilt the partition was missing);
+// the new owner folds those events and produces what they derive.
 func (f *flusher) produceRecords(ctx context.Context, w *batchWrite) error {
-	recs := w.records()
+	recs, from := w.records()
+	if len(w.job.stale) > 0 {
+		kept := make([]*kgo.Record, 0, len(recs))
+		for i, rec := range recs {
+			if !w.job.stale[from[i]] {
+				kept = append(kept, rec)
+			}
+		}
+		recs = kept
+	}
 	for _, rec := range recs {
 		if rec.Topic == f.topic { // a derived event, not a change feed record
 			keys, err := f.auth.wait(ctx) // loaded before anything is folded: at once
