@@ -55,18 +55,12 @@ func lossRuns(t *testing.T) int {
 	return n
 }
 
-// lossSeed is the seed of the first run: CORREX_LOSS_SEED; else, when
-// CORREX_LOSS_RUNS asks for runs (make chaos), the time, so that each
-// such run lands new schedules; else lossPinnedSeed, so that make test
-// lands the same schedule every time and a failure there is the code's,
-// not a schedule's met once. Run i has seed+i, for its load and its
-// faults' timing alike, and each run names its seed.
+// lossSeed is the seed of the first run (CORREX_LOSS_SEED, or the time);
+// run i has seed+i, for its load and its faults' timing alike, and each
+// run names its seed.
 func lossSeed(t *testing.T) uint64 {
 	t.Helper()
 	v := os.Getenv("CORREX_LOSS_SEED")
-	if v == "" && os.Getenv("CORREX_LOSS_RUNS") == "" {
-		return lossPinnedSeed
-	}
 	if v == "" {
 		return uint64(time.Now().UnixNano() % 1e9)
 	}
@@ -76,11 +70,6 @@ func lossSeed(t *testing.T) uint64 {
 	}
 	return n
 }
-
-// lossPinnedSeed is make test's seed (lossSeed). Its chaos schedule
-// lands redis-server stopped, the broker killed and started again, Redis
-// failed over to a lagging replica, both projectors killed and FLUSHALL.
-const lossPinnedSeed = 882207076
 
 // TestRedisLossAcrossProjectorKills runs the services as separate processes
 // (the kafkabroker, ingest, projector and query binaries, and redis-server)
