@@ -206,6 +206,14 @@ func laggingFailover(t *testing.T, s *lossStack, rng *rand.Rand) string {
 		if err != nil {
 			return false, err.Error()
 		}
+		// The checkpoints, not the hash: it holds each partition's epoch
+		// too ("<p>:ep"), which a claim raises without a checkpoint
+		// moving, and a replica that missed only that has no rollback to
+		// show. Two .ci/run (seed 882207076) failed with no rebuild
+		// within 30 s of such a failover: their logs show a rebalance's
+		// claims around the pause and no checkpoint write after them.
+		maps.DeleteFunc(p, func(f, _ string) bool { return strings.HasSuffix(f, ":ep") })
+		maps.DeleteFunc(r, func(f, _ string) bool { return strings.HasSuffix(f, ":ep") })
 		return !maps.Equal(p, r), fmt.Sprintf("primary %v, replica %v", p, r)
 	})
 	primaryOffset := replOffset(t, s.rdb, "master_repl_offset")
