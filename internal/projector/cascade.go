@@ -158,8 +158,8 @@ func (d *derived) cascade(ctx context.Context, store Store, job *flushJob, emit 
 	var links, left []projstore.ChildLink
 	var born, ended []*change
 	for _, fb := range job.changes {
-		if job.stale[fb.partition] {
-			continue // a newer owner has it: its children are the new owner's to record and reach
+		if job.stale[fb.partition] || job.lost[fb.partition] {
+			continue // a newer owner has it, or it is rebuilt: its children are recorded and reached then
 		}
 		for i := range fb.changes {
 			ch := &fb.changes[i]

@@ -76,15 +76,17 @@ func (f *flusher) produceChangelog(ctx context.Context, w *batchWrite) error {
 	return nil
 }
 
-// checkHeld sets job.lost to the partitions of the batch whose stored
-// checkpoint Redis lost (see produceChangelog).
+// checkHeld adds to job.lost the partitions of the batch whose stored
+// checkpoint Redis lost (see produceRecords and produceChangelog).
 func (f *flusher) checkHeld(ctx context.Context, job *flushJob) error {
 	return retry(ctx, f.log, "reading checkpoints before producing to the changelog", func(ctx context.Context) error {
 		stored, err := f.store.Checkpoints(ctx, f.topic)
 		if err != nil {
 			return err
 		}
-		job.lost = nil
+		// A partition found lost stays lost for the batch: its records
+		// were not produced (produceRecords), so neither may its
+		// checkpoint be written.
 		for _, cp := range job.checkpoints {
 			got, ok := stored[cp.Partition]
 			if cp.Expected && (!ok || got.Offset < cp.Known) {

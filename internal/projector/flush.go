@@ -82,9 +82,11 @@ type flushJob struct {
 	done        chan struct{}
 	ctx         context.Context // from Observer.FlushStarted: carries the flush span
 	deadlines   map[int32][]projstore.ArmedDeadline
-	// lost holds the partitions the changelog step found lost in Redis
-	// (their stored checkpoint gone or lower than this projector's): their
-	// snapshots are not produced to the changelog, nor their checkpoints
+	// lost holds the partitions found lost in Redis before the batch's
+	// records were produced, and again before its changelog (checkHeld:
+	// their stored checkpoint gone or lower than this projector's): their
+	// change feed records, derived events and cascades are not produced,
+	// their snapshots not produced to the changelog, nor their checkpoints
 	// written (flusher.writeCheckpoints reports them lost).
 	lost map[int32]bool
 	// stale holds the partitions whose writes were refused because a
@@ -384,13 +386,23 @@ func (f *flusher) writeDeadlines(ctx context.Context, w *batchWrite) error {
 // whose snapshots a newer owner refused (job.stale) are dropped: this
 // projector no longer owns it, and what it folded there may be wrong (a
 // snapshot read while the new owner rebuilt the partition was missing);
-// the new owner folds those events and produces what they derive.
+// the new owner folds those events and produces what they derive. So are
+// those of a partition whose read model Redis lost or rolled back
+// (job.lost, checkHeld: its stored checkpoint gone, or lower than the one
+// this projector stored): a snapshot the fold read may have been an older
+// one (a failover to a lagging replica), and the partition is rebuilt,
+// which produces them again from a fold of what Redis holds. The
+// checkpoints are read after every snapshot read of the batch's fold, so
+// a loss that made one of them stale shows in them.
 func (f *flusher) produceRecords(ctx context.Context, w *batchWrite) error {
+	if err := f.checkHeld(ctx, w.job); err != nil {
+		return err
+	}
 	recs, from := w.records()
-	if len(w.job.stale) > 0 {
+	if len(w.job.stale) > 0 || len(w.job.lost) > 0 {
 		kept := make([]*kgo.Record, 0, len(recs))
 		for i, rec := range recs {
-			if !w.job.stale[from[i]] {
+			if !w.job.stale[from[i]] && !w.job.lost[from[i]] {
 				kept = append(kept, rec)
 			}
 		}
