@@ -79,7 +79,7 @@ func (f *flusher) produceChangelog(ctx context.Context, w *batchWrite) error {
 // checkHeld adds to job.lost the partitions of the batch whose stored
 // checkpoint Redis lost (see produceRecords and produceChangelog).
 func (f *flusher) checkHeld(ctx context.Context, job *flushJob) error {
-	return retry(ctx, f.log, "reading checkpoints before producing to the changelog", func(ctx context.Context) error {
+	return retry(ctx, f.log, "reading checkpoints before producing the batch's records", func(ctx context.Context) error {
 		stored, err := f.store.Checkpoints(ctx, f.topic)
 		if err != nil {
 			return err
