@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
 	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -77,8 +79,13 @@ func (f *flusher) produceChangelog(ctx context.Context, w *batchWrite) error {
 }
 
 // checkHeld adds to job.lost the partitions of the batch whose stored
-// checkpoint Redis lost (see produceRecords and produceChangelog).
+// checkpoint Redis lost (see produceRecords and produceChangelog). A
+// batch with no checkpoint known to be stored has nothing to find lost,
+// and reads nothing.
 func (f *flusher) checkHeld(ctx context.Context, job *flushJob) error {
+	if !slices.ContainsFunc(job.checkpoints, func(cp snapshot.Checkpoint) bool { return cp.Expected }) {
+		return nil
+	}
 	return retry(ctx, f.log, "reading checkpoints before producing the batch's records", func(ctx context.Context) error {
 		stored, err := f.store.Checkpoints(ctx, f.topic)
 		if err != nil {
