@@ -12,19 +12,27 @@ import (
 // writes for the cascade (CancelledByParent). Each is meaningful only for
 // the event types noted; payloadTable lists them by event type.
 type Fields struct {
-	Goal                 string      // SessionCreated.goal, ReplacementLinked.goal
-	PredecessorSessionID string      // SessionCreated.predecessorSessionId
-	Reason               string      // SessionFailed, CancellationRequested, ReplacementRefused and the approval events' reason
-	Mode                 CancelMode  // CancellationRequested.mode
-	Timeout              TimeoutKind // TimeoutExpired.timeout
-	ToolFailed           bool        // ToolCompleted with ok == false
-
+	// The members the fold reads on the common paths come first, so that
+	// they share a cache line with the Event's own (see Event).
+	Mode       CancelMode  // CancellationRequested.mode
+	Timeout    TimeoutKind // TimeoutExpired.timeout
+	ToolFailed bool        // ToolCompleted with ok == false
 	// ArmedVersion (when HasArmedVersion) is TimeoutExpired.armedVersion,
 	// the version at which the deadline was armed (docs/timeouts.md), and
 	// Deadline is TimeoutExpired.deadline (zero when absent).
-	ArmedVersion    uint64
 	HasArmedVersion bool
-	Deadline        time.Time
+	// RequestID (when HasRequestID) is the approval events' requestId,
+	// kept as written: ingest refuses one out of RequestIDRule; the fold
+	// uses the request's eventId for an invalid one on ApprovalRequested,
+	// and treats an invalid one on a decision as a mismatch.
+	HasRequestID bool
+	ArmedVersion uint64
+	RequestID    string
+
+	Goal                 string // SessionCreated.goal, ReplacementLinked.goal
+	PredecessorSessionID string // SessionCreated.predecessorSessionId
+	Reason               string // SessionFailed, CancellationRequested, ReplacementRefused and the approval events' reason
+	Deadline             time.Time
 
 	// SessionCreated additions (docs/lifecycle.md).
 	Labels            []Label           // payload.labels, in document order
@@ -44,13 +52,7 @@ type Fields struct {
 	Code      string // SessionFailed.code
 	Retryable bool   // SessionFailed.retryable
 
-	// RequestID (when HasRequestID) is the approval events' requestId,
-	// kept as written: ingest refuses one out of RequestIDRule; the fold
-	// uses the request's eventId for an invalid one on ApprovalRequested,
-	// and treats an invalid one on a decision as a mismatch.
-	RequestID    string
-	HasRequestID bool
-	By           string // ApprovalGranted.by, ApprovalDenied.by
+	By string // ApprovalGranted.by, ApprovalDenied.by
 
 	// CancelledByParent is CancellationRequested.parentSessionId, the
 	// parent whose end cancels the session, which the system writes in the

@@ -1,5 +1,7 @@
 package fsm
 
+import "unsafe"
+
 // Bounds of the history a session keeps (docs/lifecycle.md).
 const (
 	// TransitionsKept is how many of the latest transitions a session keeps.
@@ -285,10 +287,17 @@ type ring[T any] struct {
 	head int
 }
 
+// ringFirstBytes bounds a ring's first buffer: 16 event ids, 8
+// transitions, 2 approval decisions. Most sessions keep a few values of
+// each kind, and a first buffer of 8 large values (an approval decision
+// is about 90 bytes) was an allocation the fold paid for on every
+// session that met one.
+const ringFirstBytes = 256
+
 func (r *ring[T]) push(v T, limit int) {
 	if len(r.buf) < limit {
 		if cap(r.buf) == 0 {
-			r.buf = make([]T, 0, min(limit, 8))
+			r.buf = make([]T, 0, min(limit, max(1, ringFirstBytes/int(unsafe.Sizeof(v)))))
 		}
 		r.buf = append(r.buf, v)
 		return
