@@ -187,6 +187,7 @@ func BenchmarkReadsUnderWrites(b *testing.B) {
 			}
 		})
 	})
+	b.Run("steady", readsUnderSteadyWrites)
 	b.Run("in-process", func(b *testing.B) {
 		c := kafkatest.Start(b)
 		readsUnderWrites(b, c.ListenAddrs(), sessions, func(redisURL string) (string, func()) {
@@ -211,26 +212,7 @@ func readsUnderWrites(b *testing.B, brokers []string, sessions int, start func(r
 	events := prefill(b, brokers, sessions)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	b.Cleanup(func() { _ = rdb.Close() })
-	// A few sessions to read, stored before the load begins.
-	store, err := snapshot.NewStore(rdb, "correx")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var ids []string
-	var entries []snapshot.Entry
-	g := workload.New(3, workload.Options{})
-	var r fsm.Reducer
-	for i, evs := range g.Sessions("read", 500, time.Now()) {
-		var s snapshot.Snapshot
-		for j := range evs {
-			s.Fold(&r, &evs[j], snapshot.Position{Partition: 99, Offset: int64(i*100 + j)})
-		}
-		entries = append(entries, snapshot.NewEntry(&s))
-		ids = append(ids, s.ID)
-	}
-	if _, err := store.PutBatch(context.Background(), entries); err != nil {
-		b.Fatal(err)
-	}
+	store, ids, entries := readSessions(b, rdb)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
 	for b.Loop() {
 		queryURL, stop := start(srv.URL())
@@ -272,6 +254,136 @@ func readsUnderWrites(b *testing.B, brokers []string, sessions int, start func(r
 		}
 		deleteGroup(b, brokers)
 	}
+}
+
+// readsUnderSteadyWrites reads snapshots through the query API at 500
+// requests/s, and one snapshot key with a plain Redis GET in the same
+// ticks, for 3 s on the idle pipeline (in the benchmark's process,
+// devstack), then for 15 s while a background load of 20,000 events/s goes
+// through ingest (batches of 100, four senders) and the projector keeps up
+// with it. Each round sends sessions of its own. It
+// reports both p99s idle and under the load, and their ratio under the
+// load (query-p99/redis-p99): what the query service adds to a read of
+// Redis while the pipeline is busy.
+func readsUnderSteadyWrites(b *testing.B) {
+	srv := redistest.Start(b)
+	st, err := devstack.Start(context.Background(), devstack.Options{Redis: redisconn.Config{URL: srv.URL()}, Partitions: 12, Log: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Stop() })
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { _ = rdb.Close() })
+	_, ids, _ := readSessions(b, rdb)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
+	waitHTTPB(b, hc, st.QueryURL+"/readyz")
+	// The load, made before each round: 20,000 sessions' events in NDJSON
+	// batches of 100, sent by four senders at 50 batches/s each. One
+	// sender waits for each answer, and would fall behind whenever ingest
+	// took more than the 5 ms between its batches. The figures are over
+	// every round's reads.
+	const senders = 4
+	g := workload.New(5, workload.Options{})
+	var idleQ, idleR, loadQ, loadR []time.Duration
+	var sentAll int64
+	var loaded time.Duration
+	for round := 0; b.Loop(); round++ {
+		batches := ndjsonBatches(g.Interleave(g.Sessions("steady-"+strconv.Itoa(round), 20_000, time.Now())), 100)
+		q, r := readLatencies(b, hc, rdb, st.QueryURL, ids, timeAfter(3*time.Second))
+		idleQ, idleR = append(idleQ, q...), append(idleR, r...)
+		ctx, cancel := context.WithCancel(context.Background())
+		var sent atomic.Int64
+		var wg sync.WaitGroup
+		for i := range senders {
+			wg.Add(1)
+			go func() { defer wg.Done(); sendBatches(ctx, b, hc, st.IngestURL, batches, i, senders, &sent) }()
+		}
+		time.Sleep(2 * time.Second) // the scenario: a pause between load steps, for the load to settle
+		began, before := time.Now(), sent.Load()
+		q, r = readLatencies(b, hc, rdb, st.QueryURL, ids, timeAfter(15*time.Second))
+		loadQ, loadR = append(loadQ, q...), append(loadR, r...)
+		sentAll += sent.Load() - before
+		loaded += time.Since(began)
+		cancel()
+		wg.Wait()
+	}
+	b.ReportMetric(pct(idleQ, 0.99), "idle-query-p99-ms")
+	b.ReportMetric(pct(idleR, 0.99), "idle-redis-get-p99-ms")
+	b.ReportMetric(pct(loadQ, 0.50), "load-query-p50-ms")
+	b.ReportMetric(pct(loadQ, 0.99), "load-query-p99-ms")
+	b.ReportMetric(pct(loadR, 0.99), "load-redis-get-p99-ms")
+	b.ReportMetric(pct(loadQ, 0.99)/pct(loadR, 0.99), "query/redis-p99")
+	b.ReportMetric(float64(sentAll)/loaded.Seconds(), "background-events/s")
+}
+
+// ndjsonBatches encodes stream as NDJSON batches of n events.
+func ndjsonBatches(stream []fsm.Event, n int) [][]byte {
+	var out [][]byte
+	for i := 0; i+n <= len(stream); i += n {
+		var buf bytes.Buffer
+		for j := i; j < i+n; j++ {
+			buf.Write(envelopeJSON(&stream[j]))
+			buf.WriteByte('\n')
+		}
+		out = append(out, buf.Bytes())
+	}
+	return out
+}
+
+// sendBatches sends batches sender, sender+senders, ... through ingest at
+// 50 batches per second until ctx ends or they run out, and adds the
+// events of each accepted batch (100) to sent.
+func sendBatches(ctx context.Context, b *testing.B, hc *http.Client, ingestURL string, batches [][]byte, sender, senders int, sent *atomic.Int64) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for i := sender; i < len(batches); i += senders {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		resp, err := hc.Post(ingestURL+"/v1/events", "application/x-ndjson", bytes.NewReader(batches[i]))
+		if err != nil {
+			if ctx.Err() == nil {
+				b.Error(err)
+			}
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			b.Errorf("steady load: %d", resp.StatusCode)
+			return
+		}
+		sent.Add(100)
+	}
+}
+
+// readSessions stores 500 folded sessions to read, under the "correx"
+// prefix, and returns the store, their ids and their entries (to store
+// them again after a flush).
+func readSessions(b *testing.B, rdb *redis.Client) (*snapshot.Store, []string, []snapshot.Entry) {
+	b.Helper()
+	store, err := snapshot.NewStore(rdb, "correx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ids []string
+	var entries []snapshot.Entry
+	g := workload.New(3, workload.Options{})
+	var r fsm.Reducer
+	for i, evs := range g.Sessions("read", 500, time.Now()) {
+		var s snapshot.Snapshot
+		for j := range evs {
+			s.Fold(&r, &evs[j], snapshot.Position{Partition: 99, Offset: int64(i*100 + j)})
+		}
+		entries = append(entries, snapshot.NewEntry(&s))
+		ids = append(ids, s.ID)
+	}
+	if _, err := store.PutBatch(context.Background(), entries); err != nil {
+		b.Fatal(err)
+	}
+	return store, ids, entries
 }
 
 func timeAfter(d time.Duration) <-chan struct{} {
