@@ -76,7 +76,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request, id string) 
 	if notModified(w, r, ETag(snap)) {
 		return
 	}
-	httpx.WriteJSON(w, http.StatusOK, snap)
+	httpx.WriteMarshaled(w, http.StatusOK, snap)
 }
 
 // notModified sets a snapshot answer's ETag and Cache-Control and, when

@@ -331,6 +331,19 @@ func (w *Watcher) decode(rec *kgo.Record, parts int) *change {
 // offer decodes a record of a feed of parts partitions and offers it to
 // every subscriber it passes.
 func (w *Watcher) offer(rec *kgo.Record, parts int) {
+	w.mu.Lock()
+	if len(w.subs) == 0 {
+		// Nobody watches: the position moves on and the change is not
+		// decoded (the feed carries every change the projector makes, and
+		// decoding each one was the query service's largest CPU cost under
+		// writes). A subscriber that comes after this starts after it.
+		if int(rec.Partition) < len(w.next) {
+			w.next[rec.Partition] = rec.Offset + 1
+		}
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
 	ch := w.decode(rec, parts)
 	if ch.ok {
 		// Once, before any queue shares it, and copied: a queued change
