@@ -329,7 +329,8 @@ func (w *Watcher) decode(rec *kgo.Record, parts int) *change {
 }
 
 // offer decodes a record of a feed of parts partitions and offers it to
-// every subscriber it passes.
+// every subscriber it passes; with no subscriber it only moves the
+// position past it.
 func (w *Watcher) offer(rec *kgo.Record, parts int) {
 	w.mu.Lock()
 	if len(w.subs) == 0 {
