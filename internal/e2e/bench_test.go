@@ -46,19 +46,29 @@ func BenchmarkFreshness(b *testing.B) {
 	b.Cleanup(func() { _ = st.Stop() })
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 10 * time.Second}
 	waitHTTPB(b, hc, st.QueryURL+"/readyz")
-	for b.Loop() {
+	g := workload.New(5, workload.Options{})
+	for round := 0; b.Loop(); round++ {
+		// The load is made before it is sent (see readsUnderSteadyWrites):
+		// made by the sender, it took longer than the measurement, which
+		// then ran with no load at all.
+		batches := ndjsonBatches(g.Interleave(g.Sessions("bg-"+strconv.Itoa(round), 20_000, time.Now())), 100)
 		idle := freshness(b, hc, st, "idle", 200)
 		ctx, cancel := context.WithCancel(context.Background())
 		var sent atomic.Int64
 		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); backgroundLoad(ctx, b, hc, st.IngestURL, 20_000, &sent) }()
-		time.Sleep(time.Second) // the scenario: a pause between load steps, for the load to settle
+		for i := range loadSenders {
+			wg.Add(1)
+			go func() { defer wg.Done(); sendBatches(ctx, b, hc, st.IngestURL, batches, i, loadSenders, &sent) }()
+		}
+		time.Sleep(2 * time.Second) // the scenario: a pause between load steps, for the load to settle
 		began, before := time.Now(), sent.Load()
 		loaded := freshness(b, hc, st, "loaded", 200)
 		rate := float64(sent.Load()-before) / time.Since(began).Seconds()
 		cancel()
 		wg.Wait()
+		if rate < 10_000 {
+			b.Fatalf("the background load ran at %.0f events/s, not 20,000: the loaded figures would not be under load", rate)
+		}
 		b.ReportMetric(pct(idle, 0.50), "idle-p50-ms")
 		b.ReportMetric(pct(idle, 0.99), "idle-p99-ms")
 		b.ReportMetric(pct(loaded, 0.50), "loaded-p50-ms")
@@ -103,43 +113,6 @@ func freshness(b *testing.B, hc *http.Client, st *devstack.Stack, label string, 
 		}
 	}
 	return out
-}
-
-// backgroundLoad sends rate events per second through ingest in batches of
-// 100 realistic session events until ctx ends.
-func backgroundLoad(ctx context.Context, b *testing.B, hc *http.Client, ingestURL string, rate int, sent *atomic.Int64) {
-	g := workload.New(5, workload.Options{})
-	stream := g.Interleave(g.Sessions("bg-"+strconv.FormatInt(time.Now().UnixNano(), 36), 20_000, time.Now()))
-	const perBatch = 100
-	tick := time.NewTicker(time.Second * perBatch / time.Duration(rate))
-	defer tick.Stop()
-	var buf bytes.Buffer
-	for i := 0; i+perBatch <= len(stream); i += perBatch {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		buf.Reset()
-		for j := i; j < i+perBatch; j++ {
-			buf.Write(envelopeJSON(&stream[j]))
-			buf.WriteByte('\n')
-		}
-		resp, err := hc.Post(ingestURL+"/v1/events", "application/x-ndjson", bytes.NewReader(buf.Bytes()))
-		if err != nil {
-			if ctx.Err() == nil {
-				b.Error(err)
-			}
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 202 {
-			b.Errorf("background load: %d", resp.StatusCode)
-			return
-		}
-		sent.Add(perBatch)
-	}
 }
 
 // BenchmarkReadsUnderWrites reads snapshots through the query API at 500
@@ -282,7 +255,6 @@ func readsUnderSteadyWrites(b *testing.B) {
 	// sender waits for each answer, and would fall behind whenever ingest
 	// took more than the 5 ms between its batches. The figures are over
 	// every round's reads.
-	const senders = 4
 	g := workload.New(5, workload.Options{})
 	var idleQ, idleR, loadQ, loadR []time.Duration
 	var sentAll int64
@@ -294,9 +266,9 @@ func readsUnderSteadyWrites(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var sent atomic.Int64
 		var wg sync.WaitGroup
-		for i := range senders {
+		for i := range loadSenders {
 			wg.Add(1)
-			go func() { defer wg.Done(); sendBatches(ctx, b, hc, st.IngestURL, batches, i, senders, &sent) }()
+			go func() { defer wg.Done(); sendBatches(ctx, b, hc, st.IngestURL, batches, i, loadSenders, &sent) }()
 		}
 		time.Sleep(2 * time.Second) // the scenario: a pause between load steps, for the load to settle
 		began, before := time.Now(), sent.Load()
@@ -307,6 +279,9 @@ func readsUnderSteadyWrites(b *testing.B) {
 		cancel()
 		wg.Wait()
 	}
+	if rate := float64(sentAll) / loaded.Seconds(); rate < 10_000 {
+		b.Fatalf("the background load ran at %.0f events/s, not 20,000: the figures would not be under load", rate)
+	}
 	b.ReportMetric(pct(idleQ, 0.99), "idle-query-p99-ms")
 	b.ReportMetric(pct(idleR, 0.99), "idle-redis-get-p99-ms")
 	b.ReportMetric(pct(loadQ, 0.50), "load-query-p50-ms")
@@ -315,6 +290,10 @@ func readsUnderSteadyWrites(b *testing.B) {
 	b.ReportMetric(pct(loadQ, 0.99)/pct(loadR, 0.99), "query/redis-p99")
 	b.ReportMetric(float64(sentAll)/loaded.Seconds(), "background-events/s")
 }
+
+// loadSenders send a background load of 20,000 events/s together, each
+// 50 batches of 100 a second (sendBatches).
+const loadSenders = 4
 
 // ndjsonBatches encodes stream as NDJSON batches of n events.
 func ndjsonBatches(stream []fsm.Event, n int) [][]byte {
