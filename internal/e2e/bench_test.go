@@ -331,7 +331,7 @@ func sendBatches(ctx context.Context, b *testing.B, hc *http.Client, ingestURL s
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 202 {
-			b.Errorf("steady load: %d", resp.StatusCode)
+			b.Errorf("background load: %d", resp.StatusCode)
 			return
 		}
 		sent.Add(100)
