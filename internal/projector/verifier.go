@@ -531,6 +531,14 @@ func (v *verifier) partition(ctx context.Context, pc *pacer, id, n int32, part k
 	if err != nil {
 		return 0, err
 	}
+	if c0 > hw {
+		// The checkpoint is beyond the end of the log: the read model
+		// belongs to another log (the topic was recreated), which the
+		// projector's start stalls, perhaps not yet (the group hands the
+		// verifier a partition before the start reads its checkpoint).
+		// Nothing here can be judged against this log.
+		return 0, nil
+	}
 	cur, err := v.reader.Cursor(id, start)
 	if err != nil {
 		return 0, err
@@ -604,6 +612,9 @@ func (v *verifier) check(ctx context.Context, m *partModel, sid string) error {
 		}
 		if err := v.advance(ctx, m, target); err != nil {
 			return err
+		}
+		if c > m.hw {
+			return errReadModelMoved // a checkpoint beyond the log's end: see partition
 		}
 		exp := m.sessions[sid]
 		if exp != nil && !exp.Exists() {

@@ -245,3 +245,42 @@ func TestVerifierLeavesAStalledPartitionAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifierJudgesNoReadModelOfAnotherLog: the group hands a partition
+// to the verifier when it is assigned, and the start reads the
+// checkpoints, finds one beyond the end of the log (the topic was
+// recreated) and stalls the partition only after that. A cycle in
+// between must judge nothing either: the read model belongs to another
+// log, and a "missing" session of the new log repaired into it is served
+// while the partition is stalled. The cycle here runs with no stall
+// marked at all, every checkpoint past the log's end.
+func TestVerifierJudgesNoReadModelOfAnotherLog(t *testing.T) {
+	e := newEnv(t, 4)
+	const prefix = "vo"
+	st := e.store(prefix)
+	var cps []snapshot.Checkpoint
+	for p := range int32(4) {
+		if _, err := st.Claim(ctx, topic, p, 1); err != nil {
+			t.Fatal(err)
+		}
+		cps = append(cps, snapshot.Checkpoint{Partition: p, Offset: 1_000_000, HighWatermark: 1_000_000})
+	}
+	if _, err := st.SaveCheckpoints(ctx, topic, cps, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(workloadEvents(3, 60))
+	cfg := e.verifyConfig("v1")
+	s := newState(cfg, nopObserver{}, nil)
+	s.pt.n = 4
+	v := newVerifier(cfg, st, s, newSystemAuth(), nopObserver{}, testLog())
+	v.own(0, 1, 2, 3)
+	if _, _, err := v.cycle(ctx, &pacer{every: time.Millisecond}, []int32{0, 1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if s := v.stats(); total(s.Mismatches) != 0 || s.Repaired != 0 {
+		t.Errorf("verifier: %+v, want nothing reported or repaired against a log that ends before the checkpoints", s)
+	}
+	if got := e.dump(prefix); len(got) != 0 {
+		t.Errorf("%d sessions of the new log were written into the read model of another log", len(got))
+	}
+}
