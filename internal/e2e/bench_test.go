@@ -53,19 +53,11 @@ func BenchmarkFreshness(b *testing.B) {
 		// then ran with no load at all.
 		batches := ndjsonBatches(g.Interleave(g.Sessions("bg-"+strconv.Itoa(round), 20_000, time.Now())), 100)
 		idle := freshness(b, hc, st, "idle", 200)
-		ctx, cancel := context.WithCancel(context.Background())
-		var sent atomic.Int64
-		var wg sync.WaitGroup
-		for i := range loadSenders {
-			wg.Add(1)
-			go func() { defer wg.Done(); sendBatches(ctx, b, hc, st.IngestURL, batches, i, loadSenders, &sent) }()
-		}
-		time.Sleep(2 * time.Second) // the scenario: a pause between load steps, for the load to settle
-		began, before := time.Now(), sent.Load()
+		load := startLoad(b, hc, st.IngestURL, batches)
+		began, before := time.Now(), load.sent.Load()
 		loaded := freshness(b, hc, st, "loaded", 200)
-		rate := float64(sent.Load()-before) / time.Since(began).Seconds()
-		cancel()
-		wg.Wait()
+		rate := float64(load.sent.Load()-before) / time.Since(began).Seconds()
+		load.stop()
 		if rate < 10_000 {
 			b.Fatalf("the background load ran at %.0f events/s, not 20,000: the loaded figures would not be under load", rate)
 		}
@@ -263,21 +255,13 @@ func readsUnderSteadyWrites(b *testing.B) {
 		batches := ndjsonBatches(g.Interleave(g.Sessions("steady-"+strconv.Itoa(round), 20_000, time.Now())), 100)
 		q, r := readLatencies(b, hc, rdb, st.QueryURL, ids, timeAfter(3*time.Second))
 		idleQ, idleR = append(idleQ, q...), append(idleR, r...)
-		ctx, cancel := context.WithCancel(context.Background())
-		var sent atomic.Int64
-		var wg sync.WaitGroup
-		for i := range loadSenders {
-			wg.Add(1)
-			go func() { defer wg.Done(); sendBatches(ctx, b, hc, st.IngestURL, batches, i, loadSenders, &sent) }()
-		}
-		time.Sleep(2 * time.Second) // the scenario: a pause between load steps, for the load to settle
-		began, before := time.Now(), sent.Load()
+		load := startLoad(b, hc, st.IngestURL, batches)
+		began, before := time.Now(), load.sent.Load()
 		q, r = readLatencies(b, hc, rdb, st.QueryURL, ids, timeAfter(15*time.Second))
 		loadQ, loadR = append(loadQ, q...), append(loadR, r...)
-		sentAll += sent.Load() - before
+		sentAll += load.sent.Load() - before
 		loaded += time.Since(began)
-		cancel()
-		wg.Wait()
+		load.stop()
 	}
 	if rate := float64(sentAll) / loaded.Seconds(); rate < 10_000 {
 		b.Fatalf("the background load ran at %.0f events/s, not 20,000: the figures would not be under load", rate)
@@ -294,6 +278,32 @@ func readsUnderSteadyWrites(b *testing.B) {
 // loadSenders send a background load of 20,000 events/s together, each
 // 50 batches of 100 a second (sendBatches).
 const loadSenders = 4
+
+// background is a load being sent: sent counts the events ingest accepted.
+type background struct {
+	sent   atomic.Int64
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startLoad sends batches through ingest with loadSenders senders, and
+// returns once the load has run for 2 s, long enough to settle.
+func startLoad(b *testing.B, hc *http.Client, ingestURL string, batches [][]byte) *background {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &background{cancel: cancel}
+	for i := range loadSenders {
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); sendBatches(ctx, b, hc, ingestURL, batches, i, loadSenders, &l.sent) }()
+	}
+	time.Sleep(2 * time.Second) // the scenario: a pause between load steps, for the load to settle
+	return l
+}
+
+// stop ends the load and waits for its senders.
+func (l *background) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
 
 // ndjsonBatches encodes stream as NDJSON batches of n events.
 func ndjsonBatches(stream []fsm.Event, n int) [][]byte {

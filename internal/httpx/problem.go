@@ -92,13 +92,7 @@ func Unavailable(w http.ResponseWriter, retryAfter time.Duration, detail string,
 // WriteJSON writes v as application/json with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := Marshal(v)
-	if err != nil {
-		WriteProblem(w, Problem{Type: TypeInternal, Status: http.StatusInternalServerError, Detail: "encoding the response failed"})
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	writeEncoded(w, status, b, err)
 }
 
 // WriteMarshaled writes m's MarshalJSON as the answer, as WriteJSON would,
@@ -109,6 +103,12 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // snapshot.Snapshot; the answer's bytes are WriteJSON's.
 func WriteMarshaled(w http.ResponseWriter, status int, m json.Marshaler) {
 	b, err := m.MarshalJSON()
+	writeEncoded(w, status, b, err)
+}
+
+// writeEncoded writes b, a JSON document, with status, or a 500 problem
+// when encoding it failed (err).
+func writeEncoded(w http.ResponseWriter, status int, b []byte, err error) {
 	if err != nil {
 		WriteProblem(w, Problem{Type: TypeInternal, Status: http.StatusInternalServerError, Detail: "encoding the response failed"})
 		return
