@@ -133,7 +133,16 @@ func memoryBounds(events, sessions int) map[string]int64 {
 //   - Redis failed over to a lagging replica (laggingFailover: the
 //     replica's stream held about a second, the primary killed, the
 //     replica promoted on its port, a projector killed in the rebuild
-//     that follows), once a run: the promoted replica has none.
+//     that follows), once a run: the promoted replica has none;
+//   - the archive's S3 server (versitygw) killed, refusing connections,
+//     or stopped (SIGSTOP), accepting them and answering nothing, as a
+//     hung server does; held like a stop, and 0.5-3 s longer, then
+//     started again on its address and directory, or continued.
+//
+// The projectors archive every session 2 s after it closes
+// (CORREX_RETAIN_CLOSED, lossRetainClosed) into that server's bucket,
+// and the query service reads archived sessions from it, so closed
+// sessions leave Redis all along the run, through every other fault.
 //
 // The faults come from a deck of every kind, shuffled by the seed and
 // dealt again once used, so that a run of at least as many faults as
@@ -146,22 +155,31 @@ func memoryBounds(events, sessions int) map[string]int64 {
 // are each cut (the connection closed) 0.3-2.5 s after each stream opens
 // while it is sent, and resumed with the last id received (Last-Event-ID).
 //
-// Once the load ends and every checkpoint reached the log's end, every
-// session must be exact, as in TestRedisLossAcrossProjectorKills: stored
-// as the fold of what ingest acknowledged, byte for byte, nothing else
-// stored, and the query service answering each as that fold; the
+// Once the load ends, every checkpoint reached the log's end and the
+// sweeps took every closed session out of Redis, every session must be
+// exact, as in TestRedisLossAcrossProjectorKills: stored as the fold of
+// what ingest acknowledged, byte for byte, nothing else stored, and the
+// query service answering each as that fold; here "stored" is in Redis
+// for a session the fold leaves open and in the archive for a closed one
+// (none left in Redis): its object's snapshot the fold of its events up
+// to one at or after its end, byte for byte (an event folded after it
+// was archived is refused against its tombstone and not written to the
+// object: lossStack.archivedExact), and the query service answering it
+// archived at that version; the
 // background verifier of every projector process must have reported no
 // mismatch (verifierSilent); every watch must have been cut at least once
 // and have delivered, for each session of its prefix, exactly the changes
 // the fold of what ingest acknowledged implies (one for each event
 // rejected, or applied that changed the state or is custom, with its
-// version after it; fedChanges), in that order, and nothing of another
+// version after it; fedChanges; each event after an archived session's
+// object rejected at its version, a copy of an earlier event too, since
+// a tombstone keeps no event ids: archivedChanges), in that order, and nothing of another
 // session (a change delivered again, at or before the session's last
 // position delivered, is the feed's at-least-once across a kill, and
 // counted); and every service process must have peaked (VmHWM) within
 // memoryBounds of the load.
 //
-// make test runs one seed with 4 faults (4 kinds of the deck);
+// make test runs one seed with 4 faults (4 of the 7 kinds of the deck);
 // make chaos runs CORREX_LOSS_RUNS seeds (default 5) with
 // CORREX_CHAOS_FAULTS faults (default 12). CORREX_LOSS_SEED replays a
 // run: each run logs its seed and its schedule. CORREX_CHAOS_DURATION
@@ -172,7 +190,8 @@ func memoryBounds(events, sessions int) map[string]int64 {
 //
 // that is, CORREX_CHAOS_DURATION=30m CORREX_LOSS_RUNS=1 go test -race
 // -count=1 -run '^TestChaos$' -v -timeout 4h ./internal/e2e. The
-// archive's outages (S3 refusing and hung) and a stalled owner beside a
+// archive's outages alone (what the services say, the due gauge, a read
+// of an archived session during one) and a stalled owner beside a
 // second projector have their own process tests
 // (TestArchiveOutageAcrossProcesses, TestStalledOwnerAcrossProcesses).
 func TestChaos(t *testing.T) {
@@ -182,7 +201,7 @@ func TestChaos(t *testing.T) {
 	t.Parallel() // its own processes and redis-server: beside the other process tests
 	runs, seed, faults, duration := lossRuns(t), lossSeed(t), chaosFaults(t), chaosDuration(t)
 	bin := buildServices(t, "kafkabroker", "ingest", "projector", "query")
-	setup := lossSetup{replica: true, projectors: chaosProjectors, watchers: chaosWatchers, memory: true,
+	setup := lossSetup{replica: true, projectors: chaosProjectors, watchers: chaosWatchers, memory: true, archive: true,
 		// A load long enough for every fault to land while it is sent.
 		sessions: max(lossSessions, 750*faults)}
 	if duration > 0 {
@@ -229,6 +248,7 @@ const (
 	faultRedisStopped
 	faultBrokerRestarted
 	faultFailover
+	faultArchiveDown
 	faultKinds
 )
 
@@ -237,9 +257,11 @@ const (
 func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) string {
 	ctx := context.Background()
 	var steps []string
-	kinds := make([]int, faultKinds)
-	for k := range kinds {
-		kinds[k] = k
+	var kinds []int
+	for k := range faultKinds {
+		if k != faultArchiveDown || s.s3 != nil {
+			kinds = append(kinds, k)
+		}
 	}
 	var deck []int
 	// held continues what the previous fault stopped: it is held through
@@ -328,6 +350,28 @@ func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) s
 			steps = append(steps, "broker killed", s.pause(rng, 200, 1500))
 			s.startBrokerAgain(t)
 			steps = append(steps, "broker started again")
+		case faultArchiveDown:
+			// Killed (connections refused) or stopped (it accepts them
+			// and answers nothing, as a hung server does) for this fault's
+			// pause, the next fault and its pause.
+			hung := rng.IntN(2) == 0
+			what := "archive's S3 server killed"
+			if hung {
+				what = "archive's S3 server stopped"
+				s.s3.Pause()
+			} else {
+				s.s3.Kill()
+			}
+			began := time.Now()
+			hold = func() {
+				if hung {
+					s.s3.Resume()
+				} else {
+					s.s3.Restart()
+				}
+				steps = append(steps, fmt.Sprintf("archive's S3 server back after %v", time.Since(began).Round(time.Millisecond)))
+			}
+			steps = append(steps, what, s.pause(rng, 500, 3000))
 		case faultFailover:
 			steps = append(steps, laggingFailover(t, s, rng))
 			// Once: the promoted replica has none.
@@ -612,6 +656,19 @@ func fedChanges(events []fsm.Event) []fedChange {
 	return out
 }
 
+// archivedChanges are the changes the feed has for events of a session
+// archived once the first k were folded: those of the first k
+// (fedChanges), then one rejected for each event after, at the archived
+// version.
+func archivedChanges(events []fsm.Event, k int) []fedChange {
+	out := fedChanges(events[:k])
+	version := loadgen.Expected(events[:k]).Version
+	for i := k; i < len(events); i++ {
+		out = append(out, fedChange{events[i].ID.String(), version, wire.Rejected})
+	}
+	return out
+}
+
 func (w *feedWatcher) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -630,8 +687,12 @@ func firstErr(first, err error) error {
 // sessions (those the fold of what ingest acknowledged, rep, implies),
 // stops them, and requires each watch's changes those, in order, once
 // each (repeats aside), of its prefix alone, and each watch cut and
-// resumed at least once.
-func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report) {
+// resumed at least once. archivedAt holds, for each session archived
+// during the run, how many of its events the archived object holds: each
+// event after them was folded against the session's tombstone, which
+// keeps no event ids, and is rejected, a copy of an earlier event too
+// (docs/retention.md); -1 leaves the session unchecked.
+func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report, archivedAt map[string]int) {
 	t.Helper()
 	fw.cutting.Store(false)
 	want := make([]map[string][]fedChange, len(fw.ws))
@@ -639,7 +700,14 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report) {
 		want[i] = map[string][]fedChange{}
 		for id, events := range rep.Written {
 			if strings.HasPrefix(id, w.prefix) {
-				if fed := fedChanges(events); len(fed) > 0 {
+				fed := fedChanges(events)
+				if k, ok := archivedAt[id]; ok {
+					if k < 0 {
+						continue // archived, and resent: not known
+					}
+					fed = archivedChanges(events, k)
+				}
+				if len(fed) > 0 {
 					want[i][id] = fed
 				}
 			}
@@ -683,7 +751,7 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report) {
 		}
 		ids := slices.Sorted(maps.Keys(want[i]))
 		for id := range w.got {
-			if _, ok := want[i][id]; !ok {
+			if _, ok := want[i][id]; !ok && archivedAt[id] >= 0 {
 				ids = append(ids, id)
 			}
 		}

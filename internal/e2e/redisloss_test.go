@@ -4,22 +4,31 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
+	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/internal/redistest"
+	"github.com/correx/sessions/internal/s3test"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -294,6 +303,19 @@ type lossStack struct {
 	// peaks are the peak resident memory (VmHWM) of the service processes
 	// killed so far, each read right before its kill.
 	peaks []procPeak
+	// s3 is the archive's S3 server (lossSetup.archive), and archive the
+	// bucket it keeps on disk, read directly by the check; nil without.
+	s3      *s3test.Server
+	archive *archive.Store
+	// archivedAt holds, for each session verify found archived, how many
+	// of the events ingest acknowledged for it the archived object
+	// holds: those after were folded against its tombstone (feedWatchers'
+	// check); -1 for a session whose requests were resent, whose copies
+	// only Kafka saw make that unknown.
+	archivedAt map[string]int
+	// archiveEnv is what the projectors and the query service are told of
+	// the archive.
+	archiveEnv []string
 }
 
 // procPeak is a service process's peak resident memory.
@@ -317,6 +339,36 @@ type lossSetup struct {
 	// timeouts are the sessions' own (loadgen.Config.Timeouts); none
 	// unless set.
 	timeouts fsm.Timeouts
+	// archive runs an S3 server (versitygw) that the projectors archive
+	// closed sessions into lossRetainClosed after they end and the query
+	// service reads them from; verify then requires every closed session
+	// archived and exact there, and no snapshot of it left in Redis.
+	archive bool
+}
+
+// lossRetainClosed is CORREX_RETAIN_CLOSED in a run with the archive:
+// closed sessions leave Redis while the load and the faults go on.
+const lossRetainClosed = 2 * time.Second
+
+// lossBucket is the archive's bucket in a run with the archive.
+const lossBucket = "correx-archive"
+
+// startArchive starts the archive's S3 server with its bucket, the
+// services' settings for it, and a reader of the bucket's directory for
+// the check (the objects as versitygw stores them, one file each).
+func (s *lossStack) startArchive(t *testing.T) {
+	t.Helper()
+	s.s3 = s3test.StartServer(t) // the services are given the credentials
+	bucket := s.s3.Bucket(t, lossBucket)
+	s.archiveEnv = []string{"CORREX_ARCHIVE_URL", bucket, "CORREX_ARCHIVE_TIMEOUT", "2s",
+		"AWS_ACCESS_KEY_ID", s3test.AccessKey, "AWS_SECRET_ACCESS_KEY", s3test.SecretKey}
+	store, err := archive.Open(context.Background(), "file://"+filepath.Join(s.s3.Dir, lossBucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	s.archive = store
+	s.archivedAt = map[string]int{}
 }
 
 const lossTopic = "correx.session-events"
@@ -330,6 +382,9 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 	}
 	s.rdb = redis.NewClient(&redis.Options{Addr: s.primary.Addr})
 	t.Cleanup(func() { _ = s.rdb.Close() })
+	if setup.archive {
+		s.startArchive(t)
+	}
 	s.start(t, max(setup.projectors, 1))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -365,6 +420,9 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 	loaded := time.Now()
 	s.caughtUp(t)
 	caughtUp := time.Since(loaded)
+	if s.archive != nil {
+		s.archivedAll(t, rep)
+	}
 
 	rebuilds, resumed := s.projLogged(rebuildStarted), s.projLogged("resuming the partition's rebuild")
 	t.Logf("%s; %d events in %d requests (%d resent) for %d sessions; checkpoints at the log's end %v after the load; %d partition rebuilds begun and %d resumed by a new process, over %d projector processes",
@@ -372,7 +430,7 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 	s.verify(t, cfg, rep)
 	s.verifierSilent(t)
 	if watchers != nil {
-		watchers.complete(t, rep)
+		watchers.complete(t, rep, s.archivedAt)
 	}
 	if setup.memory {
 		s.withinMemory(t, rep)
@@ -433,13 +491,17 @@ func (s *lossStack) start(t *testing.T, n int) {
 		return m
 	}
 	s.ingest, s.ingestURL = startHTTPService(t, "ingest", s.bin["ingest"], env())
-	s.query, s.queryURL = startHTTPService(t, "query", s.bin["query"], env())
+	s.query, s.queryURL = startHTTPService(t, "query", s.bin["query"], env(s.archiveEnv...))
 	// Each projector exports its metrics (verifierSilent reads them) and
 	// verifies faster than its default, so that its cycles cover the
 	// sessions while the faults land.
 	for i := range n {
-		s.projEnv = append(s.projEnv, env("CORREX_INSTANCE_ID", fmt.Sprintf("loss-%d", i+1), "OTEL_METRICS_EXPORTER", "prometheus",
-			"CORREX_VERIFY_RATE", strconv.Itoa(lossVerifyRate)))
+		extra := []string{"CORREX_INSTANCE_ID", fmt.Sprintf("loss-%d", i+1), "OTEL_METRICS_EXPORTER", "prometheus",
+			"CORREX_VERIFY_RATE", strconv.Itoa(lossVerifyRate)}
+		if s.archive != nil {
+			extra = append(append(extra, s.archiveEnv...), "CORREX_RETAIN_CLOSED", lossRetainClosed.String())
+		}
+		s.projEnv = append(s.projEnv, env(extra...))
 		s.proj, s.projURL = append(s.proj, nil), append(s.projURL, "")
 		s.startProjector(t, i)
 	}
@@ -578,8 +640,11 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	var exist, missing, differ, unwanted int
+	var exist, missing, differ, unwanted, unarchived int
 	var examples []string
+	// archived are the sessions read from the archive (a run with one):
+	// each closed session, with the version it was archived at.
+	archived := map[string]uint64{}
 	for chunk := range slices.Chunk(ids, 500) {
 		stored, err := store.GetMany(ctx, chunk)
 		if err != nil {
@@ -591,6 +656,28 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 			case !ref.Exists():
 				if stored[i] != nil {
 					unwanted++
+				}
+			case s.archive != nil && ref.State.Terminal():
+				exist++
+				if stored[i] != nil {
+					unarchived++
+					if len(examples) < 3 {
+						examples = append(examples, id+": closed and still in Redis")
+					}
+					continue
+				}
+				v, k, problem := s.archivedExact(t, id, rep.Written[id], rep.Resent[id])
+				if problem != "" {
+					differ++
+					if len(examples) < 6 {
+						examples = append(examples, id+": "+problem)
+					}
+					continue
+				}
+				archived[id] = v
+				s.archivedAt[id] = k
+				if rep.Resent[id] {
+					s.archivedAt[id] = -1 // how many is not known
 				}
 			case stored[i] == nil:
 				exist++
@@ -615,28 +702,31 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 			}
 		}
 	}
-	keys := 0
-	iter := s.rdb.Scan(ctx, 0, "correx:{b*}:s:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys++
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
+	keys := s.snapshotKeys(t)
+	// The query service answers an archived session from the archive: as
+	// archived, at the version it was archived at (archivedAnswers), not
+	// waiting for events folded after it, which it does not hold.
+	rep.Last = maps.Clone(rep.Last)
+	maps.DeleteFunc(rep.Last, func(id string, _ snapshot.Position) bool { _, ok := archived[id]; return ok })
 	if err := loadgen.Verify(ctx, cfg, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if missing+differ+unwanted > 0 || keys != exist || len(rep.Mismatches) > 0 || rep.Verified != len(rep.Last) {
+	examples = append(examples, s.archivedAnswers(t, archived)...)
+	if missing+differ+unwanted+unarchived > 0 || keys+len(archived) != exist || len(rep.Mismatches) > 0 || rep.Verified != len(rep.Last) ||
+		len(examples) > 0 {
 		if len(rep.Mismatches) > 0 {
 			examples = append(examples, "query: "+rep.Mismatches[0])
 		}
-		t.Fatalf("not exact: of %d sessions that exist, %d not stored and %d stored otherwise than the fold; %d stored that should not exist; %d snapshot keys in Redis; the query service answered %d of %d as the fold (%d mismatches); for example:\n%s",
-			exist, missing, differ, unwanted, keys, rep.Verified, len(rep.Last), len(rep.Mismatches), strings.Join(examples, "\n"))
+		t.Fatalf("not exact: of %d sessions that exist, %d not stored, %d stored otherwise than the fold, %d closed and not archived, %d archived; %d stored that should not exist; %d snapshot keys in Redis; the query service answered %d of %d in Redis as the fold (%d mismatches); for example:\n%s",
+			exist, missing, differ, unarchived, len(archived), unwanted, keys, rep.Verified, len(rep.Last), len(rep.Mismatches), strings.Join(examples, "\n"))
 	}
 	replayed := 0
 	for _, id := range ids {
 		if replayed == 10 {
 			break
+		}
+		if _, gone := archived[id]; gone {
+			continue // the replay compares with the snapshot in Redis
 		}
 		if ref := loadgen.Expected(rep.Written[id]); ref.Exists() {
 			replayed++
@@ -645,6 +735,142 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 			}
 		}
 	}
-	t.Logf("exact: %d sessions stored as the fold of what ingest acknowledged, %d snapshot keys, %d answered by the query service as the fold",
-		exist, keys, rep.Verified)
+	t.Logf("exact: %d sessions stored as the fold of what ingest acknowledged (%d in Redis, %d archived), %d snapshot keys, %d answered by the query service as the fold and %d as archived",
+		exist, exist-len(archived), len(archived), keys, rep.Verified, len(archived))
+}
+
+// archivedExact reads session id's object from the archive and checks its
+// snapshot against the fold of events, what ingest acknowledged for it:
+// byte for byte equal to the fold of the events up to one at or after the
+// session's end. Events folded after the session was archived are refused
+// (after_terminal, or duplicates; docs/retention.md, "An id is used
+// once"), and the object is not written again, so its counters may lack
+// them; anything else differs. A session whose requests were resent
+// (Kafka may hold copies ingest could not confirm) is checked by its
+// state and version alone. It returns the archived version and how many
+// of events the object holds (the first k), or what is wrong.
+func (s *lossStack) archivedExact(t *testing.T, id string, events []fsm.Event, resent bool) (version uint64, k int, problem string) {
+	t.Helper()
+	obj, err := s.archive.Get(context.Background(), id)
+	if errors.Is(err, archive.ErrNotFound) {
+		return 0, 0, "closed, not in Redis and not archived"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.Snapshot
+	var ref fsm.Session
+	var r fsm.Reducer
+	gotBytes := got.AppendBinary(nil)
+	for i := range events {
+		r.Apply(&ref, &events[i])
+		if !ref.State.Terminal() {
+			continue
+		}
+		if resent {
+			if ref.State == got.State && ref.Version == got.Version {
+				return got.Version, i + 1, ""
+			}
+			continue
+		}
+		want := snapshot.Snapshot{Session: ref, Position: got.Position, FirstOffset: got.FirstOffset}
+		if bytes.Equal(gotBytes, want.AppendBinary(nil)) {
+			return got.Version, i + 1, ""
+		}
+	}
+	full := snapshot.Snapshot{Session: ref, Position: got.Position, FirstOffset: got.FirstOffset}
+	gj, _ := got.MarshalJSON()
+	wj, _ := full.MarshalJSON()
+	return 0, 0, fmt.Sprintf("archived otherwise than the fold of any of its events from its end on\n got %s\nwant %s (all of them)", gj, wj)
+}
+
+// archivedAnswers reads each archived session from the query service,
+// query.DefaultArchiveReadsPerPrincipal at a time (a 503 for a slot taken
+// is retried): it must answer it archived, at the version archived. It
+// returns up to 3 examples of what is wrong.
+func (s *lossStack) archivedAnswers(t *testing.T, archived map[string]uint64) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var wrong []string
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, query.DefaultArchiveReadsPerPrincipal)
+	for id, version := range archived {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var v faultSnap
+			status, body := 0, []byte(nil)
+			// A slot another read of this test still holds is given back
+			// as that read's answer is written: retried 20 ms later.
+			for try := 0; try == 0 || status == http.StatusServiceUnavailable && try < 100; try++ {
+				if try > 0 {
+					time.Sleep(20 * time.Millisecond) // a retry's backoff
+				}
+				resp, err := http.Get(s.queryURL + "/v1/sessions/" + id)
+				if err != nil {
+					status, body = 0, []byte(err.Error())
+					break
+				}
+				status = resp.StatusCode
+				body, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			_ = json.Unmarshal(body, &v)
+			if status != http.StatusOK || !v.Archived || v.Version != version {
+				mu.Lock()
+				if len(wrong) < 3 {
+					wrong = append(wrong, fmt.Sprintf("query: %s archived at version %d answered %d %s", id, version, status, body))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return wrong
+}
+
+// archivedAll waits until the archive's sweeps have taken every closed
+// session out of Redis: the snapshot keys left are those of the sessions
+// the fold of what ingest acknowledged leaves open. The wait fails once
+// the count has not moved for a minute (a sweep runs every 10 s); verify
+// then names what is left.
+func (s *lossStack) archivedAll(t *testing.T, rep loadgen.Report) {
+	t.Helper()
+	open := 0
+	for _, events := range rep.Written {
+		if ref := loadgen.Expected(events); ref.Exists() && !ref.State.Terminal() {
+			open++
+		}
+	}
+	var seen string
+	last, since := -1, time.Now()
+	for {
+		n := s.snapshotKeys(t)
+		if n == open {
+			return
+		}
+		seen = fmt.Sprintf("%d snapshot keys in Redis, %d sessions open", n, open)
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > time.Minute {
+			t.Logf("no progress for a minute waiting for every closed session archived: %s", seen)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// snapshotKeys counts the snapshot keys in Redis.
+func (s *lossStack) snapshotKeys(t *testing.T) int {
+	t.Helper()
+	ctx := context.Background()
+	keys := 0
+	iter := s.rdb.Scan(ctx, 0, "correx:{b*}:s:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys++
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
