@@ -267,7 +267,7 @@ func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) s
 	// held continues what the previous fault stopped: it is held through
 	// the next fault and its pause.
 	var held func()
-	redisStopped, projStopped := false, false
+	redisStopped, projStopped, archiveDown := false, false, false
 	// draw deals the next kind of the deck that can land now: FLUSHALL, a
 	// failover and another stop wait for a stopped redis-server to be
 	// continued, so they come after (a second stop of the same server,
@@ -275,12 +275,13 @@ func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) s
 	// hold still to come: a failover in between killed the server the
 	// hold then continued). A failover also waits for a stopped projector:
 	// while the group waits for it, the other may own nothing and write
-	// nothing for the replica to miss.
+	// nothing for the replica to miss. The archive's outage waits for the
+	// one held to end.
 	draw := func() int {
 		for {
 			if j := slices.IndexFunc(deck, func(k int) bool {
 				return (!redisStopped || k != faultFlushAll && k != faultFailover && k != faultRedisStopped) &&
-					(!projStopped || k != faultFailover)
+					(!projStopped || k != faultFailover) && (!archiveDown || k != faultArchiveDown)
 			}); j >= 0 {
 				k := deck[j]
 				deck = slices.Delete(deck, j, j+1)
@@ -355,6 +356,7 @@ func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) s
 			// and answers nothing, as a hung server does) for this fault's
 			// pause, the next fault and its pause.
 			hung := rng.IntN(2) == 0
+			archiveDown = true
 			what := "archive's S3 server killed"
 			if hung {
 				what = "archive's S3 server stopped"
@@ -364,6 +366,7 @@ func chaos(t *testing.T, s *lossStack, rng *rand.Rand, n int, d time.Duration) s
 			}
 			began := time.Now()
 			hold = func() {
+				archiveDown = false
 				if hung {
 					s.s3.Resume()
 				} else {
