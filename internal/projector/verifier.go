@@ -164,6 +164,10 @@ type verifier struct {
 	rate   float64
 	repair bool
 	reader *sessionlog.Reader
+	// timeouts and forcedGrace arm a repaired session's deadline entry
+	// (armedOf), as the fold's deadlines step does.
+	timeouts    fsm.Timeouts
+	forcedGrace time.Duration
 
 	mu    sync.Mutex
 	owned map[int32]bool
@@ -196,7 +200,7 @@ func newVerifier(cfg Config, store Store, st *state, auth *systemAuth, obs Obser
 		return nil
 	}
 	v := &verifier{topic: cfg.Topic, st: st, rm: store, store: vs, obs: nopVerifyObserver{}, log: log.With("verify", "background"),
-		rate: cfg.VerifyRate, repair: cfg.VerifyRepair, owned: map[int32]bool{},
+		rate: cfg.VerifyRate, repair: cfg.VerifyRepair, timeouts: cfg.Timeouts, forcedGrace: cfg.ForcedGrace, owned: map[int32]bool{},
 		reader: &sessionlog.Reader{Kafka: cfg.Kafka, Topic: cfg.Topic,
 			Decode: func(r *kgo.Record, e *fsm.Event) error { return auth.loaded().DecodeEvent(r, e) }}}
 	if o, ok := obs.(verifyObserver); ok {
@@ -667,6 +671,26 @@ func (v *verifier) check(ctx context.Context, m *partModel, sid string) error {
 	return nil // moving: compared again in the next cycle
 }
 
+// arm writes a repaired snapshot's deadline entry, as the fold's
+// deadlines step does after the snapshots (armDeadlines): its earliest
+// deadline, and, for a session that ended, its entry in the partition's
+// closed sessions, without which the archive's sweep never finds it
+// (a snapshot deleted by hand loses its entry to the next sweep, which
+// finds no snapshot for it). Fenced by version and by the partition's
+// epoch: a newer write or owner wins.
+func (v *verifier) arm(ctx context.Context, s *snapshot.Snapshot) error {
+	_, err := v.rm.ArmDeadlines(ctx, v.topic, map[int32][]projstore.ArmedDeadline{
+		s.Position.Partition: {armedOf(s, v.timeouts, v.forcedGrace)}})
+	var no *projstore.NotOwnerError
+	if errors.As(err, &no) {
+		return nil // the newer owner folds the session, and arms it
+	}
+	if err != nil {
+		return fmt.Errorf("arming its deadlines: %w", err)
+	}
+	return nil
+}
+
 func (v *verifier) counted() {
 	v.checked.Add(1)
 	v.obs.VerifyChecked(1)
@@ -747,6 +771,9 @@ func (v *verifier) report(ctx context.Context, m *partModel, sid, kind string, r
 		e := snapshot.NewEntry(exp)
 		e.Epoch = v.store.Epoch(m.id)
 		ok, err := v.store.Replace(ctx, e)
+		if err == nil && ok {
+			err = v.arm(ctx, exp)
+		}
 		if err != nil {
 			v.log.Warn("repairing a session from the log", "session", sid, "kind", kind, "err", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/kafka"
+	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
@@ -282,5 +283,51 @@ func TestVerifierJudgesNoReadModelOfAnotherLog(t *testing.T) {
 	}
 	if got := e.dump(prefix); len(got) != 0 {
 		t.Errorf("%d sessions of the new log were written into the read model of another log", len(got))
+	}
+}
+
+// TestVerifierRepairIndexesAClosedSession deletes a closed session's
+// snapshot key and its entry in the partition's closed sessions (what
+// an archive sweep that found no snapshot removes) and requires the
+// verifier's repair to index the session as closed again: a snapshot put
+// back without its entry would stay in Redis for ever, never archived.
+func TestVerifierRepairIndexesAClosedSession(t *testing.T) {
+	e := newEnv(t, 4)
+	const prefix = "vc"
+	r := e.start(e.verifyConfig("v1"), prefix, nil)
+	defer r.halt()
+	e.produce(workloadEvents(11, 60))
+	e.waitCaughtUp(prefix, 60*time.Second)
+	var closed *snapshot.Snapshot
+	for _, raw := range e.dump(prefix) {
+		var s snapshot.Snapshot
+		if err := snapshot.Decode(raw, &s); err != nil {
+			t.Fatal(err)
+		}
+		if s.Terminal() {
+			closed = &s
+			break
+		}
+	}
+	if closed == nil {
+		t.Fatal("the workload closed no session")
+	}
+	keys := redislayout.NewKeys(prefix)
+	closedKey := keys.Closed(topic, closed.Position.Partition)
+	if err := e.rdb.ZScore(ctx, closedKey, closed.ID).Err(); err != nil {
+		t.Fatalf("%s is not in its partition's closed sessions before any damage: %v", closed.ID, err)
+	}
+	if err := e.rdb.Del(ctx, keys.Snapshot(closed.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.ZRem(ctx, closedKey, closed.ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.UntilSeen(t, "the deleted snapshot repaired", tamperBound, func() (bool, string) {
+		s := r.p.VerifyStats()
+		return s.Mismatches[MismatchMissing] >= 1 && s.Repaired >= 1, fmt.Sprintf("%+v", s)
+	})
+	if err := e.rdb.ZScore(ctx, closedKey, closed.ID).Err(); err != nil {
+		t.Errorf("%s repaired, and not in its partition's closed sessions: %v (never archived)", closed.ID, err)
 	}
 }
