@@ -66,6 +66,7 @@ type verifyStore interface {
 	RawSnapshots(ctx context.Context, ids []string) ([][]byte, error)
 	SessionIDs(ctx context.Context, fn func(id string)) error
 	Replace(ctx context.Context, e snapshot.Entry) (bool, error)
+	IsClosed(ctx context.Context, topic string, partition int32, id string) (bool, error)
 	Epoch(partition int32) uint64
 	PublishVerify(ctx context.Context, topic string, d redislayout.VerifyDelta) error
 }
@@ -88,6 +89,10 @@ type VerifyStats struct {
 	Repaired     int64
 	Unverifiable int64
 	Cycles       int64
+	// Reindexed counts the stored sessions that ended, were exact, and
+	// were not in their partition's closed sessions: each was indexed
+	// again (verifier.indexed), so the archive's sweep takes it.
+	Reindexed int64
 }
 
 // verifier is the background verifier (docs/verification.md):
@@ -176,8 +181,8 @@ type verifier struct {
 	pmu     sync.Mutex
 	pending redislayout.VerifyDelta
 
-	checked, repaired, unverifiable, cycles atomic.Int64
-	mismatches                              [4]atomic.Int64 // by kind, in wire.VerifyKinds' order
+	checked, repaired, unverifiable, cycles, reindexed atomic.Int64
+	mismatches                                         [4]atomic.Int64 // by kind, in wire.VerifyKinds' order
 }
 
 type nopVerifyObserver struct{}
@@ -253,7 +258,7 @@ func (v *verifier) ownedList() []int32 {
 // stats returns the counts so far.
 func (v *verifier) stats() VerifyStats {
 	s := VerifyStats{Checked: v.checked.Load(), Repaired: v.repaired.Load(), Unverifiable: v.unverifiable.Load(),
-		Cycles: v.cycles.Load(), Mismatches: map[string]int64{}}
+		Cycles: v.cycles.Load(), Reindexed: v.reindexed.Load(), Mismatches: map[string]int64{}}
 	for i, k := range wire.VerifyKinds {
 		s.Mismatches[k] = v.mismatches[i].Load()
 	}
@@ -630,6 +635,9 @@ func (v *verifier) check(ctx context.Context, m *partModel, sid string) error {
 		}
 		if kind == "" {
 			v.counted()
+			if exp != nil && exp.Terminal() && exp.Position.Offset < c {
+				return v.indexed(ctx, m, sid, raw, exp)
+			}
 			return nil
 		}
 		if kind == "unverifiable" {
@@ -670,6 +678,39 @@ func (v *verifier) check(ctx context.Context, m *partModel, sid string) error {
 	}
 	return nil // moving: compared again in the next cycle
 }
+
+// indexed makes sure that a stored session that ended, found exact
+// (raw) below the checkpoint, is in its partition's closed sessions, and
+// indexes it again if not. The fold's deadlines step writes the entry
+// before the checkpoint that passes the snapshot, so one missing there was
+// lost (a defect, or a key removed by hand): without it the archive's
+// sweep would never take the session. The snapshot is read again first:
+// one the sweep removed meanwhile (it removes the entry after the
+// snapshot) is left alone.
+func (v *verifier) indexed(ctx context.Context, m *partModel, sid string, raw []byte, exp *snapshot.Snapshot) error {
+	ok, err := v.store.IsClosed(ctx, v.topic, m.id, sid)
+	if err != nil || ok {
+		return err
+	}
+	raws, err := v.store.RawSnapshots(ctx, []string{sid})
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(raws[0], raw) || !v.owns(m.id) {
+		return nil
+	}
+	if err := v.arm(ctx, exp); err != nil {
+		return err
+	}
+	v.reindexed.Add(1)
+	v.log.Warn(ReindexedLogged, "session", sid, "partition", m.id, "version", exp.Version)
+	return nil
+}
+
+// ReindexedLogged is the message the verifier logs (at Warn) for each
+// stored session that ended and that it found missing from its
+// partition's closed sessions, and indexed again (verifier.indexed).
+const ReindexedLogged = "a closed session was not in its partition's closed sessions: indexed again, for the archive's sweep"
 
 // arm writes a repaired snapshot's deadline entry, as the fold's
 // deadlines step does after the snapshots (armDeadlines): its earliest

@@ -286,48 +286,56 @@ func TestVerifierJudgesNoReadModelOfAnotherLog(t *testing.T) {
 	}
 }
 
-// TestVerifierRepairIndexesAClosedSession deletes a closed session's
-// snapshot key and its entry in the partition's closed sessions (what
-// an archive sweep that found no snapshot removes) and requires the
-// verifier's repair to index the session as closed again: a snapshot put
-// back without its entry would stay in Redis for ever, never archived.
-func TestVerifierRepairIndexesAClosedSession(t *testing.T) {
+// TestVerifierIndexesClosedSessions damages the closed sessions'
+// index two ways: a closed session's snapshot key and its entry in its
+// partition's closed sessions deleted (what an archive sweep that finds
+// no snapshot removes), and another's entry alone deleted. The verifier
+// must put both entries back: the repair of the first, the check of the
+// second. A closed session in Redis with no entry there stays in Redis for
+// ever, never archived.
+func TestVerifierIndexesClosedSessions(t *testing.T) {
 	e := newEnv(t, 4)
 	const prefix = "vc"
 	r := e.start(e.verifyConfig("v1"), prefix, nil)
 	defer r.halt()
 	e.produce(workloadEvents(11, 60))
 	e.waitCaughtUp(prefix, 60*time.Second)
-	var closed *snapshot.Snapshot
+	var closed []*snapshot.Snapshot
 	for _, raw := range e.dump(prefix) {
 		var s snapshot.Snapshot
 		if err := snapshot.Decode(raw, &s); err != nil {
 			t.Fatal(err)
 		}
-		if s.Terminal() {
-			closed = &s
-			break
+		if s.Terminal() && len(closed) < 2 {
+			closed = append(closed, &s)
 		}
 	}
-	if closed == nil {
-		t.Fatal("the workload closed no session")
+	if len(closed) < 2 {
+		t.Fatalf("the workload closed %d sessions, want 2", len(closed))
 	}
 	keys := redislayout.NewKeys(prefix)
-	closedKey := keys.Closed(topic, closed.Position.Partition)
-	if err := e.rdb.ZScore(ctx, closedKey, closed.ID).Err(); err != nil {
-		t.Fatalf("%s is not in its partition's closed sessions before any damage: %v", closed.ID, err)
+	deleted, unindexed := closed[0], closed[1]
+	for _, s := range closed {
+		if err := e.rdb.ZScore(ctx, keys.Closed(topic, s.Position.Partition), s.ID).Err(); err != nil {
+			t.Fatalf("%s is not in its partition's closed sessions before any damage: %v", s.ID, err)
+		}
+		if err := e.rdb.ZRem(ctx, keys.Closed(topic, s.Position.Partition), s.ID).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := e.rdb.Del(ctx, keys.Snapshot(closed.ID)).Err(); err != nil {
+	if err := e.rdb.Del(ctx, keys.Snapshot(deleted.ID)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rdb.ZRem(ctx, closedKey, closed.ID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	testwait.UntilSeen(t, "the deleted snapshot repaired", tamperBound, func() (bool, string) {
+	testwait.UntilSeen(t, "the deleted snapshot repaired and the other indexed", tamperBound, func() (bool, string) {
 		s := r.p.VerifyStats()
-		return s.Mismatches[MismatchMissing] >= 1 && s.Repaired >= 1, fmt.Sprintf("%+v", s)
+		return s.Mismatches[MismatchMissing] >= 1 && s.Repaired >= 1 && s.Reindexed >= 1, fmt.Sprintf("%+v", s)
 	})
-	if err := e.rdb.ZScore(ctx, closedKey, closed.ID).Err(); err != nil {
-		t.Errorf("%s repaired, and not in its partition's closed sessions: %v (never archived)", closed.ID, err)
+	for _, s := range closed {
+		if err := e.rdb.ZScore(ctx, keys.Closed(topic, s.Position.Partition), s.ID).Err(); err != nil {
+			t.Errorf("%s is not in its partition's closed sessions after the verifier's cycle: %v (never archived)", s.ID, err)
+		}
+	}
+	if s := r.p.VerifyStats(); s.Reindexed != 1 || s.Repaired != 1 {
+		t.Errorf("counts %+v, want one repaired (%s) and one indexed again (%s)", s, deleted.ID, unindexed.ID)
 	}
 }

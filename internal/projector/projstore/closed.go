@@ -2,6 +2,7 @@ package projstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -45,6 +46,21 @@ func (s *Store) DueClosed(ctx context.Context, topic string, partition int32, be
 		out = append(out, ClosedSession{SessionID: id, Ended: time.UnixMilli(int64(z.Score)).UTC()})
 	}
 	return out, n.Val(), nil
+}
+
+// IsClosed reports whether session id is in its partition's closed
+// sessions (the background verifier's check of a stored session that
+// ended).
+func (s *Store) IsClosed(ctx context.Context, topic string, partition int32, id string) (bool, error) {
+	key := s.keys.Closed(topic, partition)
+	err := s.rdb.ZScore(ctx, key, id).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, &snapshot.StoreError{Op: "closed", Key: key, Err: err}
+	}
+	return true, nil
 }
 
 // Archived is a session written to the archive at a position: Forget
