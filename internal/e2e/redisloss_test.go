@@ -25,7 +25,6 @@ import (
 	"github.com/correx/sessions/internal/archive"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
-	"github.com/correx/sessions/internal/query"
 	"github.com/correx/sessions/internal/redislayout"
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/s3test"
@@ -350,6 +349,19 @@ type lossSetup struct {
 // closed sessions leave Redis while the load and the faults go on.
 const lossRetainClosed = 2 * time.Second
 
+// lossArchiveReads is how many archived sessions the query service reads
+// at once for one caller in a run with the archive
+// (CORREX_ARCHIVE_READS_PER_PRINCIPAL; the check is one caller), and how
+// many the check reads at once.
+const lossArchiveReads = 16
+
+// lossArchivedPatience is how long the check waits for the count of
+// snapshots in Redis to move while closed sessions are left there: a
+// sweep runs every 10 s, and a closed session that lost its entry in its
+// partition's closed sessions is indexed again by the background verifier
+// within one of its cycles (a few minutes in a long run).
+const lossArchivedPatience = 5 * time.Minute
+
 // lossBucket is the archive's bucket in a run with the archive.
 const lossBucket = "correx-archive"
 
@@ -446,13 +458,23 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 // of a verifier that never ran.
 func (s *lossStack) verifierSilent(t *testing.T) {
 	t.Helper()
-	var lines []string
+	var lines, reindexed []string
 	for _, p := range s.projs {
 		for l := range strings.Lines(p.output()) {
-			if strings.Contains(l, projector.MismatchLogged) {
+			switch {
+			case strings.Contains(l, projector.MismatchLogged):
 				lines = append(lines, strings.TrimSpace(l))
+			case strings.Contains(l, projector.ReindexedLogged):
+				reindexed = append(reindexed, strings.TrimSpace(l))
 			}
 		}
+	}
+	if len(reindexed) > 0 {
+		// Not a wrong read model (the session was exact, in Redis), but a
+		// closed session the archive's sweep would not have taken without
+		// the verifier: named, so that a run shows where it comes from.
+		t.Logf("the background verifier indexed %d closed sessions again, for example:\n%s", len(reindexed),
+			strings.Join(reindexed[:min(len(reindexed), 5)], "\n"))
 	}
 	if len(lines) > 0 {
 		t.Errorf("the background verifier reported %d mismatches of an exact read model, for example:\n%s", len(lines), strings.Join(lines[:min(len(lines), 5)], "\n"))
@@ -491,7 +513,8 @@ func (s *lossStack) start(t *testing.T, n int) {
 		return m
 	}
 	s.ingest, s.ingestURL = startHTTPService(t, "ingest", s.bin["ingest"], env())
-	s.query, s.queryURL = startHTTPService(t, "query", s.bin["query"], env(s.archiveEnv...))
+	s.query, s.queryURL = startHTTPService(t, "query", s.bin["query"],
+		env(append(slices.Clone(s.archiveEnv), "CORREX_ARCHIVE_READS_PER_PRINCIPAL", strconv.Itoa(lossArchiveReads))...))
 	// Each projector exports its metrics (verifierSilent reads them) and
 	// verifies faster than its default, so that its cycles cover the
 	// sessions while the faults land.
@@ -645,6 +668,7 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 	// archived are the sessions read from the archive (a run with one):
 	// each closed session, with the version it was archived at.
 	archived := map[string]uint64{}
+	var inArchive []string // closed, not in Redis: read from the archive below
 	for chunk := range slices.Chunk(ids, 500) {
 		stored, err := store.GetMany(ctx, chunk)
 		if err != nil {
@@ -666,19 +690,7 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 					}
 					continue
 				}
-				v, k, problem := s.archivedExact(t, id, rep.Written[id], rep.Resent[id])
-				if problem != "" {
-					differ++
-					if len(examples) < 6 {
-						examples = append(examples, id+": "+problem)
-					}
-					continue
-				}
-				archived[id] = v
-				s.archivedAt[id] = k
-				if rep.Resent[id] {
-					s.archivedAt[id] = -1 // how many is not known
-				}
+				inArchive = append(inArchive, id)
 			case stored[i] == nil:
 				exist++
 				missing++
@@ -702,6 +714,33 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 			}
 		}
 	}
+	// The archived sessions are read and folded lossArchiveReads at a
+	// time: a long run archives about 90,000.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, lossArchiveReads)
+	for _, id := range inArchive {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			v, k, problem := s.archivedExact(id, rep.Written[id], rep.Resent[id])
+			mu.Lock()
+			defer mu.Unlock()
+			if problem != "" {
+				differ++
+				if len(examples) < 6 {
+					examples = append(examples, id+": "+problem)
+				}
+				return
+			}
+			archived[id] = v
+			s.archivedAt[id] = k
+			if rep.Resent[id] {
+				s.archivedAt[id] = -1 // how many is not known
+			}
+		})
+	}
+	wg.Wait()
 	keys := s.snapshotKeys(t)
 	// The query service answers an archived session from the archive: as
 	// archived, at the version it was archived at (archivedAnswers), not
@@ -749,14 +788,13 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 // (Kafka may hold copies ingest could not confirm) is checked by its
 // state and version alone. It returns the archived version and how many
 // of events the object holds (the first k), or what is wrong.
-func (s *lossStack) archivedExact(t *testing.T, id string, events []fsm.Event, resent bool) (version uint64, k int, problem string) {
-	t.Helper()
+func (s *lossStack) archivedExact(id string, events []fsm.Event, resent bool) (version uint64, k int, problem string) {
 	obj, err := s.archive.Get(context.Background(), id)
 	if errors.Is(err, archive.ErrNotFound) {
 		return 0, 0, "closed, not in Redis and not archived"
 	}
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, "reading its object: " + err.Error()
 	}
 	got := obj.Snapshot
 	var ref fsm.Session
@@ -785,15 +823,14 @@ func (s *lossStack) archivedExact(t *testing.T, id string, events []fsm.Event, r
 }
 
 // archivedAnswers reads each archived session from the query service,
-// query.DefaultArchiveReadsPerPrincipal at a time (a 503 for a slot taken
-// is retried): it must answer it archived, at the version archived. It
+// lossArchiveReads at a time (a 503 for a slot taken is retried): it must answer it archived, at the version archived. It
 // returns up to 3 examples of what is wrong.
 func (s *lossStack) archivedAnswers(t *testing.T, archived map[string]uint64) []string {
 	t.Helper()
 	var mu sync.Mutex
 	var wrong []string
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, query.DefaultArchiveReadsPerPrincipal)
+	sem := make(chan struct{}, lossArchiveReads)
 	for id, version := range archived {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -831,9 +868,9 @@ func (s *lossStack) archivedAnswers(t *testing.T, archived map[string]uint64) []
 
 // archivedAll waits until the archive's sweeps have taken every closed
 // session out of Redis: the snapshot keys left are those of the sessions
-// the fold of what ingest acknowledged leaves open. The wait fails once
-// the count has not moved for a minute (a sweep runs every 10 s); verify
-// then names what is left.
+// the fold of what ingest acknowledged leaves open. The wait ends once
+// the count has not moved for lossArchivedPatience, naming up to 20
+// closed sessions left (closedLeft); verify then fails on them.
 func (s *lossStack) archivedAll(t *testing.T, rep loadgen.Report) {
 	t.Helper()
 	open := 0
@@ -852,12 +889,51 @@ func (s *lossStack) archivedAll(t *testing.T, rep loadgen.Report) {
 		seen = fmt.Sprintf("%d snapshot keys in Redis, %d sessions open", n, open)
 		if n != last {
 			last, since = n, time.Now()
-		} else if time.Since(since) > time.Minute {
-			t.Logf("no progress for a minute waiting for every closed session archived: %s", seen)
+		} else if time.Since(since) > lossArchivedPatience {
+			t.Logf("no progress for %v waiting for every closed session archived: %s; left in Redis:\n%s",
+				lossArchivedPatience, seen, strings.Join(s.closedLeft(t, rep, 20), "\n"))
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// closedLeft describes up to limit sessions still in Redis that the fold
+// of what ingest acknowledged closes, for a sweep that left them: the
+// stored snapshot, whether its partition's closed sessions, deadlines and
+// tombstones hold it, and the partition's ownership epochs.
+func (s *lossStack) closedLeft(t *testing.T, rep loadgen.Report, limit int) []string {
+	t.Helper()
+	ctx := context.Background()
+	keys := redislayout.NewKeys("correx")
+	store := s.store(t)
+	var out []string
+	iter := s.rdb.Scan(ctx, 0, "correx:{b*}:s:*", 1000).Iterator()
+	for iter.Next(ctx) && len(out) < limit {
+		_, id, _ := strings.Cut(iter.Val(), "}:s:")
+		events, ok := rep.Written[id]
+		if !ok {
+			out = append(out, fmt.Sprintf("%s: a snapshot of a session ingest never acknowledged", id))
+			continue
+		}
+		if ref := loadgen.Expected(events); !ref.State.Terminal() {
+			continue
+		}
+		sn, err := store.Get(ctx, id)
+		if err != nil || sn == nil {
+			out = append(out, fmt.Sprintf("%s: %v", id, err))
+			continue
+		}
+		p := sn.Position.Partition
+		due, armed := keys.Deadlines(lossTopic, p)
+		closed := s.rdb.ZScore(ctx, keys.Closed(lossTopic, p), id)
+		out = append(out, fmt.Sprintf("%s: stored %s v%d at %d/%d; closed entry %v (%v); armed %q, due %v; partition epoch %q, bucket epoch %q; tombstone %q",
+			id, sn.State, sn.Version, p, sn.Position.Offset, closed.Val(), closed.Err(),
+			s.rdb.HGet(ctx, armed, id).Val(), s.rdb.ZScore(ctx, due, id).Val(),
+			s.rdb.Get(ctx, keys.Epoch(lossTopic, p)).Val(), s.rdb.HGet(ctx, keys.Epochs(redislayout.Bucket(id)), fmt.Sprint(p)).Val(),
+			s.rdb.HGet(ctx, keys.Tombstones(id), id).Val()))
+	}
+	return out
 }
 
 // snapshotKeys counts the snapshot keys in Redis.
