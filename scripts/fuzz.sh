@@ -30,6 +30,10 @@ fuzztime="${FUZZTIME:-10s}"
 minimizetime="${FUZZMINIMIZETIME:-2s}"
 cores="$(nproc)"
 jobs="${FUZZJOBS:-$cores}"
+if ! [[ "$jobs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz: FUZZJOBS=$jobs: want a positive whole number of targets to run at once" >&2
+  exit 2
+fi
 workers=$((cores / jobs > 0 ? cores / jobs : 1))
 cache="$(go env GOCACHE)/fuzz"
 work="$(mktemp -d)"
