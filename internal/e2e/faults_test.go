@@ -161,8 +161,14 @@ func (s *faultStack) await(t *testing.T, id, pos string, d time.Duration, ok fun
 // the default prefix "correx").
 func (s *faultStack) redisKeys(t *testing.T, pattern string) int {
 	t.Helper()
+	return countKeys(t, s.rdb, pattern)
+}
+
+// countKeys counts the keys of rdb matching pattern (SCAN).
+func countKeys(t *testing.T, rdb *redis.Client, pattern string) int {
+	t.Helper()
 	n := 0
-	it := s.rdb.Scan(context.Background(), 0, pattern, 1000).Iterator()
+	it := rdb.Scan(context.Background(), 0, pattern, 1000).Iterator()
 	for it.Next(context.Background()) {
 		n++
 	}

@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,6 +26,7 @@ import (
 	"github.com/correx/sessions/internal/redistest"
 	"github.com/correx/sessions/internal/s3test"
 	"github.com/correx/sessions/internal/testwait"
+	correx "github.com/correx/sessions/pkg/client"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/snapshot"
 	"github.com/redis/go-redis/v9"
@@ -352,7 +350,7 @@ const lossRetainClosed = 2 * time.Second
 // lossArchiveReads is how many archived sessions the query service reads
 // at once for one caller in a run with the archive
 // (CORREX_ARCHIVE_READS_PER_PRINCIPAL; the check is one caller), and how
-// many the check reads at once.
+// many objects the check reads from the bucket at once.
 const lossArchiveReads = 16
 
 // lossArchivedPatience is how long the check waits for the count of
@@ -823,40 +821,32 @@ func (s *lossStack) archivedExact(id string, events []fsm.Event, resent bool) (v
 }
 
 // archivedAnswers reads each archived session from the query service,
-// lossArchiveReads at a time (a 503 for a slot taken is retried): it must answer it archived, at the version archived. It
-// returns up to 3 examples of what is wrong.
+// half as many at a time as it has slots for this caller
+// (lossArchiveReads): a read's slot is given back as its answer is
+// written, so the next read of the same goroutine may start before, and
+// a 503 for no slot free, which the client retries after its Retry-After
+// (1 s), stays rare. The service must answer each archived, at the
+// version archived. It returns up to 3 examples of what is wrong.
 func (s *lossStack) archivedAnswers(t *testing.T, archived map[string]uint64) []string {
 	t.Helper()
+	c, err := correx.New(correx.QueryURL(s.queryURL), correx.Retry(100, 20*time.Millisecond, 200*time.Millisecond),
+		correx.WithoutTracing())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	var wrong []string
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, lossArchiveReads)
+	sem := make(chan struct{}, lossArchiveReads/2)
 	for id, version := range archived {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			var v faultSnap
-			status, body := 0, []byte(nil)
-			// A slot another read of this test still holds is given back
-			// as that read's answer is written: retried 20 ms later.
-			for try := 0; try == 0 || status == http.StatusServiceUnavailable && try < 100; try++ {
-				if try > 0 {
-					time.Sleep(20 * time.Millisecond) // a retry's backoff
-				}
-				resp, err := http.Get(s.queryURL + "/v1/sessions/" + id)
-				if err != nil {
-					status, body = 0, []byte(err.Error())
-					break
-				}
-				status = resp.StatusCode
-				body, _ = io.ReadAll(resp.Body)
-				resp.Body.Close()
-			}
-			_ = json.Unmarshal(body, &v)
-			if status != http.StatusOK || !v.Archived || v.Version != version {
+			v, err := c.Get(context.Background(), id)
+			if err != nil || !v.Archived || v.Version != version {
 				mu.Lock()
 				if len(wrong) < 3 {
-					wrong = append(wrong, fmt.Sprintf("query: %s archived at version %d answered %d %s", id, version, status, body))
+					wrong = append(wrong, fmt.Sprintf("query: %s archived at version %d answered %+v, %v", id, version, v, err))
 				}
 				mu.Unlock()
 			}
@@ -879,22 +869,13 @@ func (s *lossStack) archivedAll(t *testing.T, rep loadgen.Report) {
 			open++
 		}
 	}
-	var seen string
-	last, since := -1, time.Now()
-	for {
+	ok, seen := testwait.Progressing(lossArchivedPatience, func() (bool, string) {
 		n := s.snapshotKeys(t)
-		if n == open {
-			return
-		}
-		seen = fmt.Sprintf("%d snapshot keys in Redis, %d sessions open", n, open)
-		if n != last {
-			last, since = n, time.Now()
-		} else if time.Since(since) > lossArchivedPatience {
-			t.Logf("no progress for %v waiting for every closed session archived: %s; left in Redis:\n%s",
-				lossArchivedPatience, seen, strings.Join(s.closedLeft(t, rep, 20), "\n"))
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+		return n == open, fmt.Sprintf("%d snapshot keys in Redis, %d sessions open", n, open)
+	})
+	if !ok {
+		t.Logf("no progress for %v waiting for every closed session archived: %s; left in Redis:\n%s",
+			lossArchivedPatience, seen, strings.Join(s.closedLeft(t, rep, 20), "\n"))
 	}
 }
 
@@ -939,14 +920,5 @@ func (s *lossStack) closedLeft(t *testing.T, rep loadgen.Report, limit int) []st
 // snapshotKeys counts the snapshot keys in Redis.
 func (s *lossStack) snapshotKeys(t *testing.T) int {
 	t.Helper()
-	ctx := context.Background()
-	keys := 0
-	iter := s.rdb.Scan(ctx, 0, "correx:{b*}:s:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys++
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return keys
+	return countKeys(t, s.rdb, "correx:{b*}:s:*")
 }

@@ -53,17 +53,27 @@ func UntilSeen(t testing.TB, what string, timeout time.Duration, cond func() (bo
 // something that changes without it (a clock).
 func WhileProgressing(t testing.TB, what string, stall time.Duration, cond func() (bool, string)) {
 	t.Helper()
+	if ok, seen := Progressing(stall, cond); !ok {
+		t.Fatalf("no progress for %v waiting for %s: %s", stall, what, seen)
+	}
+}
+
+// Progressing polls cond like WhileProgressing, and reports whether it
+// returned true before what it saw stopped changing for stall, with what
+// it saw last. It does not fail the test: use it where the caller names
+// what is left, or checks it later.
+func Progressing(stall time.Duration, cond func() (bool, string)) (bool, string) {
 	var last string
 	since := time.Now()
 	for i := 0; ; i++ {
 		ok, seen := cond()
 		if ok {
-			return
+			return true, seen
 		}
 		if i == 0 || seen != last {
 			last, since = seen, time.Now()
 		} else if time.Since(since) >= stall {
-			t.Fatalf("no progress for %v waiting for %s: %s", stall, what, seen)
+			return false, seen
 		}
 		time.Sleep(pause.Wait(i))
 	}

@@ -125,3 +125,22 @@ func TestWhileProgressingFailsOnceTheStateStops(t *testing.T) {
 		t.Errorf("gave up after %v, before 60ms without progress", waited)
 	}
 }
+
+func TestProgressingReportsWhatItSawLastWithoutFailing(t *testing.T) {
+	calls := 0
+	ok, seen := testwait.Progressing(60*time.Millisecond, func() (bool, string) {
+		calls++
+		return false, fmt.Sprintf("%d keys", min(calls, 3))
+	})
+	if ok || seen != "3 keys" {
+		t.Errorf("Progressing = %v, %q; want false, %q", ok, seen, "3 keys")
+	}
+	calls = 0
+	ok, seen = testwait.Progressing(time.Minute, func() (bool, string) {
+		calls++
+		return calls == 4, fmt.Sprintf("%d keys", calls)
+	})
+	if !ok || seen != "4 keys" {
+		t.Errorf("Progressing = %v, %q; want true, %q", ok, seen, "4 keys")
+	}
+}
