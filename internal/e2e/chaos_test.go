@@ -201,7 +201,7 @@ func TestChaos(t *testing.T) {
 	t.Parallel() // its own processes and redis-server: beside the other process tests
 	runs, seed, faults, duration := lossRuns(t), lossSeed(t), chaosFaults(t), chaosDuration(t)
 	bin := buildServices(t, "kafkabroker", "ingest", "projector", "query")
-	setup := lossSetup{replica: true, projectors: chaosProjectors, watchers: chaosWatchers, memory: true, archive: true,
+	setup := lossSetup{replica: true, projectors: chaosProjectors, watchers: chaosWatchers, memory: true, archive: true, logCopy: true,
 		// A load long enough for every fault to land while it is sent.
 		sessions: max(lossSessions, 750*faults)}
 	if duration > 0 {

@@ -614,13 +614,20 @@ func keyPartition(key string, partitions int) int32 {
 
 func readTopic(t *testing.T, broker, topic string) []*kgo.Record {
 	t.Helper()
+	return readTopicWithin(t, broker, topic, 20*time.Second)
+}
+
+// readTopicWithin is readTopic with a bound of its own (a long run's
+// events topic holds millions of records).
+func readTopicWithin(t *testing.T, broker, topic string, within time.Duration) []*kgo.Record {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	adm := kadm.NewClient(cl)
 	ends, err := adm.ListEndOffsets(ctx, topic)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
+	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
 	"github.com/correx/sessions/internal/redislayout"
@@ -336,6 +337,13 @@ type lossSetup struct {
 	// timeouts are the sessions' own (loadgen.Config.Timeouts); none
 	// unless set.
 	timeouts fsm.Timeouts
+	// logCopy writes, once the load is over, a second copy of a record
+	// of the log (an event ingest acknowledged once, of a session the
+	// load leaves open), as a broker killed between writing a produce
+	// request and answering it does when the producer sends it again
+	// (lossStack.logCopies): the check must find it and judge the session
+	// by the log's records.
+	logCopy bool
 	// archive runs an S3 server (versitygw) that the projectors archive
 	// closed sessions into lossRetainClosed after they end and the query
 	// service reads them from; verify then requires every closed session
@@ -427,6 +435,9 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 		t.Fatal(res.err)
 	}
 	rep := res.rep
+	if setup.logCopy {
+		s.copyARecord(t, rep)
+	}
 	loaded := time.Now()
 	s.caughtUp(t)
 	caughtUp := time.Since(loaded)
@@ -667,6 +678,10 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 	// each closed session, with the version it was archived at.
 	archived := map[string]uint64{}
 	var inArchive []string // closed, not in Redis: read from the archive below
+	// suspects are the sessions stored or archived otherwise than the
+	// fold of what ingest acknowledged, with what differs: judged again
+	// against the events log below (logCopies).
+	suspects := map[string]string{}
 	for chunk := range slices.Chunk(ids, 500) {
 		stored, err := store.GetMany(ctx, chunk)
 		if err != nil {
@@ -702,12 +717,9 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 				}
 				want := snapshot.Snapshot{Session: ref, Position: stored[i].Position, FirstOffset: stored[i].FirstOffset}
 				if !bytes.Equal(stored[i].AppendBinary(nil), want.AppendBinary(nil)) {
-					differ++
-					if len(examples) < 6 {
-						got, _ := stored[i].MarshalJSON()
-						exp, _ := want.MarshalJSON()
-						examples = append(examples, fmt.Sprintf("%s differs\n got %s\nwant %s", id, got, exp))
-					}
+					got, _ := stored[i].MarshalJSON()
+					exp, _ := want.MarshalJSON()
+					suspects[id] = fmt.Sprintf("%s differs\n got %s\nwant %s", id, got, exp)
 				}
 			}
 		}
@@ -725,10 +737,7 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 			mu.Lock()
 			defer mu.Unlock()
 			if problem != "" {
-				differ++
-				if len(examples) < 6 {
-					examples = append(examples, id+": "+problem)
-				}
+				suspects[id] = id + ": " + problem
 				return
 			}
 			archived[id] = v
@@ -739,6 +748,16 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 		})
 	}
 	wg.Wait()
+	if rep.Resent == nil {
+		rep.Resent = map[string]bool{} // logCopies marks sessions in it
+	}
+	copied := s.logCopies(t, rep, suspects, store, archived)
+	for _, id := range slices.Sorted(maps.Keys(suspects)) {
+		differ++
+		if len(examples) < 6 {
+			examples = append(examples, suspects[id])
+		}
+	}
 	keys := s.snapshotKeys(t)
 	// The query service answers an archived session from the archive: as
 	// archived, at the version it was archived at (archivedAnswers), not
@@ -772,8 +791,135 @@ func (s *lossStack) verify(t *testing.T, cfg loadgen.Config, rep loadgen.Report)
 			}
 		}
 	}
-	t.Logf("exact: %d sessions stored as the fold of what ingest acknowledged (%d in Redis, %d archived), %d snapshot keys, %d answered by the query service as the fold and %d as archived",
-		exist, exist-len(archived), len(archived), keys, rep.Verified, len(archived))
+	t.Logf("exact: %d sessions stored as the fold of what ingest acknowledged (%d in Redis, %d archived; %d of them with a copy of an acknowledged event in the log, exact as the fold of the log's records), %d snapshot keys, %d answered by the query service as the fold and %d as archived",
+		exist, exist-len(archived), len(archived), copied, keys, rep.Verified, len(archived))
+}
+
+// copyARecord writes a second copy of the first record in the events log
+// of a session the load leaves open and did not resend (lossSetup.logCopy).
+func (s *lossStack) copyARecord(t *testing.T, rep loadgen.Report) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokerAddr), kgo.ConsumeTopics(lossTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("no record of a session the load leaves open in the log: %v", err)
+		}
+		var found *kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			id := string(r.Key)
+			if ref := loadgen.Expected(rep.Written[id]); found == nil && ref.Exists() && !ref.State.Terminal() && !rep.Resent[id] {
+				found = r
+			}
+		})
+		if found != nil {
+			c := &kgo.Record{Topic: found.Topic, Partition: found.Partition, Key: found.Key, Value: found.Value, Headers: found.Headers}
+			if err := cl.ProduceSync(ctx, c).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("wrote a second copy of %s's record at %d:%d at %d:%d", found.Key, found.Partition, found.Offset, c.Partition, c.Offset)
+			return
+		}
+	}
+}
+
+// logCopies reads the events log and judges each session whose log holds
+// more records than ingest acknowledged events for it. A
+// broker killed (kill -9) after it wrote a produce request and before it
+// answered it is sent that request again by ingest's producer, and the
+// restarted broker writes it a second time: kfake keeps the idempotent
+// producer's sequences on disk only when it stops in order, where Kafka
+// rebuilds them from its log. The log then holds a second copy of events
+// ingest acknowledged once, which the fold counts as duplicates, exactly
+// as it must. Such a session is exact when the log holds every event
+// ingest acknowledged for it, no event it did not acknowledge, each at
+// least as many times as acknowledged, and the stored or archived
+// snapshot is the fold of the log's records for it, in their order (for
+// an archived one, of those up to one at or after its end). Each such
+// session leaves suspects (the sessions stored or archived otherwise than
+// the fold of what ingest acknowledged, with what differs), and the query
+// service's answers are then checked for it as for a resent session
+// (state and version; events and duplicates may exceed the acknowledged
+// fold's); its change feed is not checked (a copy folded after the
+// session was archived is delivered rejected). Any other session keeps
+// its place in suspects, with what the log holds of it. It returns how
+// many sessions had copies, all exact.
+func (s *lossStack) logCopies(t *testing.T, rep loadgen.Report, suspects map[string]string, store *snapshot.Store,
+	archived map[string]uint64) int {
+	t.Helper()
+	logged := map[string][]fsm.Event{}
+	for _, r := range readTopicWithin(t, s.brokerAddr, lossTopic, 10*time.Minute) {
+		id := string(r.Key)
+		var e fsm.Event
+		if err := kafka.DecodeEvent(r, &e); err != nil {
+			if _, ok := rep.Written[id]; ok {
+				suspects[id] += fmt.Sprintf("\n the log holds a record of it that does not decode at %d:%d: %v", r.Partition, r.Offset, err)
+			}
+			continue
+		}
+		e.Payload = slices.Clone(e.Payload)
+		logged[id] = append(logged[id], e)
+	}
+	cleared := 0
+	for id, events := range logged {
+		written := rep.Written[id]
+		if len(events) <= len(written) || rep.Resent[id] {
+			continue // no copy, or a resent session's copies: judged as such
+		}
+		acked := map[fsm.EventID]int{}
+		for _, e := range written {
+			acked[e.ID]++
+		}
+		inLog := map[fsm.EventID]int{}
+		for _, e := range events {
+			inLog[e.ID]++
+		}
+		copies := len(acked) == len(inLog)
+		for eid, n := range acked {
+			copies = copies && inLog[eid] >= n
+		}
+		if !copies {
+			suspects[id] += fmt.Sprintf("\n the log holds %d records of %d distinct events for it, ingest acknowledged %d of %d",
+				len(events), len(inLog), len(written), len(acked))
+			continue
+		}
+		if ref := loadgen.Expected(written); s.archive != nil && ref.State.Terminal() {
+			v, _, problem := s.archivedExact(id, events, false)
+			if problem != "" {
+				suspects[id] += "\n and against the log's records: " + problem
+				continue
+			}
+			archived[id] = v
+		} else if ref.Exists() {
+			sn, err := store.Get(context.Background(), id)
+			if err != nil || sn == nil {
+				suspects[id] += fmt.Sprintf("\n and read again: %v", err)
+				continue
+			}
+			var fold fsm.Session
+			var r fsm.Reducer
+			for i := range events {
+				r.Apply(&fold, &events[i])
+			}
+			want := snapshot.Snapshot{Session: fold, Position: sn.Position, FirstOffset: sn.FirstOffset}
+			if !bytes.Equal(sn.AppendBinary(nil), want.AppendBinary(nil)) {
+				suspects[id] += "\n and otherwise than the fold of the log's records for it too"
+				continue
+			}
+		}
+		rep.Resent[id] = true
+		s.archivedAt[id] = -1
+		delete(suspects, id)
+		cleared++
+	}
+	return cleared
 }
 
 // archivedExact reads session id's object from the archive and checks its
