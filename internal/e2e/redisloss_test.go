@@ -814,8 +814,10 @@ func (s *lossStack) copyARecord(t *testing.T, rep loadgen.Report) {
 		}
 		var found *kgo.Record
 		fs.EachRecord(func(r *kgo.Record) {
-			id := string(r.Key)
-			if ref := loadgen.Expected(rep.Written[id]); found == nil && ref.Exists() && !ref.State.Terminal() && !rep.Resent[id] {
+			if found != nil || rep.Resent[string(r.Key)] {
+				return
+			}
+			if ref := loadgen.Expected(rep.Written[string(r.Key)]); ref.Exists() && !ref.State.Terminal() {
 				found = r
 			}
 		})
