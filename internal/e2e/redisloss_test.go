@@ -309,7 +309,9 @@ type lossStack struct {
 	// of the events ingest acknowledged for it the archived object
 	// holds: those after were folded against its tombstone (feedWatchers'
 	// check); -1 for a session whose requests were resent, whose copies
-	// only Kafka saw make that unknown.
+	// only Kafka saw make that unknown, and for any session, archived or
+	// not, whose log holds copies of its events (logCopies): the change
+	// feed's check skips those.
 	archivedAt map[string]int
 	// archiveEnv is what the projectors and the query service are told of
 	// the archive.
@@ -386,14 +388,13 @@ func (s *lossStack) startArchive(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	s.archive = store
-	s.archivedAt = map[string]int{}
 }
 
 const lossTopic = "correx.session-events"
 
 func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, faults func(*testing.T, *lossStack, *rand.Rand) string) {
 	rng := rand.New(rand.NewPCG(seed, 0x1055))
-	s := &lossStack{bin: bin, primary: redistest.Start(t, "--repl-diskless-sync-delay", "0")}
+	s := &lossStack{bin: bin, primary: redistest.Start(t, "--repl-diskless-sync-delay", "0"), archivedAt: map[string]int{}}
 	s.redis = s.primary
 	if setup.replica {
 		s.replica = redistest.StartReplica(t, s.primary)
