@@ -914,12 +914,7 @@ func (s *lossStack) logCopies(t *testing.T, rep loadgen.Report, suspects map[str
 				suspects[id] += fmt.Sprintf("\n and read again: %v", err)
 				continue
 			}
-			var fold fsm.Session
-			var r fsm.Reducer
-			for i := range events {
-				r.Apply(&fold, &events[i])
-			}
-			want := snapshot.Snapshot{Session: fold, Position: sn.Position, FirstOffset: sn.FirstOffset}
+			want := snapshot.Snapshot{Session: loadgen.Expected(events), Position: sn.Position, FirstOffset: sn.FirstOffset}
 			if !bytes.Equal(sn.AppendBinary(nil), want.AppendBinary(nil)) {
 				suspects[id] += "\n and otherwise than the fold of the log's records for it too"
 				continue
