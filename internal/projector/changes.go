@@ -336,7 +336,8 @@ func (d *derived) drop(id int32) {
 }
 
 // persist stores the batch's outcomes in the outbox, retrying until ctx
-// ends. It runs before the batch's snapshots are stored.
+// ends. It runs before the batch's snapshots are stored. A partition a
+// newer owner claimed is marked stale in the batch (flushJob.notOwned).
 func (d *derived) persist(ctx context.Context, store Store, topic string, job *flushJob) error {
 	if len(job.changes) == 0 {
 		return nil
@@ -351,7 +352,16 @@ func (d *derived) persist(ctx context.Context, store Store, topic string, job *f
 			Data: data, Below: fb.below})
 	}
 	return retry(ctx, d.log, "writing the outbox of the change feed and derived events", func(ctx context.Context) error {
-		return store.PutOutbox(ctx, topic, batches)
+		err := store.PutOutbox(ctx, topic, batches)
+		var no *projstore.NotOwnerError
+		if errors.As(err, &no) {
+			// Its snapshots are refused too (the claim raised their epoch
+			// first), and its records are not produced (job.stale).
+			d.log.Warn("a newer owner took partitions over: their outbox batches were not written", "partitions", no.Partitions)
+			job.notOwned(no.Partitions)
+			err = nil
+		}
+		return err
 	})
 }
 

@@ -237,22 +237,36 @@ return n
 // sessions' index and removal (projstore's closed.go).
 
 // OutboxScript stores outbox batches of one topic and drops those the
-// checkpoints passed.
+// checkpoints passed, fenced by ownership: the outbox hash keeps each
+// partition's epoch in its field "<partition>:ep" (raised by a claim, like
+// the checkpoints' hash), and a batch whose writer's epoch is below it is
+// not written. A batch it writes drops the partition's batches below its
+// Below first.
 //
-//	KEYS  the topic's outbox (hash; field "<partition>:<last>")
-//	ARGV  n, then n quadruples (partition, last, data, below)
-var OutboxScript = redis.NewScript(`
+//	KEYS  the topic's outbox (hash; field "<partition>:<last>", and
+//	      "<partition>:ep")
+//	ARGV  n, then n quintuples (partition, last, data, below, the writer's
+//	      epoch or 0 for none)
+//
+// It returns the partitions whose batches were refused (an array, empty
+// when every batch was written).
+var OutboxScript = redis.NewScript(luaStale + `
 local n = tonumber(ARGV[1])
 local fields = redis.call('HKEYS', KEYS[1])
+local refused = {}
 for i = 0, n - 1 do
-  local p, last, data, below = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4], tonumber(ARGV[5 + i * 4])
-  for _, f in ipairs(fields) do
-    local fp, fl = string.match(f, '^(%d+):(%d+)$')
-    if fp == p and tonumber(fl) < below then redis.call('HDEL', KEYS[1], f) end
+  local p, last, data, below, mine = ARGV[2 + i * 5], ARGV[3 + i * 5], ARGV[4 + i * 5], tonumber(ARGV[5 + i * 5]), ARGV[6 + i * 5]
+  if stale(redis.call('HGET', KEYS[1], p .. ':ep'), mine) then
+    refused[#refused + 1] = tonumber(p)
+  else
+    for _, f in ipairs(fields) do
+      local fp, fl = string.match(f, '^(%d+):(%d+)$')
+      if fp == p and tonumber(fl) < below then redis.call('HDEL', KEYS[1], f) end
+    end
+    redis.call('HSET', KEYS[1], p .. ':' .. last, data)
   end
-  redis.call('HSET', KEYS[1], p .. ':' .. last, data)
 end
-return n
+return refused
 `)
 
 // luaStale defines stale(owner, mine): whether a writer with epoch mine

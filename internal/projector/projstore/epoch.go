@@ -22,6 +22,7 @@ import (
 //	<prefix>:{bNNN}:ep                        hash: partition -> epoch, one per bucket,
 //	                                          for the snapshots and tombstones
 //	<prefix>:ckpt:<topic>, field "<p>:ep"     for the checkpoints
+//	<prefix>:outbox:<topic>, field "<p>:ep"   for the change feed's outbox
 //
 // A projector that is assigned a partition claims it (Claim) before it
 // writes anything there: the epoch becomes one more than the stored one, or
@@ -84,21 +85,49 @@ func (s *Store) Claim(ctx context.Context, topic string, partition int32, genera
 		for b := range redislayout.Buckets {
 			cmds = append(cmds, redislayout.RaiseEpochScript.EvalSha(ctx, pipe, []string{s.keys.Epochs(b)}, field, e))
 		}
-		return append(cmds, redislayout.RaiseEpochScript.EvalSha(ctx, pipe, []string{s.keys.Checkpoints(topic)}, field+":ep", e))
+		return append(cmds, redislayout.RaiseEpochScript.EvalSha(ctx, pipe, []string{s.keys.Checkpoints(topic)}, field+epochField, e))
 	})
+	if err == nil {
+		err = raised(cmds, partition, e)
+	}
 	if err != nil {
 		return 0, &snapshot.StoreError{Op: "claim", Key: key, Err: err}
 	}
-	for _, c := range cmds {
-		if stored, err := c.Uint64(); err != nil || stored > e {
-			if err == nil {
-				err = fmt.Errorf("%w: partition %d claimed at epoch %d, and %d is stored", ErrNotOwner, partition, e, stored)
-			}
-			return 0, &snapshot.StoreError{Op: "claim", Key: key, Err: err}
-		}
+	// The outbox's epoch last, once the snapshots' are raised: an outbox
+	// batch refused is then a batch whose snapshots are refused too, so a
+	// stalled writer never stores snapshots without the outcomes their
+	// change feed records are produced from after a crash.
+	cmds, err = s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+		return []*redis.Cmd{redislayout.RaiseEpochScript.EvalSha(ctx, pipe, []string{s.keys.Outbox(topic)}, field+epochField, e)}
+	})
+	if err == nil {
+		err = raised(cmds, partition, e)
+	}
+	if err != nil {
+		return 0, &snapshot.StoreError{Op: "claim", Key: key, Err: err}
 	}
 	s.epochs.set(partition, e)
 	return e, nil
+}
+
+// epochField ends the field of a partition's epoch in the checkpoints'
+// and the outbox's hashes ("<partition>:ep").
+const epochField = ":ep"
+
+// raised checks the answers of RaiseEpochScript calls of a claim of
+// partition at epoch e: an error, or a higher epoch stored (a newer claim
+// came first), fails the claim.
+func raised(cmds []*redis.Cmd, partition int32, e uint64) error {
+	for _, c := range cmds {
+		stored, err := c.Uint64()
+		if err != nil {
+			return err
+		}
+		if stored > e {
+			return fmt.Errorf("%w: partition %d claimed at epoch %d, and %d is stored", ErrNotOwner, partition, e, stored)
+		}
+	}
+	return nil
 }
 
 // notOwner is the error of a write of partition refused at epoch.

@@ -2,6 +2,7 @@ package projstore_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,20 @@ func TestStaleOwnerWritesNothing(t *testing.T) {
 	}
 	if due, n, err := cur.DueClosed(ctx, "ev", 0, t0.Add(time.Hour), 10); err != nil || len(due)+int(n) != 0 {
 		t.Fatalf("closed entries after the stale write: %v %d %v", due, n, err)
+	}
+	// The outbox: the new owner's batch of partition 0 stays; the old
+	// owner's batch of the same Last neither replaces it nor drops it (its
+	// Below), and partition 1's, still the old owner's, is written.
+	if err := cur.PutOutbox(ctx, "ev", []projstore.OutboxBatch{{Partition: 0, Last: 8, Data: []byte("new")}}); err != nil {
+		t.Fatal(err)
+	}
+	err = old.PutOutbox(ctx, "ev", []projstore.OutboxBatch{{Partition: 0, Last: 8, Data: []byte("old")},
+		{Partition: 0, Last: 9, Data: []byte("old"), Below: 9}, {Partition: 1, Last: 4, Data: []byte("one")}})
+	if !errors.As(err, &no) || fmt.Sprint(no.Partitions) != "[0]" {
+		t.Fatalf("the old owner's outbox over partitions 0 and 1: %v, want NotOwnerError naming partition 0", err)
+	}
+	if got, err := cur.Outbox(ctx, "ev"); err != nil || fmt.Sprint(got) != "[{0 8 [110 101 119] 0} {1 4 [111 110 101] 0}]" {
+		t.Fatalf("the outbox after the old owner's write: %v %v, want the new owner's batch of 0 and the old owner's of 1", got, err)
 	}
 	prev, err := old.SaveCheckpoints(ctx, "ev", []snapshot.Checkpoint{{Partition: 0, Offset: 10}}, t0)
 	if err != nil || !prev[0].NotOwner {

@@ -2,6 +2,7 @@ package projstore
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,21 +35,42 @@ type OutboxBatch struct {
 // PutOutbox stores batches in the topic's outbox (one key, so one slot on
 // Redis Cluster), replacing a batch of the same partition and Last, and
 // dropping each partition's batches below its Below. It is idempotent.
+//
+// It is fenced like the snapshots (epoch.go): a batch of a partition a
+// newer owner claimed is not written, and PutOutbox returns a
+// *NotOwnerError naming those partitions (the others' batches are
+// written). A stalled writer's outbox batch would otherwise replace the
+// new owner's batch of the same Last, or add outcomes of a fold that read
+// what the new owner was rebuilding, and a later owner would produce the
+// change feed from them.
 func (s *Store) PutOutbox(ctx context.Context, topic string, batches []OutboxBatch) error {
 	if len(batches) == 0 {
 		return nil
 	}
 	key := s.keys.Outbox(topic)
-	args := make([]any, 0, 1+4*len(batches))
+	args := make([]any, 0, 1+5*len(batches))
 	args = append(args, len(batches))
 	for _, b := range batches {
-		args = append(args, b.Partition, b.Last, b.Data, b.Below)
+		args = append(args, b.Partition, b.Last, b.Data, b.Below, s.epochs.get(b.Partition))
 	}
-	_, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
+	cmds, err := s.run(ctx, func(pipe redis.Pipeliner) []*redis.Cmd {
 		return []*redis.Cmd{redislayout.OutboxScript.EvalSha(ctx, pipe, []string{key}, args...)}
 	})
 	if err != nil {
 		return &snapshot.StoreError{Op: "outbox", Key: key, Err: err}
+	}
+	refused, err := cmds[0].Int64Slice()
+	if err != nil {
+		return &snapshot.StoreError{Op: "outbox", Key: key, Err: err}
+	}
+	if len(refused) > 0 {
+		no := &NotOwnerError{}
+		for _, p := range refused {
+			if !slices.Contains(no.Partitions, int32(p)) {
+				no.Partitions = append(no.Partitions, int32(p))
+			}
+		}
+		return no
 	}
 	return nil
 }
@@ -62,6 +84,9 @@ func (s *Store) Outbox(ctx context.Context, topic string) ([]OutboxBatch, error)
 	}
 	out := make([]OutboxBatch, 0, len(m))
 	for field, v := range m {
+		if strings.HasSuffix(field, epochField) {
+			continue // the partition's epoch, not a batch
+		}
 		ps, ls, ok := strings.Cut(field, ":")
 		p, err1 := strconv.ParseInt(ps, 10, 32)
 		last, err2 := strconv.ParseInt(ls, 10, 64)
