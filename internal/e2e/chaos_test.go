@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/correx/sessions/pkg/feed"
 	"github.com/correx/sessions/pkg/fsm"
 	"github.com/correx/sessions/pkg/wire"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // chaosFaults is how many faults a chaos run lands: CORREX_CHAOS_FAULTS,
@@ -640,6 +642,82 @@ func (w *feedWatcher) apply(c *wire.Change) {
 	w.got[c.SessionID] = append(w.got[c.SessionID], fedChange{c.EventID, c.Version, c.Outcome})
 }
 
+// wrongWatch is what a watch delivered for a session and what it should
+// have.
+type wrongWatch struct{ got, want []fedChange }
+
+// diagnose tells where the changes of sessions a watch delivered otherwise
+// went wrong, from what the feed topic holds of each (its records in
+// order, the first of each position kept, as a watch keeps them):
+//
+//   - "in order": the topic holds the fold's changes in order, and the
+//     watch (the query service's or this test's) lost or reordered them;
+//   - "out of order": the topic holds the fold's changes, but a later
+//     one's first copy before an earlier one's (a producer's ordering);
+//   - "other": the topic holds other changes than the fold's.
+//
+// It logs the count of each and, for the first sessions of each, the
+// topic's records with the producer id and epoch of each batch.
+func (fw *feedWatchers) diagnose(t *testing.T, wrongs map[string]wrongWatch) {
+	t.Helper()
+	type held struct {
+		c   fedChange
+		pos wire.Position
+		rec *kgo.Record
+	}
+	topic := map[string][]held{}
+	for _, r := range readTopicWithin(t, fw.broker, feed.Topic(lossTopic), 10*time.Minute) {
+		if _, ok := wrongs[string(r.Key)]; !ok {
+			continue
+		}
+		var c wire.Change
+		if err := wire.Decode(r.Value, &c); err != nil {
+			t.Errorf("the feed's record at %d:%d does not decode: %v", r.Partition, r.Offset, err)
+			continue
+		}
+		topic[c.SessionID] = append(topic[c.SessionID], held{fedChange{c.EventID, c.Version, c.Outcome}, c.Position, r})
+	}
+	kinds := map[string][]string{}
+	for _, id := range slices.Sorted(maps.Keys(wrongs)) {
+		var first, sorted []fedChange
+		var firstPos []wire.Position
+		seen := map[wire.Position]bool{}
+		for _, h := range topic[id] {
+			if !seen[h.pos] {
+				seen[h.pos] = true
+				first, firstPos = append(first, h.c), append(firstPos, h.pos)
+			}
+		}
+		idx := make([]int, len(first))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(firstPos[a].Offset, firstPos[b].Offset) })
+		for _, i := range idx {
+			sorted = append(sorted, first[i])
+		}
+		kind := "other"
+		switch w := wrongs[id].want; {
+		case slices.Equal(first, w):
+			kind = "in order"
+		case slices.Equal(sorted, w):
+			kind = "out of order"
+		}
+		kinds[kind] = append(kinds[kind], id)
+	}
+	for _, kind := range []string{"in order", "out of order", "other"} {
+		ids := kinds[kind]
+		t.Logf("sessions delivered otherwise whose changes the feed topic holds %s: %d", kind, len(ids))
+		for _, id := range ids[:min(3, len(ids))] {
+			t.Logf("  %s: the watch delivered %v", id, wrongs[id].got)
+			for _, h := range topic[id] {
+				t.Logf("    at %d:%d (producer %d epoch %d): version %d %s event %s at %v", h.rec.Partition, h.rec.Offset,
+					h.rec.ProducerID, h.rec.ProducerEpoch, h.c.version, h.c.outcome, h.c.eventID, h.pos)
+			}
+		}
+	}
+}
+
 // fedChanges are the changes the feed has for events, folded in order: one
 // for each event rejected, or applied that changed the state or is custom
 // (internal/projector's derived.add), with the version after it.
@@ -744,7 +822,7 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report, archivedAt ma
 	fw.cancel()
 	fw.wg.Wait()
 	var changes, repeats, opens, cuts, ends, wrong int
-	var wrongIDs []string
+	wrongs := map[string]wrongWatch{} // by session: one watch that delivered it otherwise
 	for i, w := range fw.ws {
 		if w.err != nil {
 			t.Errorf("the watch of %s: %v", w.prefix, w.err)
@@ -762,8 +840,8 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report, archivedAt ma
 			if got, fed := w.got[id], want[i][id]; !slices.Equal(got, fed) {
 				if wrong++; wrong <= 5 {
 					t.Errorf("the watch of %s delivered for %s:\n%v\nthe changes of the fold of what ingest acknowledged:\n%v", w.prefix, id, got, fed)
-					wrongIDs = append(wrongIDs, id)
 				}
+				wrongs[id] = wrongWatch{got: got, want: fed}
 			}
 		}
 		changes, repeats, opens, cuts, ends = changes+w.changes, repeats+w.repeats, opens+w.opens, cuts+w.cuts, ends+w.ends
@@ -772,15 +850,7 @@ func (fw *feedWatchers) complete(t *testing.T, rep loadgen.Report, archivedAt ma
 		t.Errorf("and %d other sessions delivered otherwise", wrong-5)
 	}
 	if wrong > 0 {
-		// What the feed holds of them: whether the changes a watch lacks
-		// were written to it.
-		for _, r := range readTopic(t, fw.broker, feed.Topic(lossTopic)) {
-			if slices.Contains(wrongIDs, string(r.Key)) {
-				var c wire.Change
-				err := wire.Decode(r.Value, &c)
-				t.Logf("the feed holds at %d:%d: %s %s version %d %s event %s at %v (%v)", r.Partition, r.Offset, c.SessionID, c.Type, c.Version, c.Outcome, c.EventID, c.Position, err)
-			}
-		}
+		fw.diagnose(t, wrongs)
 	}
 	t.Logf("%d watches: %d changes delivered (%d again), over %d streams: %d cut and resumed, %d ended by the service",
 		len(fw.ws), changes, repeats, opens, cuts, ends)

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -453,9 +454,26 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 	s.verifierSilent(t)
 	if watchers != nil {
 		watchers.complete(t, rep, s.archivedAt)
+		if t.Failed() {
+			s.producers(t)
+		}
 	}
 	if setup.memory {
 		s.withinMemory(t, rep)
+	}
+}
+
+// producers logs the producer id and epoch each projector process
+// produced the change feed as (its "producing" line), in the order the
+// processes started: the feed's diagnosis names the producer of each
+// record.
+func (s *lossStack) producers(t *testing.T) {
+	t.Helper()
+	re := regexp.MustCompile(`producerId=(\d+) producerEpoch=(\d+)`)
+	for i, p := range s.projs {
+		if m := re.FindStringSubmatch(p.output()); m != nil {
+			t.Logf("projector process %d (pid %d) produced as producer %s epoch %s", i, p.cmd.Process.Pid, m[1], m[2])
+		}
 	}
 }
 

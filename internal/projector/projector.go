@@ -260,6 +260,13 @@ func (p *Projector) Run(ctx context.Context) error {
 		return fmt.Errorf("projector: kafka client: %w", err)
 	}
 	p.crash.stop = func() { stopFlushing(nil); stopFiring() }
+	go func() {
+		// Which process wrote a record of the change feed, in its log:
+		// every produced batch carries the producer id and epoch.
+		if id, epoch, err := cl.ProducerID(fireCtx); err == nil {
+			p.log.Info("producing", "producerId", id, "producerEpoch", epoch)
+		}
+	}()
 	// A graceful stop bounds the writes still to come (the batch in
 	// flight, which may be retrying against an unreachable Redis, the final
 	// flush and the revoke callbacks of the client's close).
