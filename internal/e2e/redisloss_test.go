@@ -943,7 +943,68 @@ func (s *lossStack) logCopies(t *testing.T, rep loadgen.Report, suspects map[str
 		delete(suspects, id)
 		cleared++
 	}
+	whereInLog(t, records, rep, suspects)
 	return cleared
+}
+
+// whereInLog adds to each session left in suspects where the events log
+// holds each event ingest acknowledged for it, and logs how many of them
+// lack an acknowledged event in the log (a broker that lost it), have
+// records on more than one partition (the fold sets a record off its
+// key's partition aside), or hold every event where it belongs (the
+// projector's fold went wrong): what tells a lost record from a wrong
+// fold.
+func whereInLog(t *testing.T, records []*kgo.Record, rep loadgen.Report, suspects map[string]string) {
+	t.Helper()
+	if len(suspects) == 0 {
+		return
+	}
+	at := map[string]map[fsm.EventID][]string{}
+	for _, r := range records {
+		id := string(r.Key)
+		if _, ok := suspects[id]; !ok {
+			continue
+		}
+		var e fsm.Event
+		if err := kafka.DecodeEvent(r, &e); err != nil {
+			continue
+		}
+		if at[id] == nil {
+			at[id] = map[fsm.EventID][]string{}
+		}
+		at[id][e.ID] = append(at[id][e.ID], fmt.Sprintf("%d:%d", r.Partition, r.Offset))
+	}
+	var lacking, spread, whole int
+	for id := range suspects {
+		var where []string
+		missing := 0
+		parts := map[string]bool{}
+		for _, e := range rep.Written[id] {
+			in := at[id][e.ID]
+			if len(in) == 0 {
+				missing++
+				in = []string{"nowhere"}
+			}
+			for _, w := range in {
+				if p, _, ok := strings.Cut(w, ":"); ok {
+					parts[p] = true
+				}
+			}
+			where = append(where, e.Type.String()+"@"+strings.Join(in, ","))
+		}
+		switch {
+		case missing > 0:
+			lacking++
+		case len(parts) > 1:
+			spread++
+		default:
+			whole++
+		}
+		suspects[id] += fmt.Sprintf("\n the log holds %d of the %d events ingest acknowledged for it (partitions %v): %s",
+			len(rep.Written[id])-missing, len(rep.Written[id]), slices.Sorted(maps.Keys(parts)), strings.Join(where, " "))
+	}
+	t.Logf("of %d sessions stored otherwise than the fold, the events log lacks an acknowledged event of %d, holds the events of %d on more than one partition, and of %d every one on its partition",
+		len(suspects), lacking, spread, whole)
 }
 
 // archivedExact reads session id's object from the archive and checks its
