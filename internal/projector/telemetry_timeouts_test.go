@@ -5,9 +5,11 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/projector/projstore"
+	"github.com/correx/sessions/internal/testwait"
 	correxotel "github.com/correx/sessions/otel"
 	"github.com/correx/sessions/pkg/fsm"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // TestTimeoutTelemetry fires one deadline and feeds one stale timeout:
@@ -67,16 +69,19 @@ func TestTimeoutTelemetry(t *testing.T) {
 	if got["correx.timeouts.fired/inactivity"] != 1 || got["correx.timeouts.superseded"] != 1 || lags != 1 {
 		t.Fatalf("fired %d, superseded %d, lag samples %d; want 1, 1, 1", got["correx.timeouts.fired/inactivity"], got["correx.timeouts.superseded"], lags)
 	}
-	found := false
-	for _, s := range rec.Ended() {
-		if s.Name() == "session.timeout" {
-			found = true
-			if s.SpanContext().TraceID() != correxotel.DeriveTraceID("m") || len(s.Links()) != 1 {
-				t.Fatalf("session.timeout in trace %v with %d links, want the session's derived trace and a link", s.SpanContext().TraceID(), len(s.Links()))
+	// The firer ends the span once its produce is acknowledged, which
+	// races with the fold of the record it produced: the span may end
+	// just after the session is seen CANCELLING.
+	var span sdktrace.ReadOnlySpan
+	testwait.Until(t, "a session.timeout span ended", 10*time.Second, func() bool {
+		for _, s := range rec.Ended() {
+			if s.Name() == "session.timeout" {
+				span = s
 			}
 		}
-	}
-	if !found {
-		t.Fatal("no session.timeout span")
+		return span != nil
+	})
+	if span.SpanContext().TraceID() != correxotel.DeriveTraceID("m") || len(span.Links()) != 1 {
+		t.Fatalf("session.timeout in trace %v with %d links, want the session's derived trace and a link", span.SpanContext().TraceID(), len(span.Links()))
 	}
 }
