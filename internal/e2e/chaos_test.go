@@ -679,28 +679,28 @@ func (fw *feedWatchers) diagnose(t *testing.T, wrongs map[string]wrongWatch) {
 	}
 	kinds := map[string][]string{}
 	for _, id := range slices.Sorted(maps.Keys(wrongs)) {
-		var first, sorted []fedChange
-		var firstPos []wire.Position
+		var first []held // the first copy of each position, in topic order
 		seen := map[wire.Position]bool{}
 		for _, h := range topic[id] {
 			if !seen[h.pos] {
 				seen[h.pos] = true
-				first, firstPos = append(first, h.c), append(firstPos, h.pos)
+				first = append(first, h)
 			}
 		}
-		idx := make([]int, len(first))
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(firstPos[a].Offset, firstPos[b].Offset) })
-		for _, i := range idx {
-			sorted = append(sorted, first[i])
+		sorted := slices.Clone(first)
+		slices.SortStableFunc(sorted, func(a, b held) int { return cmp.Compare(a.pos.Offset, b.pos.Offset) })
+		changes := func(hs []held) []fedChange {
+			out := make([]fedChange, len(hs))
+			for i, h := range hs {
+				out[i] = h.c
+			}
+			return out
 		}
 		kind := "other"
 		switch w := wrongs[id].want; {
-		case slices.Equal(first, w):
+		case slices.Equal(changes(first), w):
 			kind = "in order"
-		case slices.Equal(sorted, w):
+		case slices.Equal(changes(sorted), w):
 			kind = "out of order"
 		}
 		kinds[kind] = append(kinds[kind], id)
