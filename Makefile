@@ -74,9 +74,9 @@ bench: deps ## every benchmark with its same-run baseline, and TestSoak at full 
 	$(GO) test -run='^$$' -bench='Freshness|ReadsUnderWrites' -benchtime=1x -timeout 30m ./internal/e2e
 	$(GO) test -run='^$$' -bench=RetentionSoak -benchtime=1x -timeout 30m ./internal/e2e
 
-chaos: deps ## every fault at once on seeded schedules, with the services as processes: CHAOS_RUNS runs (default 5) of CHAOS_FAULTS faults (default 12), or faults for CHAOS_DURATION each (CHAOS_DURATION=30m CHAOS_RUNS=1: 30 minutes); CHAOS_SEED replays a run (each logs its seed and schedule)
+chaos: deps ## every fault at once on seeded schedules, with the services as processes: CHAOS_RUNS runs (default 5) of CHAOS_FAULTS faults (default 12), or faults for CHAOS_DURATION each (CHAOS_DURATION=30m CHAOS_RUNS=1: 30 minutes); CHAOS_SEED replays a run (each logs its seed and schedule); CHAOS_LOGS=dir keeps a failed run's service logs
 	CORREX_LOSS_RUNS=$(or $(CHAOS_RUNS),5) CORREX_CHAOS_FAULTS=$(or $(CHAOS_FAULTS),12) $(if $(CHAOS_SEED),CORREX_LOSS_SEED=$(CHAOS_SEED)) \
-		$(if $(CHAOS_DURATION),CORREX_CHAOS_DURATION=$(CHAOS_DURATION)) \
+		$(if $(CHAOS_DURATION),CORREX_CHAOS_DURATION=$(CHAOS_DURATION)) $(if $(CHAOS_LOGS),CORREX_LOSS_LOGS=$(abspath $(CHAOS_LOGS))) \
 		$(GO) test -race -count=1 -run='^TestChaos$$' -v -timeout $(if $(CHAOS_DURATION),4h,60m) ./internal/e2e
 
 run: ## the whole pipeline on embedded defaults, with a demo workload (Ctrl-C stops it); other ports: ARGS="-ingest-addr 127.0.0.1:9181 -query-addr 127.0.0.1:9182 -projector-addr 127.0.0.1:9183 -kafka-port 9192" (ARGS=-h lists the flags)

@@ -621,6 +621,17 @@ func readTopic(t *testing.T, broker, topic string) []*kgo.Record {
 // events topic holds millions of records).
 func readTopicWithin(t *testing.T, broker, topic string, within time.Duration) []*kgo.Record {
 	t.Helper()
+	var out []*kgo.Record
+	eachRecordWithin(t, broker, topic, within, func(r *kgo.Record) { out = append(out, r) })
+	return out
+}
+
+// eachRecordWithin calls fn with each record of topic, from its start to
+// its end as it was when the read began, in order on each partition,
+// within the given time; fn keeps what it needs of a record (a long run's
+// changelog holds gigabytes).
+func eachRecordWithin(t *testing.T, broker, topic string, within time.Duration, fn func(r *kgo.Record)) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(64<<20))
 	if err != nil {
@@ -640,20 +651,18 @@ func readTopicWithin(t *testing.T, broker, topic string, within time.Duration) [
 			want[o.Partition] = o.Offset
 		}
 	})
-	var out []*kgo.Record
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			t.Fatalf("reading %s: %v (still waiting for %v)", topic, ctx.Err(), want)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			out = append(out, r)
+			fn(r)
 			if r.Offset+1 >= want[r.Partition] {
 				delete(want, r.Partition)
 			}
 		})
 	}
-	return out
 }
 
 func uuidFor(i int) string { return fmt.Sprintf("0193a000-0000-7000-8000-%012d", i) }

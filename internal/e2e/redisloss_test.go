@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
+	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/kafka"
 	"github.com/correx/sessions/internal/loadgen"
 	"github.com/correx/sessions/internal/projector"
@@ -461,6 +462,44 @@ func lossRun(t *testing.T, bin map[string]string, seed uint64, setup lossSetup, 
 	if setup.memory {
 		s.withinMemory(t, rep)
 	}
+	if t.Failed() {
+		s.keepLogs(t)
+	}
+}
+
+// keepLogs writes the log of every service process of a failed run into
+// the directory CORREX_LOSS_LOGS names, if set (make chaos
+// CHAOS_LOGS=dir): projector-<i>.log in the order the projectors
+// started, kafkabroker.log (the last broker process), ingest.log and
+// query.log. The test's own
+// output shows a part of them; the whole tells what a partition's owners
+// did with a session stored otherwise.
+func (s *lossStack) keepLogs(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("CORREX_LOSS_LOGS")
+	if dir == "" {
+		return
+	}
+	dir = filepath.Join(dir, strings.NewReplacer("/", "_", "=", "-").Replace(t.Name()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Errorf("keeping the logs: %v", err)
+		return
+	}
+	write := func(name string, p *process) {
+		if p == nil {
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(p.output()), 0o644); err != nil {
+			t.Errorf("keeping the logs: %v", err)
+		}
+	}
+	for i, p := range s.projs {
+		write(fmt.Sprintf("projector-%d.log", i), p)
+	}
+	write("kafkabroker.log", s.broker)
+	write("ingest.log", s.ingest)
+	write("query.log", s.query)
+	t.Logf("the services' logs are in %s", dir)
 }
 
 // producers logs the producer id and epoch each projector process
@@ -948,7 +987,60 @@ func (s *lossStack) logCopies(t *testing.T, rep loadgen.Report, suspects map[str
 		cleared++
 	}
 	whereInLog(t, records, rep, suspects)
+	s.inChangelog(t, suspects)
 	return cleared
+}
+
+// inChangelog adds to each session left in suspects what the snapshot
+// changelog holds of it, in order: each snapshot record's offset, the
+// position and event count of its snapshot, the producer that wrote it
+// and the partition's checkpoint record before it, then its archived
+// records and the partition's last checkpoint. A restore keeps a
+// session's snapshot of the highest position and folds from the last
+// checkpoint: a snapshot that lacks an event below that checkpoint is
+// what loses it.
+func (s *lossStack) inChangelog(t *testing.T, suspects map[string]string) {
+	t.Helper()
+	if len(suspects) == 0 {
+		return
+	}
+	lastCkpt := map[int32]string{}
+	lines := map[string][]string{}
+	eachRecordWithin(t, s.brokerAddr, changelog.Topic(lossTopic), 10*time.Minute, func(r *kgo.Record) {
+		c, err := changelog.DecodeRecord(r)
+		if err != nil {
+			return
+		}
+		at := fmt.Sprintf("%d:%d (producer %d epoch %d)", r.Partition, r.Offset, r.ProducerID, r.ProducerEpoch)
+		switch c.Kind {
+		case changelog.KindCheckpoint:
+			lastCkpt[r.Partition] = fmt.Sprintf("checkpoint %d at %s", c.Checkpoint.Offset, at)
+		case changelog.KindSnapshot:
+			if _, ok := suspects[c.SessionID]; !ok {
+				return
+			}
+			var sn snapshot.Snapshot
+			desc := "does not decode"
+			if err := sn.UnmarshalBinary(c.Snapshot); err == nil {
+				desc = fmt.Sprintf("v%d %s events %d", sn.Version, sn.State, sn.Counters.Events)
+			}
+			lines[c.SessionID] = append(lines[c.SessionID], fmt.Sprintf("snapshot at %s: position %s, %s, after %s",
+				at, c.Position, desc, cmp.Or(lastCkpt[r.Partition], "no checkpoint")))
+		case changelog.KindArchived:
+			if _, ok := suspects[c.SessionID]; ok {
+				lines[c.SessionID] = append(lines[c.SessionID], fmt.Sprintf("archived at %s: position %s, after %s",
+					at, c.Position, cmp.Or(lastCkpt[r.Partition], "no checkpoint")))
+			}
+		}
+	})
+	for id := range suspects {
+		part := int32(-1)
+		if l := lines[id]; len(l) > 0 {
+			fmt.Sscanf(strings.TrimPrefix(l[0], "snapshot at "), "%d:", &part)
+		}
+		suspects[id] += fmt.Sprintf("\n the changelog holds %d records of it:\n  %s\n  last: %s", len(lines[id]),
+			strings.Join(lines[id], "\n  "), cmp.Or(lastCkpt[part], "no checkpoint"))
+	}
 }
 
 // whereInLog adds to each session left in suspects where the events log
