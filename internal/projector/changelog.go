@@ -58,7 +58,7 @@ func (f *flusher) produceChangelog(ctx context.Context, w *batchWrite) error {
 	n := 0
 	for i, e := range job.entries {
 		part := job.positions[i].Partition
-		if job.lost[part] || job.stale[part] {
+		if job.lost[part] || job.stale[part] || job.tombstoned[e.SessionID] {
 			continue
 		}
 		rec := changelog.SnapshotRecord(f.changelog, part, e.SessionID, e.Data)

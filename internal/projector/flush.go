@@ -94,6 +94,15 @@ type flushJob struct {
 	// theirs is written, produced to the changelog or checkpointed, and
 	// the projector drops them (recovery.finish).
 	stale map[int32]bool
+	// tombstoned holds the sessions whose snapshots Redis refused because
+	// they were archived meanwhile (PutResult.TombstonedIDs): the fold
+	// held a copy of one while the sweep removed it. What was folded on
+	// it is not produced to the changelog, where a restore would take it
+	// for the session's latest snapshot, past its archived record, and
+	// bring the session back; and the copy leaves the cache
+	// (recovery.finish), so that its next event is folded against the
+	// tombstone.
+	tombstoned map[string]bool
 }
 
 // notOwned records partitions of the batch that have a newer owner, and
@@ -365,6 +374,12 @@ func (f *flusher) writeSnapshots(ctx context.Context, w *batchWrite) error {
 		res, err := f.store.PutBatch(ctx, job.entries)
 		if err == nil {
 			job.result = res
+			for _, id := range res.TombstonedIDs {
+				if job.tombstoned == nil {
+					job.tombstoned = map[string]bool{}
+				}
+				job.tombstoned[id] = true
+			}
 			if len(res.NotOwned) > 0 {
 				f.log.Warn("a newer owner took partitions over: their snapshots were not written", "partitions", res.NotOwned)
 				job.notOwned(res.NotOwned)

@@ -614,6 +614,14 @@ func (rc *recovery) finish(job *flushJob) {
 	if len(job.stale) > 0 {
 		rc.dropStale(job.stale)
 	}
+	if len(job.tombstoned) > 0 {
+		for i, e := range job.entries {
+			if job.tombstoned[e.SessionID] {
+				rc.st.cache.forget(job.positions[i].Partition, e.SessionID, job.positions[i])
+			}
+		}
+		rc.log.Warn("snapshots of sessions archived meanwhile were refused: their copies leave the cache", "sessions", len(job.tombstoned))
+	}
 	for id, part := range rc.st.parts {
 		if part.rebuildUntil > 0 && part.ckptKnown && part.lastCkpt >= part.rebuildUntil {
 			part.rebuildUntil = 0

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/correx/sessions/internal/archive"
+	"github.com/correx/sessions/internal/changelog"
 	"github.com/correx/sessions/internal/projector/projstore"
 	"github.com/correx/sessions/internal/testwait"
 	"github.com/correx/sessions/pkg/feed"
@@ -98,6 +99,59 @@ func TestArchivedIDStaysArchived(t *testing.T) {
 	e.waitSettled("tomb")
 	if _, err := st.Get(ctx, "tb-1"); !errors.Is(err, snapshot.ErrNotFound) {
 		t.Fatalf("tb-1 after a restore and SessionCreated again: %v, want no snapshot", err)
+	}
+}
+
+// TestArchivedUnderTheFoldStaysArchived: a session archived while the
+// fold holds a copy of it (the sweep removed it between the fold's read
+// and its write, or another owner's sweep did) gets an event folded on
+// that copy; Redis refuses the snapshot (the tombstone), and so does the
+// changelog: a snapshot record past the archived position would make a
+// restore take it for the session's latest and bring the session back,
+// without the events folded against the tombstone meanwhile. The next
+// event is folded against the tombstone, and nothing of the session is
+// written again.
+func TestArchivedUnderTheFoldStaysArchived(t *testing.T) {
+	e := newEnv(t, 1)
+	ev := eventsOf(0xc3)
+	e.produce([]fsm.Event{ev("tu-1", fsm.SessionCreated, fsm.Fields{}), ev("tu-1", fsm.SessionStarted, fsm.Fields{}),
+		ev("tu-1", fsm.SessionCompleted, fsm.Fields{})})
+	st := e.store("under")
+	r := e.start(e.changelogConfig("a"), "under", nil)
+	defer r.halt()
+	e.waitSettled("under")
+	s, err := st.Get(ctx, "tu-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := st.Forget(ctx, topic, s.Position.Partition, []projstore.Archived{{SessionID: "tu-1", Position: s.Position,
+		Tombstone: projstore.Tombstone{State: s.State, Version: s.Version, Ended: time.Unix(0, s.StateEnteredAt)}}})
+	if err != nil || out[0] != projstore.ForgetRemoved {
+		t.Fatalf("removing tu-1 as the sweep does: %v %v", out, err)
+	}
+	e.produce([]fsm.Event{ev("tu-1", fsm.SessionStarted, fsm.Fields{})}) // folded on the cached copy
+	e.waitSettled("under")
+	e.produce([]fsm.Event{ev("tu-1", fsm.ModelRequested, fsm.Fields{})}) // after the copy left
+	e.waitSettled("under")
+	if _, err := st.Get(ctx, "tu-1"); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("tu-1 after events folded on a copy of it: %v, want no snapshot", err)
+	}
+	snaps := 0
+	for _, rec := range e.readAll(changelog.Topic(topic)) {
+		c, err := changelog.DecodeRecord(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Kind != changelog.KindSnapshot || c.SessionID != "tu-1" {
+			continue
+		}
+		snaps++
+		if s.Position.Less(c.Position) {
+			t.Fatalf("the changelog holds a snapshot of tu-1 at %v, past its archived position %v", c.Position, s.Position)
+		}
+	}
+	if snaps == 0 {
+		t.Fatal("the changelog holds no snapshot of tu-1 at all")
 	}
 }
 

@@ -173,6 +173,11 @@ type PutResult struct {
 	// Tombstoned counts snapshots of archived sessions, which are never
 	// written again (a session's tombstone, docs/retention.md).
 	Tombstoned int
+	// TombstonedIDs are the session ids of those entries, in order: a
+	// writer that folded one of them held a copy of a session archived
+	// meanwhile, and must not publish what it folded (the projector's
+	// changelog record would bring the session back in a restore).
+	TombstonedIDs []string
 	// NotOwned lists the partitions, in order of first appearance, whose
 	// entries were not written because a newer owner took the partition
 	// over (Entry.Epoch is lower than the partition's).
@@ -278,6 +283,7 @@ func (s *Store) PutBatch(ctx context.Context, entries []Entry) (PutResult, error
 				res.Fenced++
 			case -2:
 				res.Tombstoned++
+				res.TombstonedIDs = append(res.TombstonedIDs, entryOfCall(&groups, callBuckets[ci], j).SessionID)
 			default:
 				// The entry's partition is read back from the call's
 				// arguments: the j-th entry of the call.
