@@ -194,6 +194,21 @@ func (c *cache) forget(part int32, id string, pos snapshot.Position) {
 	delete(c.parts[part], id)
 }
 
+// forgetStored drops a session whose stored snapshot was replaced behind
+// the fold (the verifier's repair), if the copy held is what was stored
+// before (evictable): the next event reads the replacement. A copy with
+// changes not yet written is kept: its write lands over the replacement,
+// and the verifier judges that one in a later cycle.
+func (c *cache) forgetStored(part int32, id string) {
+	en := c.parts[part][id]
+	if en == nil || !en.evictable() {
+		return
+	}
+	c.lru.remove(en)
+	en.part = nil
+	delete(c.parts[part], id)
+}
+
 // forgetTombstone drops a session known only by its tombstone, which the
 // tombstone retention removed: the next event reads the store again, and
 // finds no session. An entry with a snapshot is kept.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/correx/sessions/internal/projector/projstore"
@@ -30,6 +31,9 @@ type folder struct {
 	crash *crashPoints
 	auth  *systemAuth
 	st    *state
+	// verify is the background verifier, nil while off: the fold drops
+	// its copies of the sessions it repaired (dropArchived).
+	verify *atomic.Pointer[verifier]
 
 	reducer  fsm.Reducer
 	events   []fsm.Event // decode buffer, reused across polls
@@ -313,7 +317,10 @@ func (f *folder) fold(ctx context.Context, part *partState, r *kgo.Record, e *fs
 
 // dropArchived drops from the cache the sessions the archive sweep
 // removed from Redis (sweeper.take), so that a later event finds no
-// session, as the store does. Called by the fold goroutine between polls.
+// session, as the store does; and the copies of the sessions the
+// verifier repaired (verifier.takeRepaired), so that a later event is
+// folded on the repaired snapshot, not over it on the wrong copy the
+// repair replaced. Called by the fold goroutine between polls.
 func (f *folder) dropArchived() {
 	removed, untombed := f.sweep.take()
 	for _, a := range removed {
@@ -321,6 +328,11 @@ func (f *folder) dropArchived() {
 	}
 	for _, t := range untombed {
 		f.st.cache.forgetTombstone(t.Partition, t.SessionID)
+	}
+	if f.verify != nil {
+		for _, r := range f.verify.Load().takeRepaired() {
+			f.st.cache.forgetStored(r.partition, r.id)
+		}
 	}
 }
 

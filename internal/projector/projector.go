@@ -145,7 +145,7 @@ func New(cfg Config, store Store, opts ...Option) *Projector {
 		o(p)
 	}
 	p.st = newState(cfg, p.obs, newDerived(cfg, p.log, &p.crash))
-	p.folder = &folder{cfg: cfg, log: p.log, store: store, obs: p.obs, crash: &p.crash, auth: p.auth, st: p.st}
+	p.folder = &folder{cfg: cfg, log: p.log, store: store, obs: p.obs, crash: &p.crash, auth: p.auth, st: p.st, verify: &p.verify}
 	p.group = &group{cfg: cfg, log: p.log, st: p.st, crash: &p.crash, verify: &p.verify, clientsSet: p.clientsSet, topicsReady: p.topicsReady}
 	p.st.pt.topic, p.st.pt.log = cfg.Topic, p.log
 	if o, ok := p.obs.(interface{ watchStalls(*stalls) }); ok {

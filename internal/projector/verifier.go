@@ -181,6 +181,11 @@ type verifier struct {
 	pmu     sync.Mutex
 	pending redislayout.VerifyDelta
 
+	// fixed are the sessions repaired since the fold last took them
+	// (takeRepaired).
+	fmu   sync.Mutex
+	fixed []repairedSession
+
 	checked, repaired, unverifiable, cycles, reindexed atomic.Int64
 	mismatches                                         [4]atomic.Int64 // by kind, in wire.VerifyKinds' order
 }
@@ -790,6 +795,27 @@ func sameBytes(raw []byte, stored, exp *snapshot.Snapshot) bool {
 	return false
 }
 
+// repairedSession is a session the verifier repaired, on its partition.
+type repairedSession struct {
+	partition int32
+	id        string
+}
+
+// takeRepaired returns the sessions repaired since its last call, whose
+// copies the fold drops (folder.dropArchived): the fold may hold the
+// wrong snapshot a repair replaced in Redis, and would fold the next
+// event on it and write it back over the repair. Nil on a nil verifier.
+func (v *verifier) takeRepaired() []repairedSession {
+	if v == nil {
+		return nil
+	}
+	v.fmu.Lock()
+	defer v.fmu.Unlock()
+	out := v.fixed
+	v.fixed = nil
+	return out
+}
+
 // report counts, logs and (with Config.VerifyRepair) repairs a mismatch.
 func (v *verifier) report(ctx context.Context, m *partModel, sid, kind string, raw []byte, stored, exp *snapshot.Snapshot) {
 	mm := wire.VerifyMismatch{SessionID: sid, Kind: kind, At: time.Now().UTC()}
@@ -823,6 +849,9 @@ func (v *verifier) report(ctx context.Context, m *partModel, sid, kind string, r
 	if mm.Repaired {
 		v.repaired.Add(1)
 		v.obs.VerifyRepaired(kind)
+		v.fmu.Lock()
+		v.fixed = append(v.fixed, repairedSession{partition: m.id, id: sid})
+		v.fmu.Unlock()
 	}
 	v.log.Warn(MismatchLogged, "session", sid, "kind", kind, "partition", m.id,
 		"stored_digest", mm.StoredDigest, "folded_digest", mm.FoldedDigest, "stored_bytes", len(raw), "repaired", mm.Repaired)

@@ -126,6 +126,59 @@ func TestVerifierFindsAndRepairsTampering(t *testing.T) {
 	e.assertSame(want, e.dump(prefix))
 }
 
+// TestVerifierRepairSticks: the fold folds an event on a damaged
+// snapshot it read from Redis (a byte of its digest changed), and writes
+// the damage on; the verifier finds that one and repairs it, and the fold
+// lets its copy go, so the session's next event is folded on the repair:
+// one mismatch, one repair, and the read model the fold of the log.
+// Before, the fold kept its wrong copy, folded the next event on it and
+// wrote it over the repair, which the verifier found again.
+func TestVerifierRepairSticks(t *testing.T) {
+	e := newEnv(t, 1)
+	const prefix = "vs"
+	ev := eventsOf(0xd1)
+	e.produce([]fsm.Event{ev("vs-1", fsm.SessionCreated, fsm.Fields{}), ev("vs-1", fsm.SessionStarted, fsm.Fields{})})
+	r := e.start(e.verifyConfig("v1"), prefix, nil)
+	e.waitCaughtUp(prefix, 60*time.Second)
+	if err := r.halt(); err != nil {
+		t.Fatal(err)
+	}
+	key := prefix + ":" + snapshotKeyTag("vs-1") + ":s:vs-1"
+	raw, err := e.rdb.Get(ctx, key).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s snapshot.Snapshot
+	if err := snapshot.Decode(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(raw, s.Digest[:])
+	if at < 0 {
+		t.Fatal("the digest is not in the stored bytes")
+	}
+	if err := e.rdb.SetRange(ctx, key, int64(at), string([]byte{raw[at] ^ 0xff})).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Waiting for the next start: the fold reads the damaged snapshot
+	// before the verifier's first cycle judges it.
+	e.produce([]fsm.Event{ev("vs-1", fsm.ModelRequested, fsm.Fields{})})
+	r = e.start(e.verifyConfig("v1"), prefix, nil)
+	defer r.halt()
+	e.waitCaughtUp(prefix, 60*time.Second)
+	testwait.UntilSeen(t, "the damage found and repaired", tamperBound, func() (bool, string) {
+		s := r.p.VerifyStats()
+		return s.Repaired >= 1, fmt.Sprintf("%+v", s)
+	})
+	e.produce([]fsm.Event{ev("vs-1", fsm.ModelRequested, fsm.Fields{})})
+	e.waitCaughtUp(prefix, 60*time.Second)
+	cycles := r.p.VerifyStats().Cycles
+	testwait.Until(t, "two more verification cycles", tamperBound, func() bool { return r.p.VerifyStats().Cycles >= cycles+2 })
+	if s := r.p.VerifyStats(); total(s.Mismatches) != 1 || s.Repaired != 1 {
+		t.Fatalf("%+v, want one mismatch, repaired: the event after the repair folded on the repaired snapshot", s)
+	}
+	e.assertSame(e.reference("ref"), e.dump(prefix))
+}
+
 // snapshotKeyTag is the hash tag of a session's snapshot key.
 func snapshotKeyTag(id string) string {
 	return fmt.Sprintf("{b%03d}", snapshot.Bucket(id))
