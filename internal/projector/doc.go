@@ -147,7 +147,10 @@
 //     lost) gets nothing produced and no checkpoint written, and is
 //     rebuilt; a snapshot folded over what Redis lost (a duplicate
 //     SessionCreated of an evicted session, a newer event over an older
-//     copy) is folded after the loss, so before that read.
+//     copy) is folded after the loss, so before that read. Nor does a
+//     snapshot Redis refused because its session was archived meanwhile
+//     (the fold held a copy while the sweep removed it): past the
+//     archived record, it would be what a restore keeps of the session.
 //   - Wherever a partition would fold from offset 0 (a rebuild, a
 //     partition with no checkpoint, a rebuild resumed at 0), it is
 //     restored from the changelog when the changelog has a checkpoint
