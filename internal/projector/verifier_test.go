@@ -93,22 +93,7 @@ func TestVerifierFindsAndRepairsTampering(t *testing.T) {
 	if err := e.rdb.RestoreReplace(ctx, key, 0, older).Err(); err != nil {
 		t.Fatal(err)
 	}
-	fkey := "vt:" + snapshotKeyTag(flipped) + ":s:" + flipped
-	raw, err := e.rdb.Get(ctx, fkey).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fs snapshot.Snapshot
-	if err := snapshot.Decode(raw, &fs); err != nil {
-		t.Fatal(err)
-	}
-	at := bytes.Index(raw, fs.Digest[:])
-	if at < 0 {
-		t.Fatal("the digest is not in the stored bytes")
-	}
-	if err := e.rdb.SetRange(ctx, fkey, int64(at), string([]byte{raw[at] ^ 0xff})).Err(); err != nil {
-		t.Fatal(err)
-	}
+	e.flipDigest("vt:" + snapshotKeyTag(flipped) + ":s:" + flipped)
 	if err := e.rdb.Del(ctx, "vt:"+snapshotKeyTag(deleted)+":s:"+deleted).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,22 +128,7 @@ func TestVerifierRepairSticks(t *testing.T) {
 	if err := r.halt(); err != nil {
 		t.Fatal(err)
 	}
-	key := prefix + ":" + snapshotKeyTag("vs-1") + ":s:vs-1"
-	raw, err := e.rdb.Get(ctx, key).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s snapshot.Snapshot
-	if err := snapshot.Decode(raw, &s); err != nil {
-		t.Fatal(err)
-	}
-	at := bytes.Index(raw, s.Digest[:])
-	if at < 0 {
-		t.Fatal("the digest is not in the stored bytes")
-	}
-	if err := e.rdb.SetRange(ctx, key, int64(at), string([]byte{raw[at] ^ 0xff})).Err(); err != nil {
-		t.Fatal(err)
-	}
+	e.flipDigest(prefix + ":" + snapshotKeyTag("vs-1") + ":s:vs-1")
 	// Waiting for the next start: the fold reads the damaged snapshot
 	// before the verifier's first cycle judges it.
 	e.produce([]fsm.Event{ev("vs-1", fsm.ModelRequested, fsm.Fields{})})
@@ -177,6 +147,27 @@ func TestVerifierRepairSticks(t *testing.T) {
 		t.Fatalf("%+v, want one mismatch, repaired: the event after the repair folded on the repaired snapshot", s)
 	}
 	e.assertSame(e.reference("ref"), e.dump(prefix))
+}
+
+// flipDigest changes a byte of the digest of the snapshot stored at key,
+// in place: bytes that still decode, and differ from the fold's.
+func (e *env) flipDigest(key string) {
+	e.t.Helper()
+	raw, err := e.rdb.Get(ctx, key).Bytes()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var s snapshot.Snapshot
+	if err := snapshot.Decode(raw, &s); err != nil {
+		e.t.Fatal(err)
+	}
+	at := bytes.Index(raw, s.Digest[:])
+	if at < 0 {
+		e.t.Fatal("the digest is not in the stored bytes")
+	}
+	if err := e.rdb.SetRange(ctx, key, int64(at), string([]byte{raw[at] ^ 0xff})).Err(); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // snapshotKeyTag is the hash tag of a session's snapshot key.
