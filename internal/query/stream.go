@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -20,6 +21,11 @@ type watchStream struct {
 	said   []int64            // the position of the last id written
 	snap   *snapshot.Position // the snapshot written first, if any
 	buf    []byte
+	// granted, when set, tells whether the stream's token still grants
+	// it, asked before each write: a token revoked by a reload of the
+	// token file gets nothing more, even before the goroutine that ends
+	// the stream on a reload has run.
+	granted func() bool
 }
 
 // start writes the headers. The server's read deadline is lifted (a read
@@ -122,6 +128,10 @@ func (st *watchStream) flush() error {
 	if len(st.buf) == 0 {
 		return nil
 	}
+	if st.granted != nil && !st.granted() {
+		st.buf = st.buf[:0]
+		return errRevoked
+	}
 	_ = st.rc.SetWriteDeadline(time.Now().Add(st.wt.o.WriteTimeout))
 	_, err := st.w.Write(st.buf)
 	st.buf = st.buf[:0]
@@ -130,6 +140,9 @@ func (st *watchStream) flush() error {
 	}
 	return err
 }
+
+// errRevoked ends a stream whose token no longer grants it.
+var errRevoked = errors.New("query: the watch's token no longer grants it")
 
 // live writes the queue's changes until the client leaves, the write
 // fails, the subscriber is cut, the stream's lifetime or token ends or the

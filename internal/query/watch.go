@@ -232,6 +232,9 @@ func (h *Handler) serveWatch(w http.ResponseWriter, r *http.Request, f watchFilt
 		}()
 	}
 	st := &watchStream{w: w, rc: http.NewResponseController(w), wt: wt, filter: f}
+	if h.guard.Reloaded() != nil {
+		st.granted = func() bool { return h.guard.Still(r, p, auth.ScopeSessionsRead) }
+	}
 	if from != nil {
 		h.resume(ctx, w, r, st, from)
 		return
