@@ -1006,6 +1006,7 @@ func (s *lossStack) inChangelog(t *testing.T, suspects map[string]string) {
 	}
 	lastCkpt := map[int32]string{}
 	lines := map[string][]string{}
+	partOf := map[string]int32{} // each suspect's changelog partition
 	eachRecordWithin(t, s.brokerAddr, changelog.Topic(lossTopic), 10*time.Minute, func(r *kgo.Record) {
 		c, err := changelog.DecodeRecord(r)
 		if err != nil {
@@ -1019,6 +1020,7 @@ func (s *lossStack) inChangelog(t *testing.T, suspects map[string]string) {
 			if _, ok := suspects[c.SessionID]; !ok {
 				return
 			}
+			partOf[c.SessionID] = r.Partition
 			var sn snapshot.Snapshot
 			desc := "does not decode"
 			if err := sn.UnmarshalBinary(c.Snapshot); err == nil {
@@ -1028,18 +1030,19 @@ func (s *lossStack) inChangelog(t *testing.T, suspects map[string]string) {
 				at, c.Position, desc, cmp.Or(lastCkpt[r.Partition], "no checkpoint")))
 		case changelog.KindArchived:
 			if _, ok := suspects[c.SessionID]; ok {
+				partOf[c.SessionID] = r.Partition
 				lines[c.SessionID] = append(lines[c.SessionID], fmt.Sprintf("archived at %s: position %s, after %s",
 					at, c.Position, cmp.Or(lastCkpt[r.Partition], "no checkpoint")))
 			}
 		}
 	})
 	for id := range suspects {
-		part := int32(-1)
-		if l := lines[id]; len(l) > 0 {
-			fmt.Sscanf(strings.TrimPrefix(l[0], "snapshot at "), "%d:", &part)
+		last := "no checkpoint"
+		if p, ok := partOf[id]; ok {
+			last = cmp.Or(lastCkpt[p], last)
 		}
 		suspects[id] += fmt.Sprintf("\n the changelog holds %d records of it:\n  %s\n  last: %s", len(lines[id]),
-			strings.Join(lines[id], "\n  "), cmp.Or(lastCkpt[part], "no checkpoint"))
+			strings.Join(lines[id], "\n  "), last)
 	}
 }
 
