@@ -204,9 +204,17 @@ func (c *cache) forgetStored(part int32, id string) {
 	if en == nil || !en.evictable() {
 		return
 	}
+	c.drop(en)
+}
+
+// drop removes a clean entry from the cache: the next event reads the
+// store again.
+func (c *cache) drop(en *entry) {
 	c.lru.remove(en)
+	if en.part != nil {
+		delete(c.parts[en.part.id], en.id)
+	}
 	en.part = nil
-	delete(c.parts[part], id)
 }
 
 // forgetTombstone drops a session known only by its tombstone, which the
@@ -217,9 +225,7 @@ func (c *cache) forgetTombstone(part int32, id string) {
 	if en == nil || en.tomb == nil || en.snap.Exists() || en.dirty {
 		return
 	}
-	c.lru.remove(en)
-	en.part = nil
-	delete(c.parts[part], id)
+	c.drop(en)
 }
 
 // evict drops least recently used snapshots beyond the cache's count or
